@@ -1,0 +1,96 @@
+"""The algorithm interface: a policy that acts on a batch of observations, an update
+that returns a small typed stats record, and state for checkpoints.
+
+An algorithm owns its networks and optimisers. It never touches an env, a file
+or a logger; what an update needs (data, progress) arrives as arguments.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from torch import nn
+
+from rltrain.collector import Policy
+from rltrain.data.buffers import Batch, Rollout
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where training stands, for schedules (learning rate, exploration, target updates)."""
+
+    env_step: int
+    gradient_step: int
+    #: env_step / planned env steps, in [0, 1]
+    fraction: float
+
+
+class Algorithm(nn.Module, ABC):
+    #: which trainer drives it: "onpolicy" or "offpolicy"
+    kind: ClassVar[str]
+
+    def __init__(self, device: torch.device) -> None:
+        super().__init__()
+        self.device = device
+
+    @abstractmethod
+    def act(self, obs: np.ndarray, *, deterministic: bool, progress: Progress) -> np.ndarray:
+        """Actions for a batch of observations."""
+
+    def policy(self, progress: Progress, *, deterministic: bool = False) -> Policy:
+        return partial(self.act, deterministic=deterministic, progress=progress)
+
+    @abstractmethod
+    def policy_module(self) -> nn.Module:
+        """The networks that act (saved alone to best/ and final/)."""
+
+    @abstractmethod
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]: ...
+
+    def training_state(self) -> dict[str, Any]:
+        """Everything needed to continue training exactly (checkpoints)."""
+        return {
+            "modules": self.state_dict(),
+            "optimizers": {k: o.state_dict() for k, o in self.optimizers().items()},
+        }
+
+    def load_training_state(self, state: dict[str, Any]) -> None:
+        self.load_state_dict(state["modules"])
+        for k, o in self.optimizers().items():
+            o.load_state_dict(state["optimizers"][k])
+
+    def _tensor(self, x: np.ndarray, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return torch.as_tensor(x, dtype=dtype, device=self.device)
+
+
+class OnPolicyAlgorithm(Algorithm):
+    kind = "onpolicy"
+
+    @abstractmethod
+    def update(
+        self, rollout: Rollout, *, batch_size: int | None, repetitions: int, progress: Progress
+    ) -> Any:
+        """Learn from the whole rollout, ``repetitions`` passes in minibatches."""
+
+
+class OffPolicyAlgorithm(Algorithm):
+    kind = "offpolicy"
+
+    @abstractmethod
+    def update(self, batch: Batch, *, progress: Progress) -> Any:
+        """One gradient step on a sampled batch."""
+
+
+def clip_and_step(
+    loss: torch.Tensor, optimizer: torch.optim.Optimizer, params: Any, max_norm: float | None
+) -> None:
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if max_norm is not None:
+        nn.utils.clip_grad_norm_(params, max_norm)
+    optimizer.step()

@@ -1,0 +1,143 @@
+"""The collector: steps a vector env with a policy, writes transitions to a buffer.
+
+It knows nothing of learning. It is the one place that separates ``terminated``
+from ``truncated`` and that reads gymnasium's autoreset semantics:
+
+* next-step mode (e.g. CartPole's native vector env): the step that ends an
+  episode returns its true final observation; the env's *next* step ignores the
+  action and returns the reset observation. That reset step stores no
+  transition (its lane is masked) but counts as an env step, so a collection of
+  ``ceil(n / m)`` vector steps is always ``ceil(n / m) * m`` env steps.
+* same-step mode (sync/async vector envs built by rltrain): the step that ends
+  an episode returns the reset observation and puts the final one in
+  ``info["final_obs"]``; that final observation is what a truncated transition
+  bootstraps from.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+import numpy as np
+from gymnasium.vector import AutoresetMode, VectorEnv
+
+from rltrain.data.buffers import ReplayBuffer
+from rltrain.envs import autoreset_mode
+from rltrain.stats import Episodes
+
+#: observations (num_envs, *obs_shape) in, actions (num_envs, *action_shape) out
+Policy = Callable[[np.ndarray], np.ndarray]
+
+
+def random_policy(envs: VectorEnv, seed: int) -> Policy:
+    """Uniformly random actions from the env's own (seeded) action space."""
+    space = envs.action_space
+    space.seed(seed)
+    return lambda obs: space.sample()
+
+
+def episode_quotas(n_episodes: int, num_envs: int) -> np.ndarray:
+    """Split n episodes over the envs as evenly as possible (the first envs take the rest)."""
+    quotas = np.full(num_envs, n_episodes // num_envs, dtype=np.int64)
+    quotas[: n_episodes % num_envs] += 1
+    return quotas
+
+
+class Collector:
+    """Steps ``envs`` with a policy; stores real transitions in ``buffer`` (if any).
+
+    Episodes span collection steps: the env is reset only by :meth:`reset`.
+    """
+
+    def __init__(self, envs: VectorEnv, buffer: ReplayBuffer | None = None) -> None:
+        self.envs, self.buffer = envs, buffer
+        self.num_envs = envs.num_envs
+        self.next_step_mode = autoreset_mode(envs) is AutoresetMode.NEXT_STEP
+        self._obs: np.ndarray | None = None
+        # next-step mode: envs whose next step is a reset step
+        self._resetting = np.zeros(self.num_envs, dtype=bool)
+        self._ep_return = np.zeros(self.num_envs, dtype=np.float64)
+        self._ep_length = np.zeros(self.num_envs, dtype=np.int64)
+
+    def reset(self, seed: int | None = None) -> None:
+        """Start fresh episodes in every env (seeded if ``seed`` is given)."""
+        self._obs, _ = self.envs.reset(seed=seed)
+        self._resetting[:] = False
+        self._ep_return[:] = 0.0
+        self._ep_length[:] = 0
+
+    def collect(
+        self,
+        policy: Policy,
+        *,
+        n_steps: int | None = None,
+        n_episodes: int | None = None,
+        quota: bool = False,
+    ) -> Episodes:
+        """Collect ``ceil(n_steps / m) * m`` env steps, or until ``n_episodes`` episodes end.
+
+        :param quota: with ``n_episodes``, give each env a fixed quota of episodes
+            (see :func:`episode_quotas`) and count only those, so that envs with
+            short episodes are not over-represented (used for testing).
+        """
+        if (n_steps is None) == (n_episodes is None):
+            raise ValueError("pass exactly one of n_steps and n_episodes")
+        if self._obs is None:
+            raise RuntimeError("call reset() before collect()")
+        start = time.perf_counter()
+        max_vector_steps = math.ceil(n_steps / self.num_envs) if n_steps is not None else None
+        quotas = episode_quotas(n_episodes, self.num_envs) if quota and n_episodes else None
+        counted = np.zeros(self.num_envs, dtype=np.int64)
+        returns: list[np.ndarray] = []
+        lengths: list[np.ndarray] = []
+        n_done = vector_steps = transitions = 0
+        while True:
+            if max_vector_steps is not None and vector_steps >= max_vector_steps:
+                break
+            if n_episodes is not None and (
+                (counted >= quotas).all() if quotas is not None else n_done >= n_episodes
+            ):
+                break
+            obs = self._obs
+            act = policy(obs)
+            next_obs, rew, terminated, truncated, info = self.envs.step(act)
+            done = terminated | truncated
+            valid = ~self._resetting if self.next_step_mode and self._resetting.any() else None
+            final_obs = next_obs
+            if not self.next_step_mode and done.any():
+                final_obs = next_obs.copy()
+                final_obs[done] = np.stack(info["final_obs"][done])
+            if self.buffer is not None:
+                self.buffer.add(obs, act, rew, final_obs, terminated, truncated, valid)
+            if valid is None:
+                self._ep_return += rew
+                self._ep_length += 1
+                transitions += self.num_envs
+            else:
+                self._ep_return += np.where(valid, rew, 0.0)
+                self._ep_length += valid
+                transitions += int(valid.sum())
+                done = done & valid
+            if done.any():
+                ended = np.flatnonzero(done)
+                if quotas is not None:
+                    ended = ended[counted[ended] < quotas[ended]]
+                    counted[ended] += 1
+                returns.append(self._ep_return[ended].copy())
+                lengths.append(self._ep_length[ended].copy())
+                n_done += len(ended)
+                self._ep_return[done] = 0.0
+                self._ep_length[done] = 0
+            if self.next_step_mode:
+                self._resetting = done
+            self._obs = next_obs
+            vector_steps += 1
+        return Episodes(
+            n_steps=vector_steps * self.num_envs,
+            n_transitions=transitions,
+            returns=np.concatenate(returns) if returns else np.zeros(0),
+            lengths=np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64),
+            time=time.perf_counter() - start,
+        )

@@ -1,0 +1,267 @@
+"""Config schemas: one dataclass per config group option, registered in Hydra's ConfigStore.
+
+Each YAML file under ``conf/`` extends its schema through its defaults list
+(``- /schema/algo/ppo@_here_``), so Hydra refuses a misspelt key or a wrong type
+at composition, naming the key. Checks that involve several fields, or the env,
+run at build time (:func:`check`) and raise :class:`ConfigError` naming the fields.
+
+Values that follow from the env (network input/output sizes, action bounds,
+reward threshold) are never written here: the composition root computes them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+
+class ConfigError(ValueError):
+    """A user-facing configuration problem; the CLI prints it without a traceback."""
+
+
+# --------------------------------------------------------------------------- env
+@dataclass
+class EnvConfig:
+    #: short name used in the run directory (``outputs/<algo>-<name>/...``)
+    name: str = MISSING
+    #: gymnasium id, e.g. CartPole-v1, or a user's own registered id
+    id: str = MISSING
+    #: keyword arguments passed to ``gymnasium.make_vec`` / the env constructor
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    #: parallel envs used for collecting training data
+    num_train_envs: int = 8
+    #: parallel envs used for the test step (each runs a fixed quota of episodes)
+    num_test_envs: int = 10
+    #: auto (the env's native vector implementation when it has one, else sync), sync, async
+    vectorization: str = "auto"
+
+
+# --------------------------------------------------------------------------- algorithms
+@dataclass
+class PPOConfig:
+    """Proximal Policy Optimization (Schulman et al. 2017), on-policy."""
+
+    name: str = "ppo"
+    #: hidden layer sizes of the actor and the critic (separate networks)
+    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
+    #: tanh or relu
+    activation: str = "tanh"
+    lr: float = 3e-4
+    #: anneal the learning rate linearly to 0 over the planned env steps
+    lr_annealing: bool = True
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    #: epsilon of the clipped surrogate objective
+    clip_ratio: float = 0.2
+    #: clip the value update around the old value by this much (null: no value clipping)
+    value_clip: float | None = None
+    #: normalise advantages per minibatch
+    normalize_advantage: bool = True
+    ent_coef: float = 0.0
+    vf_coef: float = 0.5
+    #: clip the global gradient norm (null: no clipping)
+    max_grad_norm: float | None = 0.5
+    #: initial log standard deviation of the Gaussian policy (continuous actions)
+    init_log_std: float = 0.0
+
+
+@dataclass
+class DQNConfig:
+    """Deep Q-Network (Mnih et al. 2015) with double Q (van Hasselt et al. 2016), off-policy."""
+
+    name: str = "dqn"
+    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
+    activation: str = "relu"
+    lr: float = 1e-3
+    gamma: float = 0.99
+    #: n-step returns (1 = one-step TD)
+    n_step: int = 1
+    #: use the online network to pick the next action, the target network to value it
+    double_q: bool = True
+    #: copy the online network to the target every this many gradient steps
+    target_update_interval: int = 500
+    #: Huber loss threshold (smooth L1 beta)
+    huber_delta: float = 1.0
+    max_grad_norm: float | None = 10.0
+    #: epsilon-greedy exploration, annealed linearly from start to end over
+    #: exploration_fraction of the planned env steps
+    eps_start: float = 1.0
+    eps_end: float = 0.05
+    exploration_fraction: float = 0.2
+
+
+# --------------------------------------------------------------------------- trainers
+@dataclass
+class TrainerParams:
+    """Parameters shared by all trainers (names follow Tianshou 2.0)."""
+
+    #: upper bound on the number of epochs
+    max_epochs: int = 100
+    #: env steps (online) or update steps (offline) per epoch
+    epoch_num_steps: int = 10_000
+    #: transitions sampled per gradient step (on-policy: minibatch size; null = whole batch)
+    batch_size: int | None = 64
+    #: episodes per test step, spread over the test envs in fixed per-env quotas
+    test_step_num_episodes: int = 10
+    #: stop when the test score reaches this; "auto" = the env's reward threshold; null = never
+    stop_score: Any = "auto"
+
+
+@dataclass
+class OnlineTrainerParams(TrainerParams):
+    #: transitions per collection step (exactly one of this and the episodes count is set)
+    collection_step_num_env_steps: int | None = 2048
+    #: episodes per collection step
+    collection_step_num_episodes: int | None = None
+    #: test as soon as the training episodes of a collection step reach stop_score
+    test_in_training: bool = False
+
+
+@dataclass
+class OnPolicyTrainerParams(OnlineTrainerParams):
+    #: passes over the collected data per update step
+    update_step_num_repetitions: int = 10
+
+
+@dataclass
+class OffPolicyTrainerParams(OnlineTrainerParams):
+    collection_step_num_env_steps: int | None = 16
+    #: gradient steps per collected transition (round(u * n) per update step)
+    update_step_num_gradient_steps_per_sample: float = 1.0
+    #: env steps with uniformly random actions before the first epoch
+    random_warmup_env_steps: int = 1000
+
+
+@dataclass
+class OfflineTrainerParams(TrainerParams):
+    epoch_num_steps: int = 1000
+
+
+# --------------------------------------------------------------------------- buffer, logger
+@dataclass
+class ReplayBufferConfig:
+    #: capacity in transitions, split evenly into one lane per train env
+    size: int = 100_000
+
+
+@dataclass
+class LoggerConfig:
+    #: write TensorBoard event files under tb/
+    tensorboard: bool = True
+    #: show a live progress bar during each epoch (only on a terminal)
+    progress_bar: bool = True
+
+
+# --------------------------------------------------------------------------- run
+@dataclass
+class RunConfig:
+    algo: Any = MISSING
+    env: EnvConfig = MISSING
+    trainer: Any = MISSING
+    buffer: ReplayBufferConfig = MISSING
+    logger: LoggerConfig = MISSING
+    #: seeds python, numpy, torch and the envs (train and test envs get disjoint seeds)
+    seed: int = 0
+    #: cpu, cuda, cuda:N or auto (cuda when available)
+    device: str = "cpu"
+    #: torch intra-op threads; 1 is fastest for small MLPs
+    torch_threads: int = 1
+
+
+SCHEMAS: dict[str, type] = {
+    "algo/ppo": PPOConfig,
+    "algo/dqn": DQNConfig,
+    "env": EnvConfig,
+    "trainer/onpolicy": OnPolicyTrainerParams,
+    "trainer/offpolicy": OffPolicyTrainerParams,
+    "trainer/offline": OfflineTrainerParams,
+    "buffer/replay": ReplayBufferConfig,
+    "logger": LoggerConfig,
+}
+
+
+def register_configs() -> None:
+    """Store every schema under ``schema/...`` so YAML files can extend them."""
+    cs = ConfigStore.instance()
+    cs.store(name="rltrain_schema", node=RunConfig)
+    for path, node in SCHEMAS.items():
+        group, _, name = path.rpartition("/")
+        cs.store(group=f"schema/{group}" if group else "schema", name=name, node=node)
+
+
+# --------------------------------------------------------------------------- checks
+def _positive(obj: Any, prefix: str, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if value is not None and value <= 0:
+            raise ConfigError(f"{prefix}.{name} must be > 0, got {value}")
+
+
+def _unit_interval(obj: Any, prefix: str, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if not 0.0 <= value <= 1.0:
+            raise ConfigError(f"{prefix}.{name} must be in [0, 1], got {value}")
+
+
+def check_trainer(params: TrainerParams) -> None:
+    """Cross-field checks of the trainer params; raises ConfigError naming the fields."""
+    _positive(params, "trainer", "max_epochs", "epoch_num_steps", "batch_size",
+              "test_step_num_episodes")
+    stop = params.stop_score
+    if not (stop is None or stop == "auto" or isinstance(stop, (int, float))):
+        raise ConfigError(f"trainer.stop_score must be a number, auto or null, got {stop!r}")
+    if isinstance(params, OnlineTrainerParams):
+        n_steps, n_eps = params.collection_step_num_env_steps, params.collection_step_num_episodes
+        if (n_steps is None) == (n_eps is None):
+            raise ConfigError(
+                "set exactly one of trainer.collection_step_num_env_steps and "
+                f"trainer.collection_step_num_episodes (got {n_steps} and {n_eps}); "
+                "set the other to null"
+            )
+        _positive(params, "trainer", "collection_step_num_env_steps",
+                  "collection_step_num_episodes")
+    if isinstance(params, OnPolicyTrainerParams):
+        _positive(params, "trainer", "update_step_num_repetitions")
+    if isinstance(params, OffPolicyTrainerParams):
+        if params.update_step_num_gradient_steps_per_sample < 0:
+            raise ConfigError("trainer.update_step_num_gradient_steps_per_sample must be >= 0")
+        if params.random_warmup_env_steps < 0:
+            raise ConfigError("trainer.random_warmup_env_steps must be >= 0")
+        if params.batch_size is None:
+            raise ConfigError("trainer.batch_size must be a number for off-policy training")
+
+
+def check_algo(algo: Any) -> None:
+    """Range checks of an algorithm's hyperparameters."""
+    _unit_interval(algo, "algo", "gamma")
+    _positive(algo, "algo", "lr")
+    if any(h <= 0 for h in algo.hidden_sizes):
+        raise ConfigError(f"algo.hidden_sizes must be positive, got {list(algo.hidden_sizes)}")
+    if algo.activation not in ("tanh", "relu"):
+        raise ConfigError(f"algo.activation must be tanh or relu, got {algo.activation!r}")
+    if isinstance(algo, PPOConfig):
+        _unit_interval(algo, "algo", "gae_lambda")
+        _positive(algo, "algo", "clip_ratio", "value_clip", "max_grad_norm")
+    if isinstance(algo, DQNConfig):
+        _unit_interval(algo, "algo", "eps_start", "eps_end", "exploration_fraction")
+        _positive(algo, "algo", "n_step", "target_update_interval", "huber_delta",
+                  "max_grad_norm")
+
+
+def check_env(env: EnvConfig) -> None:
+    _positive(env, "env", "num_train_envs", "num_test_envs")
+    if env.vectorization not in ("auto", "sync", "async"):
+        raise ConfigError(
+            f"env.vectorization must be auto, sync or async, got {env.vectorization!r}"
+        )
+
+
+def env_steps_per_collection(params: OnlineTrainerParams, num_envs: int) -> int | None:
+    """Transitions per collection step: ceil(n / m) * m, or None when counted in episodes."""
+    n = params.collection_step_num_env_steps
+    return None if n is None else math.ceil(n / num_envs) * num_envs

@@ -1,0 +1,74 @@
+"""Return estimators as pure functions over arrays: GAE and n-step returns.
+
+Both are tested against plain per-transition reference loops and against an env
+whose true value is known (``tests/test_returns.py``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def gae(
+    rewards: np.ndarray,
+    values: np.ndarray,
+    next_values: np.ndarray,
+    terminated: np.ndarray,
+    dones: np.ndarray,
+    valid: np.ndarray,
+    gamma: float,
+    lam: float,
+) -> np.ndarray:
+    """Generalized Advantage Estimation (Schulman et al. 2016) over lanes of transitions.
+
+    All arrays are ``(num_lanes, T)``, time along the last axis. ``next_values``
+    holds V(s') for each transition's own next observation, so a truncated
+    episode bootstraps from its true final observation and the last transition
+    of a rollout needs no separate "last value". ``dones`` (terminated or
+    truncated) cut the recursion; ``terminated`` alone drops the bootstrap.
+    Entries with ``valid == False`` (unused slots at a lane's end) get advantage 0
+    and do not leak into earlier entries.
+    """
+    not_term = 1.0 - terminated.astype(np.float32)
+    carry = (gamma * lam) * (1.0 - dones.astype(np.float32))
+    deltas = rewards + gamma * next_values * not_term - values
+    advantages = np.zeros_like(deltas, dtype=np.float32)
+    last = np.zeros(deltas.shape[0], dtype=np.float32)
+    for t in range(deltas.shape[1] - 1, -1, -1):
+        last = np.where(valid[:, t], deltas[:, t] + carry[:, t] * last, 0.0)
+        advantages[:, t] = last
+    return advantages
+
+
+def nstep_returns(
+    rewards: np.ndarray,
+    terminated: np.ndarray,
+    dones: np.ndarray,
+    valid: np.ndarray,
+    gamma: float,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Discounted n-step returns for a batch of windows of consecutive transitions.
+
+    Arrays are ``(batch, n)``: row b holds the transitions t, t+1, ..., t+n-1 of
+    one lane. A window stops after the first done (the episode ended) and before
+    the first invalid entry (not yet collected); position 0 is always used.
+
+    Returns ``(returns, last, discount)``: the summed discounted rewards, the
+    index of the last transition used (whose next observation is the bootstrap
+    state), and the factor for the bootstrap value, ``gamma**(last+1)`` or 0 if
+    that transition terminated.
+    """
+    batch, n = rewards.shape
+    used = np.empty((batch, n), dtype=bool)
+    used[:, 0] = True
+    if n > 1:
+        # transition k is used if every earlier one in the window did not end the
+        # episode and k itself has been collected
+        alive = np.cumprod(~dones[:, :-1], axis=1).astype(bool)
+        used[:, 1:] = alive & np.cumprod(valid[:, 1:], axis=1).astype(bool)
+    powers = gamma ** np.arange(n, dtype=np.float64)
+    returns = (rewards * used * powers).sum(axis=1).astype(np.float32)
+    last = used.sum(axis=1) - 1
+    ended = terminated[np.arange(batch), last]
+    discount = np.where(ended, 0.0, gamma ** (last + 1.0)).astype(np.float32)
+    return returns, last, discount

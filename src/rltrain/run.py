@@ -1,0 +1,240 @@
+"""The composition root: run config -> envs, algorithm, buffer, collectors, trainer, loggers.
+
+Nothing else reads the config. Every check that can fail runs before the first
+file of the run is written, so a bad config leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import platform
+import random
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+import rltrain
+from rltrain.algorithms import DQN, PPO, Algorithm
+from rltrain.checkpoint import atomic_save, save_policy
+from rltrain.collector import Collector, random_policy
+from rltrain.config import (
+    ConfigError,
+    DQNConfig,
+    EnvConfig,
+    LoggerConfig,
+    OfflineTrainerParams,
+    OnlineTrainerParams,
+    OnPolicyTrainerParams,
+    PPOConfig,
+    ReplayBufferConfig,
+    TrainerParams,
+    check_algo,
+    check_env,
+    check_trainer,
+    env_steps_per_collection,
+)
+from rltrain.data.buffers import ReplayBuffer
+from rltrain.envs import SpaceInfo, env_seeds, make_vector_env, space_info
+from rltrain.loggers import ConsoleLogger, JsonlLogger, Logger, TensorBoardLogger
+from rltrain.stats import EpochStats, InfoStats
+from rltrain.trainer import TRAINERS, Callbacks, OffPolicyTrainer, Trainer
+
+log = logging.getLogger("rltrain")
+
+#: files that mark a directory as holding a run already
+RUN_FILES = ("epochs.jsonl", "summary.json", "checkpoints")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The run config as typed objects, checked."""
+
+    algo: PPOConfig | DQNConfig
+    env: EnvConfig
+    trainer: TrainerParams
+    buffer: ReplayBufferConfig
+    logger: LoggerConfig
+    seed: int
+    device: torch.device
+    torch_threads: int
+
+
+def settings(cfg: DictConfig) -> Settings:
+    obj = {k: OmegaConf.to_object(cfg[k]) for k in ("algo", "env", "trainer", "buffer", "logger")}
+    check_algo(obj["algo"])
+    check_env(obj["env"])
+    check_trainer(obj["trainer"])
+    if obj["buffer"].size <= 0:
+        raise ConfigError(f"buffer.size must be > 0, got {obj['buffer'].size}")
+    if cfg.torch_threads <= 0:
+        raise ConfigError(f"torch_threads must be > 0, got {cfg.torch_threads}")
+    return Settings(**obj, seed=int(cfg.seed), device=_device(cfg.device),
+                    torch_threads=int(cfg.torch_threads))
+
+
+def _device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"device={name!r} is not a torch device; use cpu, cuda, cuda:N or auto"
+                          ) from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device={name} asked for, but torch sees no CUDA device; use device=cpu")
+    return device
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def build_algorithm(s: Settings, info: SpaceInfo) -> Algorithm:
+    if isinstance(s.algo, PPOConfig):
+        return PPO(s.algo, info, s.device)
+    if not info.discrete:
+        raise ConfigError(
+            f"algo=dqn needs a discrete action space, but {info.env_id} has continuous actions "
+            f"(Box, shape {info.action_shape}); use algo=ppo for continuous actions"
+        )
+    return DQN(s.algo, info, s.device, seed=s.seed)
+
+
+def build_buffer(s: Settings, algorithm: Algorithm, info: SpaceInfo) -> ReplayBuffer:
+    m = s.env.num_train_envs
+    act_dtype = np.int64 if info.discrete else np.float32
+    common = dict(num_lanes=m, obs_shape=info.obs_shape, act_shape=info.action_shape,
+                  act_dtype=act_dtype, seed=s.seed)
+    if algorithm.kind == "onpolicy":
+        per_collection = env_steps_per_collection(s.trainer, m)
+        capacity = per_collection // m if per_collection else math.ceil(s.buffer.size / m)
+        return ReplayBuffer(lane_capacity=capacity, circular=False, **common)
+    if s.buffer.size < m:
+        raise ConfigError(f"buffer.size={s.buffer.size} is smaller than env.num_train_envs={m}")
+    return ReplayBuffer(lane_capacity=s.buffer.size // m, circular=True, n_step=s.algo.n_step,
+                        gamma=s.algo.gamma, **common)
+
+
+def check_pairing(s: Settings, algorithm: Algorithm) -> None:
+    if isinstance(s.trainer, OfflineTrainerParams):
+        raise ConfigError("the offline trainer needs a dataset; no offline algorithm ships yet")
+    expected = "onpolicy" if isinstance(s.trainer, OnPolicyTrainerParams) else "offpolicy"
+    if algorithm.kind != expected:
+        raise ConfigError(
+            f"{type(algorithm).__name__} is {algorithm.kind} and runs with trainer="
+            f"{algorithm.kind}, not trainer={expected}; leave the trainer to the algorithm"
+        )
+
+
+def check_run_dir(run_dir: Path) -> None:
+    used = [name for name in RUN_FILES if (run_dir / name).exists()]
+    if used:
+        raise ConfigError(
+            f"{run_dir} already holds a run ({', '.join(used)}); choose a new hydra.run.dir "
+            "so nothing is overwritten"
+        )
+
+
+def system_info() -> dict[str, Any]:
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "gymnasium": gym.__version__,
+        "rltrain": rltrain.__version__,
+        "command": " ".join(["rltrain", *sys.argv[1:]]),
+    }
+
+
+def run(cfg: DictConfig, run_dir: Path, started: float | None = None) -> InfoStats:
+    """Build everything from ``cfg`` and train; ``run_dir`` receives every file."""
+    started = time.perf_counter() if started is None else started
+    s = settings(cfg)
+    check_run_dir(run_dir)
+    torch.set_num_threads(s.torch_threads)
+    seed_everything(s.seed)
+
+    train_seed, test_seed = env_seeds(s.seed, s.env.num_train_envs)
+    train_envs = make_vector_env(s.env, s.env.num_train_envs)
+    test_envs = make_vector_env(s.env, s.env.num_test_envs)
+    info = space_info(train_envs, s.env.id)
+    algorithm = build_algorithm(s, info)
+    check_pairing(s, algorithm)
+    buffer = build_buffer(s, algorithm, info)
+    train_collector = Collector(train_envs, buffer)
+    test_collector = Collector(test_envs)
+    train_collector.reset(seed=train_seed)
+    test_collector.reset(seed=test_seed)
+
+    # ---- from here on, files are written
+    loggers: list[Logger] = [
+        ConsoleLogger(s.trainer.max_epochs, s.logger.progress_bar),
+        JsonlLogger(run_dir, extra_summary={"run_dir": str(run_dir), "system": system_info()}),
+    ]
+    if s.logger.tensorboard:
+        loggers.append(TensorBoardLogger(run_dir / "tb"))
+    algo_name = type(algorithm).__name__.lower()
+    meta = {"algo": algo_name, "env_id": s.env.id, "obs_shape": list(info.obs_shape),
+            "discrete": info.discrete, "action_dim": info.action_dim}
+    trainer_cls = TRAINERS[type(s.trainer)]
+    trainer: Trainer
+
+    def checkpoint(stats: EpochStats | InfoStats) -> None:
+        atomic_save(
+            {
+                "algorithm": algorithm.training_state(),
+                "trainer": {"epoch": trainer.epoch, "env_step": trainer.env_step,
+                            "gradient_step": trainer.gradient_step,
+                            "best_score": trainer.best.score, "best_epoch": trainer.best.epoch},
+                "config": OmegaConf.to_container(cfg, resolve=True),
+            },
+            run_dir / "checkpoints" / "last.pt",
+        )
+
+    def on_stop(info_stats: InfoStats) -> None:
+        save_policy(run_dir / "final", algorithm.policy_module().state_dict(), meta)
+        if info_stats.interrupted:
+            checkpoint(info_stats)
+
+    callbacks = Callbacks(
+        on_epoch_end=checkpoint,
+        on_best=lambda _: save_policy(run_dir / "best", algorithm.policy_module().state_dict(),
+                                      meta),
+        on_stop=on_stop,
+    )
+    kwargs: dict[str, Any] = dict(reward_threshold=info.reward_threshold, loggers=loggers,
+                                  callbacks=callbacks)
+    if trainer_cls is OffPolicyTrainer:
+        kwargs["random_policy"] = random_policy(train_envs, train_seed)
+    assert isinstance(s.trainer, OnlineTrainerParams)
+    trainer = trainer_cls(algorithm, s.trainer, buffer, train_collector, test_collector, **kwargs)
+    _log_build(s, info, train_collector, trainer, run_dir)
+    loggers[1].extra_summary["startup_time"] = time.perf_counter() - started
+    result = trainer.run()
+    train_envs.close()
+    test_envs.close()
+    return result
+
+
+def _log_build(s: Settings, info: SpaceInfo, collector: Collector, trainer: Trainer,
+               run_dir: Path) -> None:
+    actions = f"Discrete({info.num_actions})" if info.discrete else f"Box{info.action_shape}"
+    mode = "next-step" if collector.next_step_mode else "same-step"
+    log.info(f"env {s.env.id}: {s.env.num_train_envs} train / {s.env.num_test_envs} test envs "
+             f"({mode} autoreset), obs {info.obs_shape}, actions {actions}, "
+             f"reward threshold {info.reward_threshold}")
+    log.info(f"algorithm {type(trainer.algorithm).__name__}: "
+             f"{sum(p.numel() for p in trainer.algorithm.parameters()):,} parameters on "
+             f"{s.device}, seed {s.seed}")
+    log.info(f"trainer {type(trainer).__name__}: up to {s.trainer.max_epochs} epochs of "
+             f"{s.trainer.epoch_num_steps} steps, stop score {trainer.stop_score}")
+    log.info(f"run directory {run_dir}")
