@@ -68,6 +68,9 @@ def _remove_if_empty_run(run_dir: Path) -> None:
     snapshot and the log), so failed attempts leave no clutter."""
     if run_dir.is_dir() and {p.name for p in run_dir.iterdir()} <= {".hydra", "rltrain.log"}:
         shutil.rmtree(run_dir, ignore_errors=True)
+        parent = run_dir.parent  # outputs/<algo>-<env>/, if this was its only run
+        if parent.parent.name == "outputs" and not any(parent.iterdir()):
+            parent.rmdir()
 
 
 def task(cfg) -> float | None:  # noqa: ANN001 - a DictConfig from Hydra

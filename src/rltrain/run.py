@@ -20,6 +20,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import MissingMandatoryValue
 
 import rltrain
 from rltrain.algorithms import DQN, PPO, Algorithm
@@ -68,7 +69,13 @@ class Settings:
 
 
 def settings(cfg: DictConfig) -> Settings:
-    obj = {k: OmegaConf.to_object(cfg[k]) for k in ("algo", "env", "trainer", "buffer", "logger")}
+    try:
+        obj = {k: OmegaConf.to_object(cfg[k])
+               for k in ("algo", "env", "trainer", "buffer", "logger")}
+    except MissingMandatoryValue as e:
+        key = e.full_key if "env.id" not in str(e) else "env.id"
+        hint = " (e.g. env=gym env.id=Acrobot-v1)" if key == "env.id" else ""
+        raise ConfigError(f"{key} must be set{hint}") from None
     check_algo(obj["algo"])
     check_env(obj["env"])
     check_trainer(obj["trainer"])

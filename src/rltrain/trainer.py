@@ -250,7 +250,8 @@ class OnlineTrainer(Trainer):
 
     def training_step(self) -> tuple[int, Episodes | None, list[Any], Timing]:
         t0 = time.perf_counter()
-        episodes = self.collect(self.algorithm.policy(self.progress()))
+        start = self.progress()
+        episodes = self.collect(self.algorithm.policy(start))
         t1 = time.perf_counter()
         if self.params.test_in_training and self._reached_stop(episodes):
             test = self.test_step()
@@ -259,11 +260,13 @@ class OnlineTrainer(Trainer):
                 return episodes.n_steps, episodes, [], Timing(t1 - t0, 0.0,
                                                               time.perf_counter() - t1)
         t2 = time.perf_counter()
-        stats = self.update_step(episodes)
+        stats = self.update_step(episodes, start)
         return episodes.n_steps, episodes, stats, Timing(t1 - t0, time.perf_counter() - t2,
                                                          t2 - t1)
 
-    def update_step(self, episodes: Episodes) -> list[Any]:
+    def update_step(self, episodes: Episodes, start: Progress) -> list[Any]:
+        """Learn from what was just collected; ``start`` is the progress when the
+        training step began (schedules use it, so the last update still learns)."""
         raise NotImplementedError
 
 
@@ -271,14 +274,14 @@ class OnPolicyTrainer(OnlineTrainer):
     params: OnPolicyTrainerParams
     algorithm: OnPolicyAlgorithm
 
-    def update_step(self, episodes: Episodes) -> list[Any]:
+    def update_step(self, episodes: Episodes, start: Progress) -> list[Any]:
         rollout = self.buffer.rollout()
         n = rollout.num_transitions
         stats = self.algorithm.update(
             rollout,
             batch_size=self.params.batch_size,
             repetitions=self.params.update_step_num_repetitions,
-            progress=self.progress(),
+            progress=start,
         )
         size = n if self.params.batch_size is None else min(self.params.batch_size, n)
         self.gradient_step += self.params.update_step_num_repetitions * math.ceil(n / size)
@@ -310,7 +313,7 @@ class OffPolicyTrainer(OnlineTrainer):
         self.env_step += episodes.n_steps
         return episodes
 
-    def update_step(self, episodes: Episodes) -> list[Any]:
+    def update_step(self, episodes: Episodes, start: Progress) -> list[Any]:
         n = round(self.params.update_step_num_gradient_steps_per_sample * episodes.n_transitions)
         if len(self.buffer) < self.params.batch_size:
             return []

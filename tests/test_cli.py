@@ -1,0 +1,193 @@
+"""The CLI end to end: real subprocess runs of `rltrain`, real envs, real files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from conftest import read_jsonl
+
+EPOCH_KEYS = {"epoch", "env_step", "gradient_step", "time", "train", "test", "update", "best",
+              "timing"}
+SUMMARY_KEYS = {"best_score", "best_epoch", "solved", "stopped_early", "interrupted", "env_step",
+                "gradient_step", "wall_time", "reward_threshold"}
+UPDATE_KEYS = {"ppo": {"pg_loss", "v_loss", "entropy", "approx_kl", "clipfrac"},
+               "dqn": {"loss", "q_mean", "epsilon"}}
+
+
+def check_run_dir(run_dir: Path, algo: str, epochs: int) -> None:
+    """Everything the run-directory contract promises is there and consistent."""
+    assert (run_dir / ".hydra" / "config.yaml").is_file()
+    rows = read_jsonl(run_dir / "epochs.jsonl")
+    assert [r["epoch"] for r in rows] == list(range(1, epochs + 1))
+    for row in rows:
+        assert EPOCH_KEYS <= row.keys()
+        assert {"return_mean", "return_std", "length_mean", "n_episodes"} <= row["test"].keys()
+        assert row["test"]["n_episodes"] == 2  # smoke: 2 test episodes
+        assert UPDATE_KEYS[algo] <= row["update"].keys()
+        assert {"collect", "update", "test"} <= row["timing"].keys()
+    steps = [r["env_step"] for r in rows]
+    assert steps == sorted(steps) and steps[0] > 0
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert SUMMARY_KEYS <= summary.keys()
+    assert summary["env_step"] == rows[-1]["env_step"]
+    assert summary["best_score"] == max(r["test"]["return_mean"] for r in rows)
+    assert summary["interrupted"] is False
+
+    events = list((run_dir / "tb").glob("events.out.tfevents.*"))
+    assert events, "no TensorBoard event file"
+    acc = EventAccumulator(str(run_dir / "tb"))
+    acc.Reload()
+    scalars = acc.Scalars("test/return_mean")
+    assert [s.step for s in scalars] == steps
+    assert [pytest.approx(s.value) for s in scalars] == [r["test"]["return_mean"] for r in rows]
+
+    ckpt = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
+    assert ckpt["trainer"]["epoch"] == epochs
+    for name in ("best", "final"):
+        policy = torch.load(run_dir / name / "policy.pt", weights_only=True)
+        assert policy["meta"]["algo"] == algo
+        assert all(torch.isfinite(t).all() for t in policy["state_dict"].values())
+
+
+SMOKE_CASES = [
+    ("ppo", ["env=cartpole"]),
+    ("dqn", ["env=cartpole"]),
+    ("ppo", ["env=gym", "env.id=Pendulum-v1"]),  # continuous actions, same-step autoreset
+    ("dqn", ["env=gym", "env.id=Acrobot-v1", "env.num_train_envs=2"]),
+]
+
+
+@pytest.mark.parametrize(("algo", "env_args"), SMOKE_CASES,
+                         ids=[f"{a}-{e[-1]}" for a, e in SMOKE_CASES])
+def test_smoke_run_writes_complete_run_dir(cli, tmp_path, algo, env_args):
+    run_dir = tmp_path / "run"
+    res = cli("experiment=smoke", f"algo={algo}", *env_args, f"hydra.run.dir={run_dir}")
+    assert res.returncode == 0, res.stderr
+    assert "Traceback" not in res.stderr
+    assert "epoch   2/2" in res.stdout and "rltrain summary" in res.stdout
+    check_run_dir(run_dir, algo, epochs=2)
+
+
+def test_default_run_dir_layout(cli, tmp_path):
+    res = cli("experiment=smoke", "algo=dqn", "logger.tensorboard=false")
+    assert res.returncode == 0, res.stderr
+    (run_dir,) = (tmp_path / "outputs" / "dqn-cartpole").iterdir()
+    assert (run_dir / "summary.json").is_file()
+    assert not (run_dir / "tb").exists()
+
+
+def test_help_lists_groups_and_options(cli):
+    res = cli("--help")
+    assert res.returncode == 0
+    for text in ("usage: rltrain", "algo:", "dqn, ppo", "env:", "cartpole, gym",
+                 "experiment:", "smoke"):
+        assert text in res.stdout
+
+
+def test_cfg_job_prints_composed_config_with_tuned_values(cli):
+    tuned = cli("--cfg", "job", "algo=dqn", "env=cartpole")
+    assert tuned.returncode == 0, tuned.stderr
+    assert "lr: 0.0023" in tuned.stdout  # from conf/tuned/dqn_cartpole.yaml
+    assert "random_warmup_env_steps" in tuned.stdout  # the algorithm chose the trainer
+    generic = cli("--cfg", "job", "algo=dqn", "env=gym", "env.id=Acrobot-v1")
+    assert generic.returncode == 0, generic.stderr
+    assert "lr: 0.001" in generic.stdout and "id: Acrobot-v1" in generic.stdout
+
+
+ERROR_CASES = {
+    "misspelt key": (["trainer.max_epoch=5"], ["max_epoch", "trainer"]),
+    "wrong type": (["trainer.batch_size=abc"], ["trainer.batch_size", "abc"]),
+    "unknown option": (["algo=ppp"], ["algo/ppp", "dqn", "ppo"]),
+    "unknown top-level key": (["sead=3"], ["sead"]),
+    "discrete algo on continuous env": (["algo=dqn", "env=gym", "env.id=Pendulum-v1"],
+                                        ["algo=dqn", "discrete", "Pendulum-v1", "algo=ppo"]),
+    "unknown env id": (["env=gym", "env.id=NoSuchEnv-v0"], ["NoSuchEnv-v0"]),
+    "missing env id": (["env=gym"], ["env.id"]),
+    "bad env kwarg": (["env=gym", "env.id=Acrobot-v1", "+env.kwargs.nope=1"], ["nope"]),
+    "bad value": (["trainer.max_epochs=0"], ["trainer.max_epochs", "> 0"]),
+    "both collection counts": (["trainer.collection_step_num_episodes=4"],
+                               ["collection_step_num_env_steps", "collection_step_num_episodes"]),
+    "bad stop score": (["trainer.stop_score=high"], ["trainer.stop_score"]),
+    "bad device": (["device=gpu"], ["device", "cpu"]),
+}
+
+
+@pytest.mark.parametrize("case", list(ERROR_CASES))
+def test_bad_input_fails_cleanly(cli, tmp_path, case):
+    args, expected = ERROR_CASES[case]
+    res = cli(*args)
+    assert res.returncode != 0
+    for text in expected:
+        assert text in res.stderr, f"{text!r} not in stderr:\n{res.stderr}"
+    assert "Traceback" not in res.stderr + res.stdout
+    assert len(res.stderr.strip().splitlines()) <= 12, res.stderr
+    # nothing trained, nothing left behind
+    assert not list(tmp_path.glob("outputs/*/*/epochs.jsonl"))
+    assert not list(tmp_path.glob("outputs/*/*"))
+
+
+def test_full_error_shows_traceback(cli):
+    res = cli("algo=dqn", "env=gym", "env.id=Pendulum-v1", env={"HYDRA_FULL_ERROR": "1"})
+    assert res.returncode != 0
+    assert "Traceback" in res.stderr
+
+
+def test_existing_run_is_never_overwritten(cli, tmp_path):
+    run_dir = tmp_path / "run"
+    assert cli("experiment=smoke", f"hydra.run.dir={run_dir}").returncode == 0
+    before = (run_dir / "epochs.jsonl").read_bytes()
+    res = cli("experiment=smoke", f"hydra.run.dir={run_dir}")
+    assert res.returncode != 0
+    assert "already holds a run" in res.stderr and str(run_dir) in res.stderr
+    assert (run_dir / "epochs.jsonl").read_bytes() == before
+
+
+@pytest.mark.parametrize("launcher", ["basic", "joblib"])
+def test_multirun_writes_one_dir_per_job(cli, tmp_path, launcher):
+    sweep = tmp_path / "sweep"
+    res = cli("--multirun", f"hydra/launcher={launcher}", "experiment=smoke", "algo=ppo",
+              "seed=0,1", f"hydra.sweep.dir={sweep}")
+    assert res.returncode == 0, res.stderr
+    jobs = sorted(p.name for p in sweep.iterdir() if p.is_dir() and not p.name.startswith("."))
+    assert jobs == ["0", "1"]
+    seeds = []
+    for job in jobs:
+        check_run_dir(sweep / job, "ppo", epochs=2)
+        seeds.append((sweep / job / ".hydra" / "overrides.yaml").read_text())
+    assert "seed=0" in seeds[0] and "seed=1" in seeds[1]
+    # different seeds, different learning
+    a, b = (read_jsonl(sweep / j / "epochs.jsonl")[0]["update"] for j in jobs)
+    assert a != b
+
+
+def test_task_returns_best_score_for_sweepers(tmp_path):
+    """The Hydra task function returns the metric a sweeper optimises (composed in-process
+    with Hydra's compose API, as a sweeper's job would be)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
+
+    from rltrain.cli import conf_dir, task
+    from rltrain.config import register_configs
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    register_configs()
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        cfg = compose("config", overrides=["experiment=smoke", "logger.tensorboard=false"],
+                      return_hydra_config=True)
+    with open_dict(cfg):
+        cfg.hydra.runtime.output_dir = str(run_dir)
+    HydraConfig.instance().set_config(cfg)
+    with open_dict(cfg):
+        del cfg["hydra"]  # as Hydra does before it calls the task function
+    score = task(cfg)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert score == summary["best_score"]
+    assert isinstance(score, float)
