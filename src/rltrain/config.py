@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 
 class ConfigError(ValueError):
@@ -182,6 +183,32 @@ SCHEMAS: dict[str, type] = {
     "buffer/replay": ReplayBufferConfig,
     "logger": LoggerConfig,
 }
+
+
+#: the trainer each algorithm runs with (the algo YAML files select the same)
+ALGO_TRAINER = {"ppo": "onpolicy", "dqn": "offpolicy"}
+
+
+def typed_run_config(raw: DictConfig) -> DictConfig:
+    """Give a composed config read back from a run directory (``.hydra/config.yaml``)
+    its schemas again, so it is checked and converts to the same dataclasses."""
+    algo = raw.get("algo", {}).get("name")
+    if algo not in ALGO_TRAINER:
+        raise ConfigError(f"the stored config names no known algorithm (algo.name={algo!r})")
+    schema = OmegaConf.structured(RunConfig)
+    parts = {
+        "algo": SCHEMAS[f"algo/{algo}"],
+        "env": EnvConfig,
+        "trainer": SCHEMAS[f"trainer/{ALGO_TRAINER[algo]}"],
+        "buffer": ReplayBufferConfig,
+        "logger": LoggerConfig,
+    }
+    for key, node in parts.items():
+        schema[key] = OmegaConf.structured(node)
+    try:
+        return OmegaConf.merge(schema, raw)
+    except OmegaConfBaseException as e:
+        raise ConfigError(f"the stored config does not match rltrain's schema: {e}") from None
 
 
 def register_configs() -> None:

@@ -41,6 +41,7 @@ from rltrain.config import (
     check_env,
     check_trainer,
     env_steps_per_collection,
+    typed_run_config,
 )
 from rltrain.data.buffers import ReplayBuffer
 from rltrain.envs import SpaceInfo, env_seeds, make_vector_env, space_info
@@ -85,6 +86,15 @@ def settings(cfg: DictConfig) -> Settings:
         raise ConfigError(f"torch_threads must be > 0, got {cfg.torch_threads}")
     return Settings(**obj, seed=int(cfg.seed), device=_device(cfg.device),
                     torch_threads=int(cfg.torch_threads))
+
+
+def load_run_settings(run_dir: Path) -> Settings:
+    """The checked settings of an existing run, from its ``.hydra/config.yaml``."""
+    path = run_dir / ".hydra" / "config.yaml"
+    if not path.is_file():
+        what = "is not a directory" if not run_dir.is_dir() else "has no .hydra/config.yaml"
+        raise ConfigError(f"{run_dir} {what}; pass a run directory written by rltrain")
+    return settings(typed_run_config(OmegaConf.load(path)))
 
 
 def _device(name: str) -> torch.device:
