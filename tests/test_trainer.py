@@ -1,0 +1,397 @@
+"""Step accounting of the real trainers, built as the composition root (run.py) builds them."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from rltrain.collector import Collector, random_policy
+from rltrain.config import (
+    DQNConfig,
+    EnvConfig,
+    LoggerConfig,
+    OfflineTrainerParams,
+    OffPolicyTrainerParams,
+    OnPolicyTrainerParams,
+    PPOConfig,
+    ReplayBufferConfig,
+    check_algo,
+    check_env,
+    check_trainer,
+)
+from rltrain.envs import env_seeds, make_vector_env, space_info
+from rltrain.run import Settings, build_algorithm, build_buffer, seed_everything
+from rltrain.stats import Best, CollectStats, EpochStats, InfoStats, Timing
+from rltrain.trainer import (
+    TRAINERS,
+    OfflineTrainer,
+    OffPolicyTrainer,
+    OnPolicyTrainer,
+)
+from toy_envs import COUNTER_ID, COUNTER_T
+
+
+class RecordingCollector(Collector):
+    """The real collector; it also keeps, for each collect(), the policy, the result and the
+    buffer size right after it."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.records = []
+
+    def collect(self, policy, **kwargs):
+        episodes = super().collect(policy, **kwargs)
+        size = len(self.buffer) if self.buffer is not None else 0
+        self.records.append((policy, episodes, size))
+        return episodes
+
+
+class Built:
+    """What the composition root wires together (without loggers and files)."""
+
+    def __init__(self, algo, params, env_id="CartPole-v1", num_train_envs=4, num_test_envs=2,
+                 buffer_size=2000, seed=0):
+        torch.set_num_threads(1)
+        env = EnvConfig(name="test", id=env_id, num_train_envs=num_train_envs,
+                        num_test_envs=num_test_envs)
+        self.settings = s = Settings(
+            algo=algo, env=env, trainer=params, buffer=ReplayBufferConfig(size=buffer_size),
+            logger=LoggerConfig(tensorboard=False, progress_bar=False), seed=seed,
+            device=torch.device("cpu"), torch_threads=1)
+        check_algo(s.algo)
+        check_env(s.env)
+        check_trainer(s.trainer)
+        seed_everything(seed)
+        train_seed, test_seed = env_seeds(seed, num_train_envs)
+        self.train_envs = make_vector_env(env, num_train_envs)
+        self.test_envs = make_vector_env(env, num_test_envs)
+        self.info = space_info(self.train_envs, env_id)
+        self.algorithm = build_algorithm(s, self.info)
+        self.buffer = build_buffer(s, self.algorithm, self.info)
+        self.train_collector = RecordingCollector(self.train_envs, self.buffer)
+        self.test_collector = Collector(self.test_envs)
+        self.train_collector.reset(seed=train_seed)
+        self.test_collector.reset(seed=test_seed)
+        # count the optimiser steps the algorithm really takes
+        self.optimizer_steps = 0
+        for optim in self.algorithm.optimizers().values():
+            optim.register_step_post_hook(self._count)
+        kwargs = dict(reward_threshold=self.info.reward_threshold)
+        self.random_policy = None
+        if isinstance(params, OfflineTrainerParams):
+            self.trainer = OfflineTrainer(self.algorithm, params, self.buffer,
+                                          self.test_collector, **kwargs)
+            return
+        trainer_cls = TRAINERS[type(params)]
+        if trainer_cls is OffPolicyTrainer:
+            self.random_policy = random_policy(self.train_envs, train_seed)
+            kwargs["random_policy"] = self.random_policy
+        self.trainer = trainer_cls(self.algorithm, params, self.buffer, self.train_collector,
+                                   self.test_collector, **kwargs)
+
+    def _count(self, *_):
+        self.optimizer_steps += 1
+
+    def training_records(self):
+        """(episodes, buffer size after) of the training collections (not the warm-up)."""
+        return [(e, size) for policy, e, size in self.train_collector.records
+                if policy is not self.random_policy]
+
+    def close(self):
+        self.train_envs.close()
+        self.test_envs.close()
+
+
+def ppo(**kwargs):
+    return PPOConfig(hidden_sizes=[16], **kwargs)
+
+
+def dqn(**kwargs):
+    return DQNConfig(hidden_sizes=[16], **kwargs)
+
+
+def onpolicy(**kwargs):
+    base = dict(max_epochs=2, epoch_num_steps=120, batch_size=24, test_step_num_episodes=2,
+                stop_score=None, collection_step_num_env_steps=50,
+                update_step_num_repetitions=2)
+    return OnPolicyTrainerParams(**{**base, **kwargs})
+
+
+def offpolicy(**kwargs):
+    base = dict(max_epochs=3, epoch_num_steps=30, batch_size=32, test_step_num_episodes=2,
+                stop_score=None, collection_step_num_env_steps=10,
+                update_step_num_gradient_steps_per_sample=0.3, random_warmup_env_steps=0)
+    return OffPolicyTrainerParams(**{**base, **kwargs})
+
+
+# --------------------------------------------------------------------------- on-policy
+@pytest.mark.parametrize(
+    ("env_id", "n", "s", "batch_size"),
+    [
+        ("CartPole-v1", 50, 120, 24),  # native next-step env: fewer transitions than steps
+        (COUNTER_ID, 50, 120, 24),  # same-step sync env
+        (COUNTER_ID, 16, 16, None),  # whole batch per gradient step
+        (COUNTER_ID, 9, 40, 100),  # minibatch larger than the rollout
+    ],
+)
+def test_on_policy_step_accounting(env_id, n, s, batch_size):
+    """Training steps per epoch = ceil(s / c), c = ceil(n / m) * m; env steps after e epochs
+    = e * ceil(s / c) * c; each update is repetitions * ceil(N / batch) gradient steps for
+    the N transitions of its rollout, and the optimiser really steps that often."""
+    m, reps = 4, 2
+    built = Built(ppo(), onpolicy(epoch_num_steps=s, collection_step_num_env_steps=n,
+                                  batch_size=batch_size, update_step_num_repetitions=reps),
+                  env_id=env_id, num_train_envs=m)
+    trainer = built.trainer
+    assert isinstance(trainer, OnPolicyTrainer)
+    c = math.ceil(n / m) * m
+    per_epoch = math.ceil(s / c)
+    for e in (1, 2):
+        stats = next(trainer)
+        assert stats.epoch == e
+        assert stats.training_steps == per_epoch
+        assert stats.env_step == trainer.env_step == e * per_epoch * c
+        assert stats.train.n_steps == per_epoch * c
+        assert len(built.buffer) == 0  # the rollout is cleared after each update
+    records = built.training_records()
+    assert len(records) == 2 * per_epoch
+    expected = 0
+    for episodes, _ in records:
+        size = episodes.n_transitions if batch_size is None else batch_size
+        expected += reps * math.ceil(episodes.n_transitions / min(size, episodes.n_transitions))
+    assert trainer.gradient_step == expected == built.optimizer_steps
+    assert stats.gradient_step == expected
+    if env_id == "CartPole-v1":
+        assert any(ep.n_transitions < ep.n_steps for ep, _ in records)
+    built.close()
+
+
+def test_on_policy_collection_of_only_reset_steps():
+    """On a next-step env, a collection step can consist of reset steps only (here one env,
+    one env step per collection: the step right after each episode end). It stores no
+    transition, so its update has nothing to learn from: no gradient step, and training
+    goes on."""
+    built = Built(ppo(), onpolicy(max_epochs=1, epoch_num_steps=60,
+                                  collection_step_num_env_steps=1, batch_size=8,
+                                  update_step_num_repetitions=2),
+                  env_id="CartPole-v1", num_train_envs=1)
+    assert built.train_collector.next_step_mode
+    stats = next(built.trainer)
+    assert stats.training_steps == 60 and stats.env_step == 60
+    records = built.training_records()
+    empty = [ep for ep, _ in records if ep.n_transitions == 0]
+    assert empty  # at least one episode ended, so one collection was a reset step
+    expected = sum(2 for ep, _ in records if ep.n_transitions > 0)
+    assert stats.gradient_step == expected == built.optimizer_steps
+    built.close()
+
+
+# --------------------------------------------------------------------------- off-policy
+@pytest.mark.parametrize("env_id", ["CartPole-v1", COUNTER_ID])
+def test_off_policy_step_accounting(env_id):
+    """Without warm-up: env steps = e * ceil(s / c) * c, and gradient steps = the sum of
+    round(u * n_transitions) over the collection steps after which the buffer holds at
+    least batch_size transitions."""
+    m, n, s, u, batch = 4, 10, 30, 0.3, 32
+    built = Built(dqn(), offpolicy(collection_step_num_env_steps=n, epoch_num_steps=s,
+                                   update_step_num_gradient_steps_per_sample=u, batch_size=batch),
+                  env_id=env_id, num_train_envs=m)
+    trainer = built.trainer
+    c = math.ceil(n / m) * m
+    per_epoch = math.ceil(s / c)
+    all_stats = list(trainer)
+    assert [st.epoch for st in all_stats] == [1, 2, 3]
+    for e, st in enumerate(all_stats, start=1):
+        assert st.training_steps == per_epoch
+        assert st.env_step == e * per_epoch * c
+    assert trainer.env_step == 3 * per_epoch * c
+    records = built.training_records()
+    assert len(records) == 3 * per_epoch
+    expected = sum(round(u * ep.n_transitions) for ep, size in records if size >= batch)
+    skipped = [ep for ep, size in records if size < batch]
+    assert skipped and expected > 0  # both cases happen
+    assert trainer.gradient_step == expected == built.optimizer_steps
+    assert all_stats[-1].gradient_step == expected
+    built.close()
+
+
+@pytest.mark.parametrize("warmup", [24, 22])
+def test_random_warmup_adds_exactly_its_env_steps(warmup):
+    """Warm-up runs once, before the first epoch, with the random policy: it adds
+    ceil(w / m) * m env steps (w itself when m divides it) and fills the buffer."""
+    m, n, s = 4, 8, 16
+    c = math.ceil(n / m) * m
+    per_epoch = math.ceil(s / c) * c
+    warm = math.ceil(warmup / m) * m
+    built = Built(dqn(), offpolicy(max_epochs=2, collection_step_num_env_steps=n,
+                                   epoch_num_steps=s, random_warmup_env_steps=warmup,
+                                   batch_size=16),
+                  env_id=COUNTER_ID, num_train_envs=m)
+    trainer = built.trainer
+    stats = next(trainer)
+    assert stats.env_step == warm + per_epoch
+    warmups = [e for p, e, _ in built.train_collector.records if p is built.random_policy]
+    assert len(warmups) == 1 and warmups[0].n_steps == warm
+    assert built.train_collector.records[0][0] is built.random_policy
+    assert built.train_collector.records[0][2] == warm  # Counter: every step is stored
+    # the buffer held >= batch_size from the first collection on: every step updated
+    u = trainer.params.update_step_num_gradient_steps_per_sample
+    expected = sum(round(u * ep.n_transitions) for ep, _ in built.training_records())
+    assert expected > 0
+    assert stats.gradient_step == expected == built.optimizer_steps
+    stats = next(trainer)
+    assert stats.env_step == warm + 2 * per_epoch  # no second warm-up
+    assert sum(p is built.random_policy for p, _, _ in built.train_collector.records) == 1
+    built.close()
+
+
+# --------------------------------------------------------------------------- the loop
+def test_trainer_is_an_iterator_and_run_returns_info():
+    """next() yields EpochStats until max_epochs, then StopIteration; run() returns InfoStats."""
+    built = Built(ppo(), onpolicy(max_epochs=2, epoch_num_steps=20,
+                                  collection_step_num_env_steps=20),
+                  env_id=COUNTER_ID)
+    trainer = built.trainer
+    assert iter(trainer) is trainer
+    first, second = next(trainer), next(trainer)
+    assert isinstance(first, EpochStats) and isinstance(second, EpochStats)
+    assert (first.epoch, second.epoch) == (1, 2)
+    assert second.env_step > first.env_step
+    with pytest.raises(StopIteration):
+        next(trainer)
+    info = trainer.run()  # nothing left to run
+    assert isinstance(info, InfoStats)
+    assert info.epochs == 2 and info.env_step == second.env_step
+    assert info.gradient_step == second.gradient_step
+    assert not info.stopped_early and not info.interrupted
+    built.close()
+
+
+def test_run_runs_every_epoch_and_reports():
+    """run() on a fresh trainer: max_epochs epochs, the test score of the Counter env is
+    exactly T (reward 1 for T steps, whatever the policy), no threshold so not solved."""
+    params = onpolicy(max_epochs=3, epoch_num_steps=20, collection_step_num_env_steps=20,
+                      test_step_num_episodes=3)
+    built = Built(ppo(), params, env_id=COUNTER_ID, num_test_envs=2)
+    seen = []
+    trainer = built.trainer
+    trainer.callbacks = dataclasses.replace(trainer.callbacks, on_epoch_end=seen.append)
+    info = trainer.run()
+    assert isinstance(info, InfoStats)
+    assert info.epochs == 3 and [st.epoch for st in seen] == [1, 2, 3]
+    assert info.env_step == 3 * 20 and info.gradient_step == trainer.gradient_step
+    assert info.best_score == pytest.approx(COUNTER_T) and info.best_epoch == 1
+    assert info.reward_threshold is None and not info.solved and not info.stopped_early
+    for st in seen:
+        assert st.test.n_episodes == 3
+        assert st.test.return_mean == pytest.approx(COUNTER_T)
+        assert st.test.length_mean == pytest.approx(COUNTER_T)
+        # 20 env steps = 5 vector steps on 4 envs: one episode of T = 5 steps per env
+        assert st.train.n_episodes == 4 * (20 // 4 // COUNTER_T)
+        assert set(st.update) == {"pg_loss", "v_loss", "entropy", "approx_kl", "clipfrac",
+                                  "explained_variance", "lr"}
+    built.close()
+
+
+@pytest.mark.parametrize("algo", ["ppo", "dqn"])
+def test_stop_score_reached_ends_early(algo):
+    """A stop score below any possible test score ends the run after the first epoch."""
+    params = (onpolicy(max_epochs=5, stop_score=-1.0) if algo == "ppo"
+              else offpolicy(max_epochs=5, stop_score=-1.0))
+    built = Built(ppo() if algo == "ppo" else dqn(), params)
+    info = built.trainer.run()
+    assert info.stopped_early and info.epochs == 1
+    assert info.best_epoch == 1
+    c = math.ceil(params.collection_step_num_env_steps / 4) * 4
+    assert info.env_step == math.ceil(params.epoch_num_steps / c) * c
+    with pytest.raises(StopIteration):
+        next(built.trainer)
+    built.close()
+
+
+def test_stop_score_not_reached_runs_every_epoch():
+    """On the Counter env the test score is exactly T: a stop score just above it never
+    stops the run, one equal to it stops after the first epoch."""
+    above = Built(ppo(), onpolicy(max_epochs=2, epoch_num_steps=20,
+                                  collection_step_num_env_steps=20,
+                                  stop_score=COUNTER_T + 0.5), env_id=COUNTER_ID)
+    info = above.trainer.run()
+    assert info.epochs == 2 and not info.stopped_early
+    equal = Built(ppo(), onpolicy(max_epochs=2, epoch_num_steps=20,
+                                  collection_step_num_env_steps=20,
+                                  stop_score=float(COUNTER_T)), env_id=COUNTER_ID)
+    info = equal.trainer.run()
+    assert info.epochs == 1 and info.stopped_early
+    above.close()
+    equal.close()
+
+
+def test_test_in_training_stops_within_the_epoch():
+    """With test_in_training, a collection whose episodes reach the stop score triggers a
+    test; when that test reaches it too, the epoch ends at once, without an update."""
+    m = 4
+    built = Built(ppo(), onpolicy(max_epochs=3, epoch_num_steps=200,
+                                  collection_step_num_env_steps=COUNTER_T * m,
+                                  stop_score=float(COUNTER_T), test_in_training=True),
+                  env_id=COUNTER_ID, num_train_envs=m)
+    stats = next(built.trainer)
+    assert stats.training_steps == 1
+    assert stats.env_step == COUNTER_T * m
+    assert stats.gradient_step == 0 and built.optimizer_steps == 0
+    assert stats.test.return_mean == pytest.approx(COUNTER_T)
+    assert built.trainer.stopped_early
+    with pytest.raises(StopIteration):
+        next(built.trainer)
+    built.close()
+
+
+# --------------------------------------------------------------------------- offline
+def test_offline_trainer_learns_from_a_prefilled_buffer():
+    """OfflineTrainer with DQN: one gradient step per training step, epochs *
+    epoch_num_steps in all; it never steps the train env, and leaves the buffer as is."""
+    epochs, steps = 2, 15
+    params = OfflineTrainerParams(max_epochs=epochs, epoch_num_steps=steps, batch_size=16,
+                                  test_step_num_episodes=2, stop_score=None)
+    built = Built(dqn(target_update_interval=5), params, buffer_size=400)
+    assert isinstance(built.trainer, OfflineTrainer)
+    filled = built.train_collector.collect(random_policy(built.train_envs, 0), n_steps=200)
+    assert len(built.buffer) == filled.n_transitions > 0
+    size_before = len(built.buffer)
+    obs_before = built.buffer.obs.copy()
+    weights_before = [p.detach().clone() for p in built.algorithm.q.parameters()]
+    all_stats = list(built.trainer)
+    assert [st.training_steps for st in all_stats] == [steps] * epochs
+    assert [st.gradient_step for st in all_stats] == [steps, 2 * steps]
+    assert all(st.env_step == 0 and st.train.n_steps == 0 for st in all_stats)
+    info = built.trainer.run()
+    assert info.gradient_step == epochs * steps == built.optimizer_steps
+    assert info.env_step == 0 and built.trainer.env_step == 0
+    assert len(built.train_collector.records) == 1  # only the pre-fill
+    assert len(built.buffer) == size_before
+    np.testing.assert_array_equal(built.buffer.obs, obs_before)
+    changed = [not torch.equal(a, b)
+               for a, b in zip(weights_before, built.algorithm.q.parameters(), strict=True)]
+    assert all(changed)
+    assert set(all_stats[0].update) == {"loss", "q_mean", "epsilon"}
+    built.close()
+
+
+# --------------------------------------------------------------------------- records
+def test_stats_records_are_frozen():
+    """EpochStats, InfoStats and their parts cannot be changed after the fact."""
+    built = Built(ppo(), onpolicy(max_epochs=1, epoch_num_steps=20,
+                                  collection_step_num_env_steps=20), env_id=COUNTER_ID)
+    stats = next(built.trainer)
+    info = built.trainer.run()
+    records = [(stats, "epoch"), (stats, "env_step"), (stats.train, "n_steps"),
+               (stats.test, "return_mean"), (stats.best, "score"), (stats.timing, "collect"),
+               (info, "best_score"), (info, "epochs"), (info.timing, "update")]
+    for record, name in records:
+        assert isinstance(record, (EpochStats, InfoStats, CollectStats, Best, Timing))
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(record, name, getattr(record, name))
+    built.close()
