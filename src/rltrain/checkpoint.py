@@ -1,16 +1,28 @@
-"""Atomic saving of checkpoints and policy weights.
+"""Checkpoints: atomic saving, rotation, and loading that never executes code.
 
 Files are written to a temporary name in the same folder, fsynced, then renamed,
-so a crash never leaves a half-written file under the final name.
+so a crash never leaves a half-written file under the final name. ``last.pt`` is
+a hard link to the newest numbered checkpoint (no second write). Loading uses
+``torch.load(..., weights_only=True)``: tensors and plain Python data only; a
+file crafted to run code when unpickled is refused.
 """
 
 from __future__ import annotations
 
 import os
+import pickle
+import zipfile
 from pathlib import Path
 from typing import Any
 
 import torch
+
+FORMAT = "rltrain-checkpoint"
+VERSION = 1
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be used; the message names the file."""
 
 
 def atomic_save(obj: Any, path: Path) -> None:
@@ -29,3 +41,60 @@ def save_policy(directory: Path, state_dict: dict[str, Any], meta: dict[str, Any
     path = directory / "policy.pt"
     atomic_save({"state_dict": state_dict, "meta": meta}, path)
     return path
+
+
+def save_checkpoint(directory: Path, state: dict[str, Any], name: str, keep: int) -> Path:
+    """Write ``directory/name`` and point ``last.pt`` at it; keep the newest ``keep``
+    numbered files (``last.pt`` is always kept)."""
+    path = directory / name
+    atomic_save({"format": FORMAT, "version": VERSION, **state}, path)
+    last = directory / "last.pt"
+    tmp = directory / ".last.pt.link"
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(path, tmp)
+    except OSError:  # no hard links on this file system: a second write
+        atomic_save({"format": FORMAT, "version": VERSION, **state}, tmp)
+    os.replace(tmp, last)
+    numbered = sorted(p for p in directory.glob("ckpt_*.pt"))
+    for old in numbered[: max(len(numbered) - max(keep, 1), 0)]:
+        old.unlink()
+    return last
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    """Load and validate one checkpoint file; raises CheckpointError naming it."""
+    if not path.is_file():
+        raise CheckpointError(f"{path} does not exist")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        raise CheckpointError(
+            f"{path} holds objects other than tensors and plain data; refusing to load it "
+            f"(it could run code): {str(e).splitlines()[0]}"
+        ) from None
+    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as e:
+        raise CheckpointError(f"{path} is truncated or corrupt ({type(e).__name__}: "
+                              f"{str(e).splitlines()[0] if str(e) else 'no detail'})") from None
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise CheckpointError(f"{path} is not an rltrain checkpoint")
+    if state.get("version") != VERSION:
+        raise CheckpointError(f"{path} has checkpoint version {state.get('version')}, "
+                              f"this rltrain reads version {VERSION}")
+    return state
+
+
+def load_latest(directory: Path) -> tuple[dict[str, Any], Path, list[str]]:
+    """Load ``last.pt``, or if it is unusable the newest good numbered checkpoint.
+
+    Returns the state, the file used, and the problems met on the way.
+    """
+    problems: list[str] = []
+    candidates = [directory / "last.pt", *sorted(directory.glob("ckpt_*.pt"), reverse=True)]
+    for path in candidates:
+        try:
+            return load_checkpoint(path), path, problems
+        except CheckpointError as e:
+            problems.append(str(e))
+    raise CheckpointError("no usable checkpoint in " + str(directory) + ": " + "; ".join(
+        problems))

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
+from typing import NoReturn
 
 STARTED = time.perf_counter()
 
@@ -73,6 +75,21 @@ def _remove_if_empty_run(run_dir: Path) -> None:
             parent.rmdir()
 
 
+def _fail(message: str, code: int = 2) -> NoReturn:
+    print(f"rltrain: error: {message}", file=sys.stderr)
+    sys.exit(code)
+
+
+def _finish(info, run_dir: Path) -> None:  # noqa: ANN001 - InfoStats
+    """Exit codes after training: 0 done, 130 SIGINT, 143 SIGTERM."""
+    if not info.interrupted:
+        return
+    print(f"rltrain: interrupted at epoch {info.epochs} (env step {info.env_step:,}); "
+          f"checkpoint and summary written.\nresume with: rltrain resume={run_dir}",
+          file=sys.stderr)
+    sys.exit(128 + int(info.interrupt_signal or signal.SIGINT))
+
+
 def task(cfg) -> float | None:  # noqa: ANN001 - a DictConfig from Hydra
     from hydra.core.hydra_config import HydraConfig
 
@@ -86,18 +103,77 @@ def task(cfg) -> float | None:  # noqa: ANN001 - a DictConfig from Hydra
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
         _remove_if_empty_run(run_dir)
-        print(f"rltrain: error: {e}", file=sys.stderr)
-        sys.exit(2)
-    if info.interrupted:
-        print(f"rltrain: interrupted; partial results in {run_dir}", file=sys.stderr)
-        sys.exit(130)
+        _fail(str(e))
+    except KeyboardInterrupt:
+        _fail("stopped at once; checkpoints/last.pt is the last complete checkpoint", 130)
+    _finish(info, run_dir)
     # the metric a Hydra sweeper optimises
     return info.best_score
 
 
+#: the only override a resume accepts: extending the run
+RESUME_OVERRIDABLE = "trainer.max_epochs"
+
+
+def resume(args: list[str]) -> None:
+    """``rltrain resume=RUN_DIR [trainer.max_epochs=N]``: continue a run in its directory,
+    with the config stored in its checkpoint."""
+    import logging
+
+    from rltrain.checkpoint import CheckpointError, load_latest
+    from rltrain.config import ConfigError, register_configs, typed_run_config
+    from rltrain.run import run
+
+    run_dir, max_epochs = None, None
+    for arg in args:
+        key, _, value = arg.partition("=")
+        if key == "resume":
+            run_dir = Path(value).expanduser()
+        elif key == RESUME_OVERRIDABLE:
+            try:
+                max_epochs = int(value)
+            except ValueError:
+                _fail(f"{RESUME_OVERRIDABLE}={value!r} is not an integer")
+        else:
+            _fail(f"{arg!r} cannot change on resume: a resumed run keeps the config stored in "
+                  f"its checkpoint (only {RESUME_OVERRIDABLE}=N may extend it); start a new "
+                  "run to change anything else")
+    assert run_dir is not None
+    if not run_dir.is_dir():
+        _fail(f"resume={run_dir}: no such run directory")
+    try:
+        ckpt, used, problems = load_latest(run_dir / "checkpoints")
+    except CheckpointError as e:
+        _fail(f"resume={run_dir}: {e}")
+    for problem in problems:
+        print(f"rltrain: warning: {problem}", file=sys.stderr)
+    if used.name != "last.pt":
+        print(f"rltrain: warning: resuming from the older checkpoint {used}", file=sys.stderr)
+    from omegaconf import OmegaConf
+
+    register_configs()
+    cfg = OmegaConf.create(ckpt["config"])
+    if max_epochs is not None:
+        cfg.trainer.max_epochs = max_epochs
+        ckpt["config"]["trainer"]["max_epochs"] = ckpt["config"]["trainer"]["max_epochs"]
+    logging.basicConfig(level=logging.INFO, format="%(message)s", handlers=[
+        logging.StreamHandler(sys.stdout), logging.FileHandler(run_dir / "rltrain.log")])
+    try:
+        info = run(typed_run_config(cfg), run_dir, started=STARTED, resume=ckpt)
+    except ConfigError as e:
+        _fail(str(e))
+    except KeyboardInterrupt:
+        _fail("stopped at once; checkpoints/last.pt is the last complete checkpoint", 130)
+    _finish(info, run_dir)
+
+
 def main() -> None:
-    if any(arg in ("-h", "--help") for arg in sys.argv[1:]):
+    args = sys.argv[1:]
+    if any(arg in ("-h", "--help") for arg in args):
         print(help_text())
+        return
+    if any(arg.startswith("resume=") for arg in args):
+        resume(args)
         return
     import hydra
 

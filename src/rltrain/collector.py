@@ -19,12 +19,14 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
+import torch
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from rltrain.data.buffers import ReplayBuffer
-from rltrain.envs import autoreset_mode
+from rltrain.envs import autoreset_mode, env_state, restore_env_state
 from rltrain.stats import Episodes
 
 #: observations (num_envs, *obs_shape) in, actions (num_envs, *action_shape) out
@@ -67,6 +69,29 @@ class Collector:
         self._resetting[:] = False
         self._ep_return[:] = 0.0
         self._ep_length[:] = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the running episodes stand, and the envs' own state (None if unreadable)."""
+        return {
+            "obs": None if self._obs is None else torch.from_numpy(np.array(self._obs)),
+            "resetting": torch.from_numpy(self._resetting.copy()),
+            "ep_return": torch.from_numpy(self._ep_return.copy()),
+            "ep_length": torch.from_numpy(self._ep_length.copy()),
+            "envs": env_state(self.envs),
+        }
+
+    def load_state_dict(self, state: dict[str, Any], *, seed: int) -> bool:
+        """Continue the episodes in flight; returns False if the envs could not be restored,
+        in which case fresh episodes start from a reset seeded with ``seed``."""
+        if state["envs"] is None or state["obs"] is None:
+            self.reset(seed=seed)
+            return False
+        restore_env_state(self.envs, state["envs"])
+        self._obs = state["obs"].numpy().copy()
+        self._resetting = state["resetting"].numpy().copy()
+        self._ep_return = state["ep_return"].numpy().copy()
+        self._ep_length = state["ep_length"].numpy().copy()
+        return True
 
     def collect(
         self,

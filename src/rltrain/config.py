@@ -110,6 +110,12 @@ class TrainerParams:
     test_step_num_episodes: int = 10
     #: stop when the test score reaches this; "auto" = the env's reward threshold; null = never
     stop_score: Any = "auto"
+    #: write checkpoints/last.pt every this many epochs (and always on interruption)
+    checkpoint_every: int = 1
+    #: numbered checkpoints kept besides last.pt (the newest ones)
+    keep_checkpoints: int = 3
+    #: include the replay buffer in checkpoints (off-policy), for an exact resume
+    checkpoint_buffer: bool = True
 
 
 @dataclass
@@ -238,7 +244,9 @@ def _unit_interval(obj: Any, prefix: str, *names: str) -> None:
 def check_trainer(params: TrainerParams) -> None:
     """Cross-field checks of the trainer params; raises ConfigError naming the fields."""
     _positive(params, "trainer", "max_epochs", "epoch_num_steps", "batch_size",
-              "test_step_num_episodes")
+              "test_step_num_episodes", "checkpoint_every")
+    if params.keep_checkpoints < 0:
+        raise ConfigError(f"trainer.keep_checkpoints must be >= 0, got {params.keep_checkpoints}")
     stop = params.stop_score
     if not (stop is None or stop == "auto" or isinstance(stop, (int, float))):
         raise ConfigError(f"trainer.stop_score must be a number, auto or null, got {stop!r}")

@@ -9,10 +9,12 @@ resets. The collector handles both modes (see ``collector.py``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.vector import AutoresetMode, VectorEnv
+import torch
+from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
 
 from rltrain.config import ConfigError, EnvConfig
 
@@ -114,3 +116,78 @@ def space_info(envs: VectorEnv, env_id: str) -> SpaceInfo:
         reward_threshold=_spec(env_id).reward_threshold,
         env_id=env_id,
     )
+
+
+# --------------------------------------------------------------------------- env state
+# Checkpoints hold an env's state as plain data (arrays as tensors, generator states as
+# dicts), never as a pickled object, so that loading one can execute no code. The state is
+# read off the attributes of the env, its wrappers and sub-envs: numbers, arrays and
+# random generators. Spaces, specs and render surfaces are not state.
+_PLAIN = (bool, int, float, str, type(None))
+
+
+def _is_env(value: Any) -> bool:
+    return isinstance(value, (gym.Env, gym.Wrapper, VectorEnv, VectorWrapper))
+
+
+def _pack(value: Any) -> tuple[str, Any] | None:
+    if isinstance(value, np.random.Generator):
+        return ("rng", value.bit_generator.state)
+    if isinstance(value, np.ndarray) and value.dtype != object:
+        return ("array", torch.from_numpy(np.array(value, copy=True)))
+    if isinstance(value, np.generic):
+        return ("value", value.item())
+    if isinstance(value, _PLAIN):
+        return ("value", value)
+    if _is_env(value):
+        return ("env", _snapshot(value))
+    if isinstance(value, list) and value:
+        packed = [_pack(v) for v in value]
+        if all(p is not None for p in packed):
+            return ("list", packed)
+    return None
+
+
+def _unpack(kind: str, data: Any, live: Any) -> Any:
+    if kind == "rng":
+        rng = live if isinstance(live, np.random.Generator) else np.random.default_rng()
+        rng.bit_generator.state = data
+        return rng
+    if kind == "array":
+        return data.numpy().copy()
+    if kind == "env":
+        _restore(live, data)
+        return live
+    if kind == "list":
+        return [_unpack(k, d, lv) for (k, d), lv in zip(data, live or [None] * len(data),
+                                                        strict=True)]
+    return data
+
+
+def _snapshot(obj: Any) -> dict[str, Any]:
+    out = {}
+    for name, value in vars(obj).items():
+        packed = _pack(value)
+        if packed is not None:
+            out[name] = packed
+    return out
+
+
+def _restore(obj: Any, state: dict[str, Any]) -> None:
+    for name, (kind, data) in state.items():
+        setattr(obj, name, _unpack(kind, data, getattr(obj, name, None)))
+
+
+def env_state(envs: VectorEnv) -> dict[str, Any] | None:
+    """The full state of a vector env as plain data, or None when it lives in other
+    processes (async vector envs) and cannot be read."""
+    inner = envs
+    while isinstance(inner, VectorWrapper):
+        inner = inner.env
+    if isinstance(inner, gym.vector.AsyncVectorEnv):
+        return None
+    return _snapshot(envs)
+
+
+def restore_env_state(envs: VectorEnv, state: dict[str, Any]) -> None:
+    _restore(envs, state)

@@ -51,10 +51,20 @@ class JsonlLogger(Logger):
     """``epochs.jsonl`` (one nested JSON object per epoch, flushed at once) and
     ``summary.json`` at the end."""
 
-    def __init__(self, run_dir: Path, extra_summary: dict[str, Any] | None = None) -> None:
+    def __init__(self, run_dir: Path, keep_epochs: int | None = None,
+                 extra_summary: dict[str, Any] | None = None) -> None:
+        """:param keep_epochs: when resuming, the epochs already done: later records (logged
+            after the checkpoint) are dropped, so the file continues without gap or repeat."""
         self.run_dir = run_dir
         self.extra_summary = extra_summary or {}
-        self._file = open(run_dir / "epochs.jsonl", "a", encoding="utf-8")  # noqa: SIM115
+        path = run_dir / "epochs.jsonl"
+        if keep_epochs is not None and path.exists():
+            lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+            kept = [ln for ln in lines if ln.strip() and json.loads(ln)["epoch"] <= keep_epochs]
+            tmp = path.with_name(".epochs.jsonl.tmp")
+            tmp.write_text("".join(kept), encoding="utf-8")
+            tmp.replace(path)
+        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115
 
     def log_epoch(self, record: dict[str, Any]) -> None:
         row = unflatten({k: _json_safe(v) for k, v in record.items()})
@@ -73,11 +83,13 @@ class JsonlLogger(Logger):
 class TensorBoardLogger(Logger):
     """Every numeric scalar of the epoch record, at ``env_step``, under ``tb/``."""
 
-    def __init__(self, log_dir: Path) -> None:
+    def __init__(self, log_dir: Path, purge_step: int | None = None) -> None:
+        """:param purge_step: when resuming, events at this step and later (logged after the
+            checkpoint) are discarded by TensorBoard, so curves continue without repeats."""
         # imported here: tensorboard is slow to import and not needed to start
         from torch.utils.tensorboard import SummaryWriter
 
-        self.writer = SummaryWriter(log_dir=str(log_dir))
+        self.writer = SummaryWriter(log_dir=str(log_dir), purge_step=purge_step)
 
     def log_epoch(self, record: dict[str, Any]) -> None:
         step = int(record["env_step"])

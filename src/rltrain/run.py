@@ -6,12 +6,16 @@ file of the run is written, so a bad config leaves nothing behind.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import platform
 import random
+import signal
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +28,7 @@ from omegaconf.errors import MissingMandatoryValue
 
 import rltrain
 from rltrain.algorithms import DQN, PPO, Algorithm
-from rltrain.checkpoint import atomic_save, save_policy
+from rltrain.checkpoint import save_checkpoint, save_policy
 from rltrain.collector import Collector, random_policy
 from rltrain.config import (
     ConfigError,
@@ -172,11 +176,40 @@ def system_info() -> dict[str, Any]:
     }
 
 
-def run(cfg: DictConfig, run_dir: Path, started: float | None = None) -> InfoStats:
-    """Build everything from ``cfg`` and train; ``run_dir`` receives every file."""
+def rng_state() -> dict[str, Any]:
+    np_state = np.random.get_state(legacy=False)
+    return {
+        "python": random.getstate(),
+        "numpy": {**np_state, "state": {"key": torch.from_numpy(
+            np_state["state"]["key"].astype(np.int64)), "pos": np_state["state"]["pos"]}},
+        "torch": torch.get_rng_state(),
+    }
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np_state = state["numpy"]
+    np.random.set_state({**np_state, "state": {
+        "key": np_state["state"]["key"].numpy().astype(np.uint32),
+        "pos": np_state["state"]["pos"]}})
+    torch.set_rng_state(state["torch"])
+
+
+def completed_epochs(trainer_state: dict[str, Any]) -> int:
+    """Epochs fully done (and logged) at a checkpoint."""
+    return trainer_state["epoch"] - (trainer_state["partial"] is not None)
+
+
+def run(cfg: DictConfig, run_dir: Path, started: float | None = None,
+        resume: dict[str, Any] | None = None) -> InfoStats:
+    """Build everything from ``cfg`` and train; ``run_dir`` receives every file.
+
+    With ``resume`` (a loaded checkpoint of this run), continue exactly where it stopped.
+    """
     started = time.perf_counter() if started is None else started
     s = settings(cfg)
-    check_run_dir(run_dir)
+    if resume is None:
+        check_run_dir(run_dir)
     torch.set_num_threads(s.torch_threads)
     seed_everything(s.seed)
 
@@ -193,37 +226,46 @@ def run(cfg: DictConfig, run_dir: Path, started: float | None = None) -> InfoSta
     test_collector.reset(seed=test_seed)
 
     # ---- from here on, files are written
+    done_epochs = completed_epochs(resume["trainer"]) if resume else 0
     loggers: list[Logger] = [
         ConsoleLogger(s.trainer.max_epochs, s.logger.progress_bar),
-        JsonlLogger(run_dir, extra_summary={"run_dir": str(run_dir), "system": system_info()}),
+        JsonlLogger(run_dir, keep_epochs=done_epochs if resume else None,
+                    extra_summary={"run_dir": str(run_dir), "system": system_info()}),
     ]
     if s.logger.tensorboard:
-        loggers.append(TensorBoardLogger(run_dir / "tb"))
+        purge = resume["trainer"]["env_step"] + 1 if resume else None
+        loggers.append(TensorBoardLogger(run_dir / "tb", purge_step=purge))
     algo_name = type(algorithm).__name__.lower()
     meta = {"algo": algo_name, "env_id": s.env.id, "obs_shape": list(info.obs_shape),
             "discrete": info.discrete, "action_dim": info.action_dim}
     trainer_cls = TRAINERS[type(s.trainer)]
     trainer: Trainer
+    save_buffer = algorithm.kind == "onpolicy" or s.trainer.checkpoint_buffer
 
-    def checkpoint(stats: EpochStats | InfoStats) -> None:
-        atomic_save(
-            {
-                "algorithm": algorithm.training_state(),
-                "trainer": {"epoch": trainer.epoch, "env_step": trainer.env_step,
-                            "gradient_step": trainer.gradient_step,
-                            "best_score": trainer.best.score, "best_epoch": trainer.best.epoch},
-                "config": OmegaConf.to_container(cfg, resolve=True),
-            },
-            run_dir / "checkpoints" / "last.pt",
-        )
+    def checkpoint() -> None:
+        state = {
+            "config": OmegaConf.to_container(cfg, resolve=True),
+            "algorithm": algorithm.training_state(),
+            "trainer": trainer.state_dict(),
+            "collectors": {"train": train_collector.state_dict(),
+                           "test": test_collector.state_dict()},
+            "buffer": buffer.state_dict() if save_buffer else None,
+            "rng": rng_state(),
+        }
+        name = f"ckpt_{trainer.env_step:010d}_{trainer.epoch:05d}.pt"
+        save_checkpoint(run_dir / "checkpoints", state, name, s.trainer.keep_checkpoints)
+
+    def on_epoch_end(stats: EpochStats) -> None:
+        if stats.epoch % s.trainer.checkpoint_every == 0 or trainer.done():
+            checkpoint()
 
     def on_stop(info_stats: InfoStats) -> None:
         save_policy(run_dir / "final", algorithm.policy_module().state_dict(), meta)
         if info_stats.interrupted:
-            checkpoint(info_stats)
+            checkpoint()
 
     callbacks = Callbacks(
-        on_epoch_end=checkpoint,
+        on_epoch_end=on_epoch_end,
         on_best=lambda _: save_policy(run_dir / "best", algorithm.policy_module().state_dict(),
                                       meta),
         on_stop=on_stop,
@@ -234,12 +276,64 @@ def run(cfg: DictConfig, run_dir: Path, started: float | None = None) -> InfoSta
         kwargs["random_policy"] = random_policy(train_envs, train_seed)
     assert isinstance(s.trainer, OnlineTrainerParams)
     trainer = trainer_cls(algorithm, s.trainer, buffer, train_collector, test_collector, **kwargs)
+    if resume:
+        _restore(resume, s, algorithm, trainer, buffer, train_collector, test_collector,
+                 train_seed, test_seed)
     _log_build(s, info, train_collector, trainer, run_dir)
     loggers[1].extra_summary["startup_time"] = time.perf_counter() - started
-    result = trainer.run()
+    with _stop_on_signals(trainer):
+        result = trainer.run()
     train_envs.close()
     test_envs.close()
     return result
+
+
+def _restore(ckpt: dict[str, Any], s: Settings, algorithm: Algorithm, trainer: Trainer,
+             buffer: ReplayBuffer, train_collector: Collector, test_collector: Collector,
+             train_seed: int, test_seed: int) -> None:
+    algorithm.load_training_state(ckpt["algorithm"])
+    old_max_epochs = ckpt["config"]["trainer"]["max_epochs"]
+    trainer.load_state_dict(ckpt["trainer"])
+    if s.trainer.max_epochs > old_max_epochs:
+        trainer.stopped_early = False  # the run is being extended
+    if ckpt["buffer"] is not None:
+        buffer.load_state_dict(ckpt["buffer"])
+    elif algorithm.kind == "offpolicy":
+        log.warning("the checkpoint holds no replay buffer (trainer.checkpoint_buffer=false): "
+                    "resuming with an empty buffer, so results differ from an unbroken run")
+    exact = train_collector.load_state_dict(ckpt["collectors"]["train"], seed=train_seed)
+    exact &= test_collector.load_state_dict(ckpt["collectors"]["test"], seed=test_seed)
+    if not exact:
+        log.warning("these envs cannot be restored exactly (they run in other processes): "
+                    "resuming with fresh episodes from a seeded reset")
+    set_rng_state(ckpt["rng"])
+    log.info(f"resumed at epoch {trainer.epoch}, env step {trainer.env_step:,}")
+
+
+@contextlib.contextmanager
+def _stop_on_signals(trainer: Trainer) -> Iterator[None]:
+    """First SIGINT/SIGTERM: finish the step in flight, save, stop. A second one: stop at
+    once (KeyboardInterrupt); checkpoints are atomic, so last.pt stays whole."""
+
+    def first(signum: int, frame: Any) -> None:
+        trainer.request_stop(signum)
+        print(f"\nrltrain: {signal.Signals(signum).name} received; finishing the current step "
+              "and saving (send it again to stop at once)", file=sys.stderr, flush=True)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, second)
+
+    def second(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread
+        return
+    previous = {sig: signal.signal(sig, first) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _log_build(s: Settings, info: SpaceInfo, collector: Collector, trainer: Trainer,

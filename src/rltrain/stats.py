@@ -107,14 +107,15 @@ class InfoStats:
     wall_time: float
     reward_threshold: float | None
     timing: Timing = field(default_factory=Timing)
+    #: the signal that interrupted the run (2 SIGINT, 15 SIGTERM), if any
+    interrupt_signal: int | None = None
 
 
-def mean_stats(records: list[Any]) -> dict[str, float]:
-    """Average each numeric field of a list of dataclass records (the update stats)."""
+def mean_stats(records: list[Mapping[str, float]]) -> dict[str, float]:
+    """Average each field of a list of records (the update stats, as dicts)."""
     if not records:
         return {}
-    names = [f.name for f in dataclasses.fields(records[0])]
-    return {n: float(np.mean([getattr(r, n) for r in records])) for n in names}
+    return {n: float(np.mean([r[n] for r in records])) for n in records[0]}
 
 
 def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:

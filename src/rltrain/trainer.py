@@ -18,13 +18,15 @@ files: saving goes through the callbacks, writing through the loggers.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
+import torch
 
 from rltrain.algorithms.base import (
     Algorithm,
@@ -87,6 +89,9 @@ class Trainer(Iterator[EpochStats]):
         self._start = time.perf_counter()
         # set by a training step whose in-training test reached the stop score
         self._early_test: Episodes | None = None
+        self._partial: _EpochInProgress | None = None
+        #: the signal that asked the run to stop, if any
+        self.stop_signal: int | None = None
 
     # ------------------------------------------------------------------ progress
     def planned_env_steps(self) -> int:
@@ -110,7 +115,7 @@ class Trainer(Iterator[EpochStats]):
             policy, n_episodes=self.params.test_step_num_episodes, quota=True
         )
 
-    def _done(self) -> bool:
+    def done(self) -> bool:
         return self.epoch >= self.params.max_epochs or self.stopped_early
 
     def _reached_stop(self, episodes: Episodes) -> bool:
@@ -120,72 +125,85 @@ class Trainer(Iterator[EpochStats]):
             and float(np.mean(episodes.returns)) >= self.stop_score
         )
 
+    def request_stop(self, signum: int) -> None:
+        """Ask the run to stop after the training step in flight (safe from a signal handler)."""
+        self.stop_signal = signum
+
     def __next__(self) -> EpochStats:
-        if self._done():
+        if self.done():
             raise StopIteration
-        self.epoch += 1
+        if self._partial is None:
+            self.epoch += 1
+            self._partial = _EpochInProgress()
+        part = self._partial
         for logger in self.loggers:
             logger.start_epoch(self.epoch, self.params.epoch_num_steps)
-        steps, training_steps = 0, 0
-        collected: list[Episodes] = []
-        updates: list[Any] = []
-        timing = Timing()
+            logger.advance(part.steps)
         self._early_test = None
-        while steps < self.params.epoch_num_steps and self._early_test is None:
+        while part.steps < self.params.epoch_num_steps and self._early_test is None:
+            if self.stop_signal is not None:
+                raise Interrupted(self.stop_signal)
             n, episodes, stats, spent = self.training_step()
-            steps += n
-            training_steps += 1
+            part.steps += n
+            part.training_steps += 1
             if episodes is not None:
-                collected.append(episodes)
-            updates += stats
-            timing = Timing(*(a + b for a, b in zip(_tuple(timing), _tuple(spent), strict=True)))
+                part.collected.append(episodes)
+            part.updates += [dataclasses.asdict(s) for s in stats]
+            part.timing = _add(part.timing, spent)
             for logger in self.loggers:
                 logger.advance(n)
 
         t0 = time.perf_counter()
         test = self._early_test if self._early_test is not None else self.test_step()
-        timing = replace(timing, test=timing.test + time.perf_counter() - t0)
+        timing = replace(part.timing, test=part.timing.test + time.perf_counter() - t0)
         score = float(np.mean(test.returns)) if len(test.returns) else -math.inf
         is_best = self.best.score is None or score > self.best.score
         if is_best:
             self.best = Best(score=score, epoch=self.epoch)
         self.stopped_early = self._reached_stop(test)
+        self._partial = None
         stats = EpochStats(
             epoch=self.epoch,
             env_step=self.env_step,
             gradient_step=self.gradient_step,
-            time=time.perf_counter() - self._start,
-            train=Episodes.merge(collected).stats(),
+            time=self.elapsed(),
+            train=Episodes.merge(part.collected).stats(),
             test=test.stats(),
-            update=mean_stats(updates),
+            update=mean_stats(part.updates),
             best=self.best,
             timing=timing,
-            training_steps=training_steps,
+            training_steps=part.training_steps,
         )
         t0 = time.perf_counter()
         if is_best and self.callbacks.on_best:
             self.callbacks.on_best(stats)
-        if self.callbacks.on_epoch_end:
-            self.callbacks.on_epoch_end(stats)
         stats = replace(stats, timing=replace(timing, save=time.perf_counter() - t0))
-        self.totals = Timing(*(a + b for a, b in zip(_tuple(self.totals), _tuple(stats.timing),
-                                                     strict=True)))
+        self.totals = _add(self.totals, stats.timing)
         t0 = time.perf_counter()
         record = flatten(stats)
         for logger in self.loggers:
             logger.log_epoch(record)
         self.log_time += time.perf_counter() - t0
+        # the checkpoint comes after the epoch's record is written, so that a resume from
+        # it never misses a record
+        t0 = time.perf_counter()
+        if self.callbacks.on_epoch_end:
+            self.callbacks.on_epoch_end(stats)
+        self.totals = replace(self.totals, save=self.totals.save + time.perf_counter() - t0)
         return stats
 
     def run(self) -> InfoStats:
         """Run every epoch (until max_epochs or the stop score) and return the final info.
 
-        Ctrl-C ends the run after the step in flight; the info then says ``interrupted``.
+        After :meth:`request_stop` (SIGINT/SIGTERM), the step in flight finishes and the
+        info says ``interrupted``; the on_stop callback can then save a checkpoint.
         """
         try:
-            for _ in self:
-                pass
-        except KeyboardInterrupt:
+            while not self.done():
+                if self.stop_signal is not None:
+                    raise Interrupted(self.stop_signal)
+                next(self)
+        except Interrupted:
             self.interrupted = True
         info = self.info()
         if self.callbacks.on_stop:
@@ -193,6 +211,55 @@ class Trainer(Iterator[EpochStats]):
         for logger in self.loggers:
             logger.finish(flatten(info))
         return info
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self._start
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """Counters, best, timing and the epoch in progress (if interrupted mid-epoch)."""
+        part = self._partial
+        merged = Episodes.merge(part.collected) if part else None
+        return {
+            "epoch": self.epoch,
+            "env_step": self.env_step,
+            "gradient_step": self.gradient_step,
+            "best_score": self.best.score,
+            "best_epoch": self.best.epoch,
+            "stopped_early": self.stopped_early,
+            "elapsed": self.elapsed(),
+            "totals": dataclasses.asdict(self.totals),
+            "log_time": self.log_time,
+            "partial": None if part is None or merged is None else {
+                "steps": part.steps,
+                "training_steps": part.training_steps,
+                "n_steps": merged.n_steps,
+                "n_transitions": merged.n_transitions,
+                "returns": torch.from_numpy(merged.returns.astype(np.float64)),
+                "lengths": torch.from_numpy(merged.lengths.astype(np.int64)),
+                "collect_time": merged.time,
+                "updates": part.updates,
+                "timing": dataclasses.asdict(part.timing),
+            },
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.epoch, self.env_step = state["epoch"], state["env_step"]
+        self.gradient_step = state["gradient_step"]
+        self.best = Best(score=state["best_score"], epoch=state["best_epoch"])
+        self.stopped_early = state["stopped_early"]
+        self._start = time.perf_counter() - state["elapsed"]
+        self.totals = Timing(**state["totals"])
+        self.log_time = state["log_time"]
+        p = state["partial"]
+        self._partial = None if p is None else _EpochInProgress(
+            steps=p["steps"],
+            training_steps=p["training_steps"],
+            collected=[Episodes(p["n_steps"], p["n_transitions"], p["returns"].numpy(),
+                                p["lengths"].numpy(), p["collect_time"])],
+            updates=list(p["updates"]),
+            timing=Timing(**p["timing"]),
+        )
 
     def info(self) -> InfoStats:
         solved = (
@@ -212,11 +279,31 @@ class Trainer(Iterator[EpochStats]):
             wall_time=time.perf_counter() - self._start,
             reward_threshold=self.reward_threshold,
             timing=self.totals,
+            interrupt_signal=self.stop_signal if self.interrupted else None,
         )
 
 
-def _tuple(t: Timing) -> tuple[float, ...]:
-    return (t.collect, t.update, t.test, t.save)
+def _add(a: Timing, b: Timing) -> Timing:
+    return Timing(a.collect + b.collect, a.update + b.update, a.test + b.test, a.save + b.save)
+
+
+class Interrupted(Exception):
+    """Raised between training steps once a stop was requested (SIGINT/SIGTERM)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"stopped by signal {signum}")
+        self.signum = signum
+
+
+@dataclass
+class _EpochInProgress:
+    """What an epoch has gathered so far; kept so that an interrupted epoch can resume."""
+
+    steps: int = 0
+    training_steps: int = 0
+    collected: list[Episodes] = field(default_factory=list)
+    updates: list[dict[str, float]] = field(default_factory=list)
+    timing: Timing = field(default_factory=Timing)
 
 
 class OnlineTrainer(Trainer):
@@ -274,9 +361,15 @@ class OnPolicyTrainer(OnlineTrainer):
     params: OnPolicyTrainerParams
     algorithm: OnPolicyAlgorithm
 
+    def collect(self, policy: Policy) -> Episodes:
+        self.buffer.clear()  # a rollout holds only what this collection step gathers
+        return super().collect(policy)
+
     def update_step(self, episodes: Episodes, start: Progress) -> list[Any]:
         rollout = self.buffer.rollout()
         n = rollout.num_transitions
+        if n == 0:  # next-step autoreset: a collection step can hold only reset steps
+            return []
         stats = self.algorithm.update(
             rollout,
             batch_size=self.params.batch_size,
@@ -298,7 +391,9 @@ class OffPolicyTrainer(OnlineTrainer):
         self.random_policy = random_policy
 
     def planned_env_steps(self) -> int:
-        return self.params.random_warmup_env_steps + super().planned_env_steps()
+        m = self.train_collector.num_envs
+        warmup = math.ceil(self.params.random_warmup_env_steps / m) * m
+        return warmup + super().planned_env_steps()
 
     def __next__(self) -> EpochStats:
         if self.epoch == 0 and self.env_step == 0 and self.params.random_warmup_env_steps:

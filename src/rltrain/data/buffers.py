@@ -10,8 +10,10 @@ so lanes may hold different counts.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import torch
 
 from rltrain.data.returns import nstep_returns
 
@@ -134,6 +136,26 @@ class ReplayBuffer:
         self.truncated[lanes, pos] = truncated
         self.ptr[lanes] = (pos + 1) % self.lane_capacity
         self.size[lanes] = np.minimum(self.size[lanes] + 1, self.lane_capacity)
+
+    _ARRAYS = ("obs", "next_obs", "act", "rew", "terminated", "truncated", "ptr", "size")
+
+    def state_dict(self) -> dict[str, Any]:
+        """The stored transitions as tensors sharing memory with the arrays (saving them
+        makes no copy and pickles no Python object graph), plus the sampling RNG."""
+        return {
+            **{name: torch.from_numpy(getattr(self, name)) for name in self._ARRAYS},
+            "rng": self.rng.bit_generator.state,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for name in self._ARRAYS:
+            target = getattr(self, name)
+            source = state[name].numpy()
+            if source.shape != target.shape:
+                raise ValueError(f"buffer {name}: stored shape {source.shape}, "
+                                 f"expected {target.shape}")
+            target[...] = source
+        self.rng.bit_generator.state = state["rng"]
 
     def _oldest(self) -> np.ndarray:
         """Position of the oldest stored transition of each lane."""
