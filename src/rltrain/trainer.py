@@ -148,7 +148,8 @@ class Trainer(Iterator[EpochStats]):
             part.training_steps += 1
             if episodes is not None:
                 part.collected.append(episodes)
-            part.updates += [dataclasses.asdict(s) for s in stats]
+            part.updates += [{k: float(v) for k, v in dataclasses.asdict(s).items()}
+                             for s in stats]
             part.timing = _add(part.timing, spent)
             for logger in self.loggers:
                 logger.advance(n)

@@ -131,7 +131,7 @@ class PPO(OnPolicyAlgorithm):
                 sums += self._minibatch(obs[idx], act[idx], adv_t[idx], ret[idx], old_v[idx],
                                         old_logp[idx])
                 steps += 1
-        pg_loss, v_loss, entropy, approx_kl, clipfrac = sums / max(steps, 1)
+        pg_loss, v_loss, entropy, approx_kl, clipfrac = (sums / max(steps, 1)).tolist()
         var_ret = float(ret.var()) if n > 1 else math.nan
         explained = 1.0 - float((ret - old_v).var()) / var_ret if var_ret > 0 else math.nan
         return PPOStats(pg_loss, v_loss, entropy, approx_kl, clipfrac, explained, lr)
