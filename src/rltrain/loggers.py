@@ -112,9 +112,10 @@ class ConsoleLogger(Logger):
     """A live progress bar during each epoch (terminals only), one line per epoch and a
     final summary table."""
 
-    def __init__(self, max_epochs: int, progress_bar: bool = True,
+    def __init__(self, max_epochs: int, progress_bar: bool = True, run_dir: Path | None = None,
                  console: Console | None = None) -> None:
         self.console = console or Console(highlight=False)
+        self.run_dir = run_dir
         self.max_epochs = max_epochs
         self.progress_bar = progress_bar and self.console.is_terminal
         self._progress: Progress | None = None
@@ -186,8 +187,8 @@ class ConsoleLogger(Logger):
                           f"update {info['timing/update']:.1f}s, test {info['timing/test']:.1f}s, "
                           f"save {info['timing/save']:.1f}s)"),
         ]
-        if "run_dir" in info:
-            rows.append(("run directory", str(info["run_dir"])))
+        if self.run_dir is not None:
+            rows.append(("run directory", str(self.run_dir)))
         for row in rows:
             table.add_row(*row)
         self.console.print(table)

@@ -228,7 +228,7 @@ def run(cfg: DictConfig, run_dir: Path, started: float | None = None,
     # ---- from here on, files are written
     done_epochs = completed_epochs(resume["trainer"]) if resume else 0
     loggers: list[Logger] = [
-        ConsoleLogger(s.trainer.max_epochs, s.logger.progress_bar),
+        ConsoleLogger(s.trainer.max_epochs, s.logger.progress_bar, run_dir),
         JsonlLogger(run_dir, keep_epochs=done_epochs if resume else None,
                     extra_summary={"run_dir": str(run_dir), "system": system_info()}),
     ]
