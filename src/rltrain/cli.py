@@ -155,7 +155,6 @@ def resume(args: list[str]) -> None:
     cfg = OmegaConf.create(ckpt["config"])
     if max_epochs is not None:
         cfg.trainer.max_epochs = max_epochs
-        ckpt["config"]["trainer"]["max_epochs"] = ckpt["config"]["trainer"]["max_epochs"]
     logging.basicConfig(level=logging.INFO, format="%(message)s", handlers=[
         logging.StreamHandler(sys.stdout), logging.FileHandler(run_dir / "rltrain.log")])
     try:

@@ -92,13 +92,17 @@ def settings(cfg: DictConfig) -> Settings:
                     torch_threads=int(cfg.torch_threads))
 
 
-def load_run_settings(run_dir: Path) -> Settings:
-    """The checked settings of an existing run, from its ``.hydra/config.yaml``."""
+def load_run_settings(run_dir: Path, device: str | None = None) -> Settings:
+    """The checked settings of an existing run, from its ``.hydra/config.yaml``;
+    ``device`` replaces the run's own (a run trained on cuda evaluates on cpu)."""
     path = run_dir / ".hydra" / "config.yaml"
     if not path.is_file():
         what = "is not a directory" if not run_dir.is_dir() else "has no .hydra/config.yaml"
         raise ConfigError(f"{run_dir} {what}; pass a run directory written by rltrain")
-    return settings(typed_run_config(OmegaConf.load(path)))
+    cfg = typed_run_config(OmegaConf.load(path))
+    if device is not None:
+        cfg.device = device
+    return settings(cfg)
 
 
 def _device(name: str) -> torch.device:

@@ -1,0 +1,343 @@
+"""``rltrain-eval RUN_DIR``: test a trained policy again, away from training.
+
+The algorithm is rebuilt from the run's stored config (``.hydra/config.yaml``), the
+chosen weights are loaded into its policy network, and N deterministic episodes run
+on a fresh test vector env in fixed per-env quotas, exactly as the trainer's test
+step does, but with a seed of their own (default ``10_000 + seed``, disjoint from the
+train and test seeds of the run). The result is printed and written to
+``RUN_DIR/eval.json``.
+
+Weights: ``best/policy.pt`` and ``final/policy.pt`` hold the policy network alone;
+``last`` takes the policy network's entries out of ``checkpoints/last.pt``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import json
+import os
+import sys
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import numpy as np
+
+#: the weights a run keeps, by ``--weights`` name
+WEIGHT_FILES = {
+    "best": Path("best") / "policy.pt",
+    "final": Path("final") / "policy.pt",
+    "last": Path("checkpoints") / "last.pt",
+}
+#: the default evaluation seed is this plus the run's seed; the run's own env seeds are
+#: ``[seed, seed + num_train_envs + num_test_envs)``, far below it
+SEED_OFFSET = 10_000
+
+
+class UserError(Exception):
+    """A problem with what the user asked for: reported in one line, without a traceback."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with errors in rltrain's style: one line on stderr, exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _int_at_least(low: int, what: str) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be a {what} integer, got {text!r}")
+        return value
+    return parse
+
+
+positive_int = _int_at_least(1, "positive")
+seed_int = _int_at_least(0, "non-negative")
+
+
+def require(modules: Sequence[str], what: str, extra: str) -> None:
+    """Fail early, before any work, when an optional dependency is missing."""
+    missing = []
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    if missing:
+        verb = "is" if len(missing) == 1 else "are"
+        raise UserError(
+            f"{what} needs {' and '.join(missing)}, which {verb} not installed; install the "
+            f"'{extra}' extra: pip install -e \".[{extra}]\" (in the rltrain repository)"
+        )
+
+
+def short(e: BaseException, limit: int = 160) -> str:
+    """The first line of an exception's message, cut to ``limit`` characters."""
+    text = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+@dataclasses.dataclass
+class LoadedRun:
+    """A run's algorithm, rebuilt from its config, with the chosen weights loaded."""
+
+    run_dir: Path
+    settings: Any  # rltrain.run.Settings
+    info: Any  # rltrain.envs.SpaceInfo
+    algorithm: Any  # rltrain.algorithms.Algorithm
+    weights: str
+    weights_path: Path
+
+
+def load_run(run_dir: Path, weights: str, device: str | None = None) -> LoadedRun:
+    """Rebuild the run's algorithm from ``.hydra/config.yaml`` and load ``weights`` into it
+    (on ``device``, default: cpu, whatever the run trained on).
+
+    Raises :class:`rltrain.config.ConfigError` or :class:`UserError` for anything the
+    user can fix (no such run, no such weights file, a damaged file).
+    """
+    import torch
+
+    from rltrain.envs import make_vector_env, space_info
+    from rltrain.run import build_algorithm, load_run_settings
+
+    s = load_run_settings(run_dir, device=device or "cpu")
+    path = run_dir / WEIGHT_FILES[weights]
+    if not path.is_file():
+        have = [name for name, rel in WEIGHT_FILES.items() if (run_dir / rel).is_file()]
+        hint = f"this run has --weights {', '.join(have)}" if have else "this run saved no weights"
+        raise UserError(f"{path} does not exist (--weights {weights}); {hint}")
+    torch.set_num_threads(s.torch_threads)
+    envs = make_vector_env(s.env, 1)
+    try:
+        info = space_info(envs, s.env.id)
+    finally:
+        envs.close()
+    algorithm = build_algorithm(s, info)
+    policy = algorithm.policy_module()
+    policy.load_state_dict(_policy_state(path, weights, algorithm, info))
+    algorithm.eval()
+    return LoadedRun(run_dir, s, info, algorithm, weights, path)
+
+
+def _policy_state(path: Path, weights: str, algorithm: Any, info: Any) -> dict[str, Any]:
+    """The policy network's state_dict from a weights file, checked against the network."""
+    import torch
+
+    from rltrain.checkpoint import CheckpointError, load_checkpoint
+
+    policy = algorithm.policy_module()
+    if weights == "last":
+        # the full training state, checked (format, version) and loaded weights_only
+        try:
+            obj = load_checkpoint(path)
+        except CheckpointError as e:
+            raise UserError(short(e, 240)) from None
+        try:
+            modules = obj["algorithm"]["modules"]
+        except (KeyError, TypeError):
+            raise UserError(f"{path} is not an rltrain checkpoint (no algorithm modules)"
+                            ) from None
+        prefix = next(name for name, m in algorithm.named_modules() if m is policy) + "."
+        state = {k[len(prefix):]: v for k, v in modules.items() if k.startswith(prefix)}
+    else:
+        try:
+            obj = torch.load(path, map_location=algorithm.device, weights_only=True)
+        except Exception as e:  # a damaged file fails in many ways: RuntimeError, EOFError...
+            raise UserError(f"{path} could not be loaded ({path.stat().st_size} bytes; "
+                            f"truncated or corrupt?): {short(e, 100)}") from None
+        if not isinstance(obj, dict) or not isinstance(obj.get("state_dict"), dict):
+            raise UserError(f"{path} is not an rltrain policy file (no state_dict)")
+        state = obj["state_dict"]
+        meta = obj.get("meta") or {}
+        algo = type(algorithm).__name__.lower()
+        saved = (meta.get("algo", algo), meta.get("env_id", info.env_id))
+        if saved != (algo, info.env_id):
+            raise UserError(f"{path} holds {saved[0]} weights for {saved[1]}, but the run's "
+                            f"config builds {algo} for {info.env_id}")
+    expected = policy.state_dict()
+    missing = sorted(expected.keys() - state.keys())
+    unexpected = sorted(state.keys() - expected.keys())
+    wrong = sorted(k for k in expected.keys() & state.keys()
+                   if tuple(state[k].shape) != tuple(expected[k].shape))
+    if missing or unexpected or wrong:
+        problems = [f"{label} {', '.join(keys[:3])}{', ...' if len(keys) > 3 else ''}"
+                    for label, keys in (("missing", missing), ("unexpected", unexpected),
+                                        ("wrong shape", wrong)) if keys]
+        raise UserError(f"{path} does not fit the policy network built from the run's config "
+                        f"({'; '.join(problems)})")
+    return state
+
+
+def default_seed(run_seed: int) -> int:
+    return SEED_OFFSET + run_seed
+
+
+def make_video_env(env_cfg: Any, quotas: np.ndarray, folder: Path) -> Any:
+    """A sync vector env (same-step autoreset, as rltrain builds them) whose sub-env i is
+    wrapped in gymnasium's RecordVideo and records its first ``quotas[i]`` episodes, i.e.
+    exactly the episodes that count: ``env{i}-episode-{k}.mp4`` in ``folder``."""
+    import gymnasium as gym
+    from gymnasium.vector import AutoresetMode, SyncVectorEnv
+    from gymnasium.wrappers import RecordVideo
+
+    from rltrain.config import ConfigError
+
+    def maker(i: int) -> Any:
+        def make() -> gym.Env:
+            env = gym.make(env_cfg.id, render_mode="rgb_array", **dict(env_cfg.kwargs))
+            return RecordVideo(env, str(folder), name_prefix=f"env{i}",
+                               episode_trigger=lambda episode: episode < quotas[i])
+        return make
+
+    # rgb_array rendering draws off-screen; without this, pygame's SDL looks for a display
+    # server and prints "XDG_RUNTIME_DIR is invalid or not set" on headless machines
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    folder.mkdir(parents=True, exist_ok=True)
+    with warnings.catch_warnings():
+        # RecordVideo warns that it may overwrite files once the folder exists: each env
+        # records under its own names, and a rerun replaces a rerun's videos by design.
+        warnings.filterwarnings("ignore", message=".*Overwriting existing videos.*")
+        try:
+            envs = SyncVectorEnv([maker(i) for i in range(len(quotas))],
+                                 autoreset_mode=AutoresetMode.SAME_STEP)
+        except (gym.error.DependencyNotInstalled, ImportError):
+            raise
+        except (gym.error.Error, TypeError, ValueError) as e:
+            raise ConfigError(f"could not make env {env_cfg.id!r} for recording: {short(e)}"
+                              ) from None
+    if isinstance(envs.single_action_space, gym.spaces.Box):
+        envs = gym.wrappers.vector.ClipAction(envs)
+    return envs
+
+
+def evaluate(loaded: LoadedRun, episodes: int, seed: int, video: Path | None = None) -> Any:
+    """Run ``episodes`` deterministic episodes; returns the collector's :class:`Episodes`."""
+    from rltrain.algorithms import Progress
+    from rltrain.collector import Collector, episode_quotas
+    from rltrain.envs import make_vector_env
+    from rltrain.run import seed_everything
+
+    s = loaded.settings
+    num_envs = min(s.env.num_test_envs, episodes)
+    if video is None:
+        envs = make_vector_env(s.env, num_envs)
+    else:
+        envs = make_video_env(s.env, episode_quotas(episodes, num_envs), video)
+    seed_everything(seed)
+    try:
+        collector = Collector(envs)
+        collector.reset(seed=seed)
+        policy = loaded.algorithm.policy(Progress(0, 0, 1.0), deterministic=True)
+        return collector.collect(policy, n_episodes=episodes, quota=True)
+    finally:
+        with warnings.catch_warnings():
+            # after a failed render, RecordVideo notes that it had no frames to save
+            warnings.filterwarnings("ignore", message=".*zero frames to save.*")
+            envs.close()
+
+
+def write_json(obj: dict[str, Any], path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(obj, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def parser() -> ArgumentParser:
+    p = ArgumentParser(
+        prog="rltrain-eval",
+        description="Evaluate a trained policy: deterministic episodes on fresh test envs, "
+        "rebuilt from the run directory's stored config. Prints the mean return and "
+        "writes RUN_DIR/eval.json.",
+    )
+    p.add_argument("run_dir", metavar="RUN_DIR", type=Path,
+                   help="a run directory written by rltrain (holds .hydra/config.yaml)")
+    p.add_argument("--episodes", type=positive_int, default=10, metavar="N",
+                   help="number of episodes (default: 10), in fixed per-env quotas")
+    p.add_argument("--weights", choices=tuple(WEIGHT_FILES), default="best",
+                   help="best/policy.pt, final/policy.pt or the policy in checkpoints/last.pt "
+                   "(default: best)")
+    p.add_argument("--seed", type=seed_int, default=None, metavar="S",
+                   help=f"seed of the evaluation envs (default: {SEED_OFFSET} + the run's seed)")
+    p.add_argument("--video", type=Path, default=None, metavar="DIR",
+                   help="record every evaluated episode as an mp4 in DIR (needs the 'video' "
+                   "extra: moviepy, pygame)")
+    return p
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    import gymnasium as gym
+
+    if args.video is not None:
+        require(["moviepy"], "--video", "video")
+        if args.video.exists() and not args.video.is_dir():
+            raise UserError(f"--video {args.video} is a file; pass a directory for the videos")
+    loaded = load_run(args.run_dir, args.weights)
+    s = loaded.settings
+    seed = default_seed(s.seed) if args.seed is None else args.seed
+    try:
+        result = evaluate(loaded, args.episodes, seed, args.video)
+    except gym.error.DependencyNotInstalled as e:
+        raise UserError(f"--video: rendering {s.env.id} needs a missing package ({short(e)}); "
+                        "the 'video' extra has pygame, which the classic-control envs render "
+                        "with: pip install -e \".[video]\"") from None
+    returns = [float(r) for r in result.returns]
+    lengths = [int(n) for n in result.lengths]
+    report = {
+        "run_dir": str(args.run_dir),
+        "algo": type(loaded.algorithm).__name__.lower(),
+        "env_id": s.env.id,
+        "weights": args.weights,
+        "weights_path": str(loaded.weights_path),
+        "episodes": len(returns),
+        "num_envs": min(s.env.num_test_envs, args.episodes),
+        "seed": seed,
+        "deterministic": True,
+        "return_mean": float(np.mean(returns)),
+        "return_std": float(np.std(returns)),
+        "length_mean": float(np.mean(lengths)),
+        "returns": returns,
+        "lengths": lengths,
+        "video_dir": None if args.video is None else str(args.video),
+    }
+    try:
+        write_json(report, args.run_dir / "eval.json")
+    except OSError as e:
+        raise UserError(f"could not write {args.run_dir / 'eval.json'}: {short(e)}") from None
+    return report
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    from rltrain.config import ConfigError
+
+    try:
+        r = run(args)
+    except (ConfigError, UserError) as e:
+        print(f"rltrain-eval: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("rltrain-eval: interrupted", file=sys.stderr)
+        sys.exit(130)
+    returns = np.asarray(r["returns"])
+    print(f"{r['algo']} on {r['env_id']}, {r['weights']} weights ({r['weights_path']}), "
+          f"{r['episodes']} deterministic episodes on {r['num_envs']} envs, seed {r['seed']}")
+    print(f"return {r['return_mean']:.2f} ± {r['return_std']:.2f} "
+          f"(min {returns.min():.2f}, max {returns.max():.2f}), "
+          f"mean episode length {r['length_mean']:.1f}")
+    if r["video_dir"] is not None:
+        print(f"videos in {r['video_dir']}")
+    print(f"wrote {args.run_dir / 'eval.json'}")
+
+
+if __name__ == "__main__":
+    main()

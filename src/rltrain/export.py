@@ -1,0 +1,187 @@
+"""``rltrain-export RUN_DIR``: a run's policy as an ONNX graph, checked against torch.
+
+The graph maps a batch of observations ``obs`` (float32, ``[batch, *obs_shape]``) to
+the deterministic actions ``action``: the argmax of the policy network's output for
+discrete actions (int64, ``[batch]``), the Gaussian mean clipped to the action bounds
+for continuous ones (float32, ``[batch, *action_shape]``), i.e. what the env receives
+when rltrain tests a policy. It is written with torch.onnx's TorchScript exporter
+(``dynamo=False``), which needs ``onnx`` but not ``onnxscript``; onnxruntime then runs
+it on random observations and the actions are compared with the torch policy's.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rltrain.evaluate import WEIGHT_FILES, ArgumentParser, LoadedRun, UserError, load_run, require
+
+OPSET = 17
+#: random check observations are drawn uniformly from the observation space, with
+#: infinite (or huge) bounds clamped to +-OBS_BOUND
+OBS_BOUND = 10.0
+NUM_CHECK = 256
+#: float32 maths differs slightly between torch and onnxruntime
+RTOL, ATOL = 1e-4, 1e-5
+
+
+def deterministic_actor(loaded: LoadedRun) -> Any:
+    """The policy network wrapped to output actions, as an ``nn.Module`` on the CPU."""
+    import torch
+    from torch import nn
+
+    info = loaded.info
+
+    class DeterministicActor(nn.Module):
+        def __init__(self, policy: nn.Module) -> None:
+            super().__init__()
+            self.policy = policy
+            if not info.discrete:
+                self.register_buffer("low", torch.as_tensor(info.action_low).reshape(-1))
+                self.register_buffer("high", torch.as_tensor(info.action_high).reshape(-1))
+
+        def forward(self, obs: torch.Tensor) -> torch.Tensor:
+            # rltrain's policy networks output logits or Q-values (discrete) or the
+            # Gaussian mean (continuous); the env clips continuous actions to its bounds
+            out = self.policy(obs)
+            if info.discrete:
+                return out.argmax(-1)
+            out = torch.minimum(torch.maximum(out, self.low), self.high)
+            return out.reshape(-1, *info.action_shape)
+
+    return DeterministicActor(loaded.algorithm.policy_module()).cpu().eval()
+
+
+def export_onnx(loaded: LoadedRun, out: Path) -> None:
+    """Write the deterministic actor to ``out`` (atomically), with run metadata."""
+    import onnx
+    import torch
+
+    actor = deterministic_actor(loaded)
+    example = torch.zeros(2, *loaded.info.obs_shape)
+    kwargs: dict[str, Any] = dict(
+        input_names=["obs"],
+        output_names=["action"],
+        dynamic_axes={"obs": {0: "batch"}, "action": {0: "batch"}},
+        opset_version=OPSET,
+    )
+    if "dynamo" in inspect.signature(torch.onnx.export).parameters:
+        # torch >= 2.9 defaults to the torch.export-based exporter, which also needs onnxscript
+        kwargs["dynamo"] = False
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    with warnings.catch_warnings():
+        # "legacy TorchScript-based ONNX export" deprecation notices
+        warnings.simplefilter("ignore", DeprecationWarning)
+        torch.onnx.export(actor, (example,), str(tmp), **kwargs)
+    model = onnx.load(str(tmp))
+    s, info = loaded.settings, loaded.info
+    meta = {
+        "producer": "rltrain-export",
+        "algo": type(loaded.algorithm).__name__.lower(),
+        "env_id": s.env.id,
+        "weights": loaded.weights,
+        "weights_path": str(loaded.weights_path),
+        "obs_shape": str(list(info.obs_shape)),
+        "action": f"Discrete({info.num_actions})" if info.discrete else
+                  f"Box{info.action_shape} in [{info.action_low.tolist()}, "
+                  f"{info.action_high.tolist()}]",
+    }
+    onnx.helper.set_model_props(model, meta)
+    onnx.checker.check_model(model)
+    onnx.save(model, str(tmp))
+    os.replace(tmp, out)
+
+
+def check_observations(loaded: LoadedRun, n: int = NUM_CHECK, seed: int = 0) -> np.ndarray:
+    """``n`` observations drawn uniformly from the run's observation space (bounds clamped)."""
+    from rltrain.envs import make_vector_env
+
+    envs = make_vector_env(loaded.settings.env, 1)
+    space = envs.single_observation_space
+    envs.close()
+    low = np.clip(np.asarray(space.low, dtype=np.float64), -OBS_BOUND, OBS_BOUND)
+    high = np.clip(np.asarray(space.high, dtype=np.float64), -OBS_BOUND, OBS_BOUND)
+    rng = np.random.default_rng(seed)
+    return rng.uniform(low, high, size=(n, *space.shape)).astype(np.float32)
+
+
+def compare(loaded: LoadedRun, path: Path, obs: np.ndarray) -> tuple[bool, str]:
+    """Run the ONNX graph with onnxruntime and compare with the torch policy's actions."""
+    import onnxruntime as ort
+
+    from rltrain.algorithms import Progress
+
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    got = session.run(["action"], {"obs": obs})[0]
+    want = loaded.algorithm.act(obs, deterministic=True, progress=Progress(0, 0, 1.0))
+    info = loaded.info
+    n = len(obs)
+    if got.shape != want.shape:
+        return False, f"action shape {got.shape} from ONNX, {want.shape} from torch"
+    if info.discrete:
+        same = int((got == want).sum())
+        return same == n, f"argmax actions identical on {same}/{n}"
+    want = np.clip(want, info.action_low, info.action_high)
+    close = np.isclose(got, want, rtol=RTOL, atol=ATOL).reshape(n, -1).all(-1)
+    diff = float(np.abs(got - want).max())
+    return bool(close.all()), (f"clipped Gaussian means allclose on {int(close.sum())}/{n} "
+                               f"(max |diff| {diff:.1e}, rtol {RTOL:g}, atol {ATOL:g})")
+
+
+def parser() -> ArgumentParser:
+    p = ArgumentParser(
+        prog="rltrain-export",
+        description="Export a run's policy to ONNX (observations -> deterministic actions) and "
+        "check it with onnxruntime against the torch policy. Needs the 'export' extra.",
+    )
+    p.add_argument("run_dir", metavar="RUN_DIR", type=Path,
+                   help="a run directory written by rltrain (holds .hydra/config.yaml)")
+    p.add_argument("--weights", choices=tuple(WEIGHT_FILES), default="best",
+                   help="best/policy.pt, final/policy.pt or the policy in checkpoints/last.pt "
+                   "(default: best)")
+    p.add_argument("--out", type=Path, default=None, metavar="PATH",
+                   help="the ONNX file to write (default: RUN_DIR/final/policy.onnx)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    from rltrain.config import ConfigError
+
+    out = args.out if args.out is not None else args.run_dir / "final" / "policy.onnx"
+    try:
+        require(["onnx", "onnxruntime"], "rltrain-export", "export")
+        if out.is_dir():
+            raise UserError(f"--out {out} is a directory; pass a file path such as "
+                            f"{out / 'policy.onnx'}")
+        loaded = load_run(args.run_dir, args.weights, device="cpu")
+        export_onnx(loaded, out)
+        ok, detail = compare(loaded, out, check_observations(loaded))
+    except (ConfigError, UserError) as e:
+        print(f"rltrain-export: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    info = loaded.info
+    action = (f"int64[batch] (argmax of {info.num_actions})" if info.discrete else
+              f"float32[batch, {', '.join(map(str, info.action_shape))}] (Gaussian mean, "
+              "clipped to the action bounds)")
+    print(f"exported the {type(loaded.algorithm).__name__.lower()} policy for {info.env_id} "
+          f"({args.weights} weights, {loaded.weights_path}) to {out} "
+          f"(ONNX opset {OPSET}, {out.stat().st_size:,} bytes)")
+    print(f"graph: obs float32[batch, {', '.join(map(str, info.obs_shape))}] -> action {action}")
+    if not ok:
+        print(f"rltrain-export: error: onnxruntime check failed on {NUM_CHECK} random "
+              f"observations: {detail}", file=sys.stderr)
+        sys.exit(1)
+    print(f"onnxruntime check on {NUM_CHECK} random observations: ONNX matches torch, {detail}")
+
+
+if __name__ == "__main__":
+    main()
