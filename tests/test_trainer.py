@@ -76,10 +76,6 @@ class Built:
         self.test_collector = Collector(self.test_envs)
         self.train_collector.reset(seed=train_seed)
         self.test_collector.reset(seed=test_seed)
-        # count the optimiser steps the algorithm really takes
-        self.optimizer_steps = 0
-        for optim in self.algorithm.optimizers().values():
-            optim.register_step_post_hook(self._count)
         kwargs = dict(reward_threshold=self.info.reward_threshold)
         self.random_policy = None
         if isinstance(params, OfflineTrainerParams):
@@ -93,8 +89,10 @@ class Built:
         self.trainer = trainer_cls(self.algorithm, params, self.buffer, self.train_collector,
                                    self.test_collector, **kwargs)
 
-    def _count(self, *_):
-        self.optimizer_steps += 1
+    @property
+    def optimizer_steps(self):
+        """The optimiser steps the algorithm really took."""
+        return sum(optim.steps for optim in self.algorithm.optimizers().values())
 
     def training_records(self):
         """(episodes, buffer size after) of the training collections (not the warm-up)."""

@@ -18,6 +18,7 @@ from torch import nn
 
 from rltrain.collector import Policy
 from rltrain.data.buffers import Batch, Rollout
+from rltrain.optim import Adam
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ class Algorithm(nn.Module, ABC):
         """The networks that act (saved alone to best/ and final/)."""
 
     @abstractmethod
-    def optimizers(self) -> dict[str, torch.optim.Optimizer]: ...
+    def optimizers(self) -> dict[str, Adam]: ...
 
     def training_state(self) -> dict[str, Any]:
         """Everything needed to continue training exactly (checkpoints)."""
@@ -86,10 +87,9 @@ class OffPolicyAlgorithm(Algorithm):
         """One gradient step on a sampled batch."""
 
 
-def clip_and_step(
-    loss: torch.Tensor, optimizer: torch.optim.Optimizer, params: Any, max_norm: float | None
-) -> None:
-    optimizer.zero_grad(set_to_none=True)
+def clip_and_step(loss: torch.Tensor, optimizer: Adam, params: Any, max_norm: float | None
+                  ) -> None:
+    optimizer.zero_grad()
     loss.backward()
     if max_norm is not None:
         nn.utils.clip_grad_norm_(params, max_norm)

@@ -21,6 +21,7 @@ from rltrain.config import DQNConfig
 from rltrain.data.buffers import Batch
 from rltrain.envs import SpaceInfo
 from rltrain.nets import mlp
+from rltrain.optim import Adam
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ class DQN(OffPolicyAlgorithm):
         self.q = QNetwork(cfg, info)
         self.q_target = copy.deepcopy(self.q).requires_grad_(False)
         self.to(device)
-        self.optim = torch.optim.Adam(self.q.parameters(), lr=cfg.lr)
+        self.optim = Adam(self.q.parameters(), lr=cfg.lr)
         # exploration randomness, separate from torch's so that acting greedily
         # (testing) never shifts the training stream
         self.rng = np.random.default_rng(seed)
@@ -55,7 +56,7 @@ class DQN(OffPolicyAlgorithm):
     def policy_module(self) -> nn.Module:
         return self.q
 
-    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+    def optimizers(self) -> dict[str, Adam]:
         return {"optim": self.optim}
 
     def epsilon(self, fraction: float) -> float:

@@ -23,6 +23,7 @@ from rltrain.data.buffers import Rollout
 from rltrain.data.returns import gae
 from rltrain.envs import SpaceInfo
 from rltrain.nets import mlp
+from rltrain.optim import Adam
 
 # Argument validation costs more than the maths for small batches.
 Distribution.set_default_validate_args(False)
@@ -72,12 +73,12 @@ class PPO(OnPolicyAlgorithm):
         self.actor = PPOActor(cfg, info)
         self.critic = mlp(info.obs_dim, cfg.hidden_sizes, 1, cfg.activation, 1.0)
         self.to(device)
-        self.optim = torch.optim.Adam(self.parameters(), lr=cfg.lr, eps=1e-5)
+        self.optim = Adam(self.parameters(), lr=cfg.lr, eps=1e-5)
 
     def policy_module(self) -> nn.Module:
         return self.actor
 
-    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+    def optimizers(self) -> dict[str, Adam]:
         return {"optim": self.optim}
 
     @torch.inference_mode()
@@ -118,8 +119,7 @@ class PPO(OnPolicyAlgorithm):
             old_logp = self.actor.log_prob(self.actor.distribution(obs), act)
 
         lr = cfg.lr * (1.0 - progress.fraction) if cfg.lr_annealing else cfg.lr
-        for group in self.optim.param_groups:
-            group["lr"] = lr
+        self.optim.lr = lr
         n = len(obs)
         size = n if batch_size is None else min(batch_size, n)
         sums = np.zeros(5)
