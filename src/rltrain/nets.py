@@ -5,9 +5,33 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import torch
+import torch.nn.functional as F
 from torch import nn
 
-ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
+ACTIVATIONS = {"tanh": torch.tanh, "relu": torch.relu}
+
+
+class MLP(nn.Module):
+    """A feed-forward network. The forward pass calls the layers' maths directly rather than
+    through one module call per layer: for the small batches an env step acts on, module
+    dispatch costs as much as the matrix products."""
+
+    def __init__(self, sizes: Sequence[int], activation: str, out_gain: float) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:],
+                                                                        strict=True))
+        self.activation = activation
+        self._act = ACTIVATIONS[activation]
+        for layer in self.layers[:-1]:
+            _init(layer, np.sqrt(2))
+        _init(self.layers[-1], out_gain)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        *hidden, last = self.layers
+        for layer in hidden:
+            x = self._act(F.linear(x, layer.weight, layer.bias))
+        return F.linear(x, last.weight, last.bias)
 
 
 def mlp(
@@ -16,15 +40,10 @@ def mlp(
     out_dim: int,
     activation: str = "tanh",
     out_gain: float = 1.0,
-) -> nn.Sequential:
-    """A feed-forward network; hidden layers get gain sqrt(2), the output layer ``out_gain``
-    (small for policy heads, as in Andrychowicz et al. 2021, "What matters in on-policy RL")."""
-    layers: list[nn.Module] = []
-    sizes = [in_dim, *hidden_sizes]
-    for a, b in zip(sizes[:-1], sizes[1:], strict=True):
-        layers += [_init(nn.Linear(a, b), np.sqrt(2)), ACTIVATIONS[activation]()]
-    layers.append(_init(nn.Linear(sizes[-1], out_dim), out_gain))
-    return nn.Sequential(*layers)
+) -> MLP:
+    """Hidden layers get gain sqrt(2), the output layer ``out_gain`` (small for policy
+    heads, as in Andrychowicz et al. 2021, "What matters in on-policy RL")."""
+    return MLP([in_dim, *hidden_sizes, out_dim], activation, out_gain)
 
 
 def _init(layer: nn.Linear, gain: float) -> nn.Linear:

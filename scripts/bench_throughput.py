@@ -1,0 +1,124 @@
+"""Env steps per second on CartPole-v1, from the bare env to the whole PPO training loop.
+
+(a) the raw vector env with random actions; (b) env plus a 64x64 MLP sampling actions,
+written as plainly as possible: the ceiling for any collector; (c) rltrain's collector
+alone (PPO policy, transitions written to the buffer); (d) rltrain's whole PPO training
+loop with the RL-Zoo3 hyperparameters (8 envs x 32 steps, 20 passes of minibatch 256), no
+testing. Then DQN gradient steps per second: the update alone, and with buffer sampling.
+One torch thread, as in the peer comparison.
+
+    .venv/bin/python scripts/bench_throughput.py [--envs 8] [--steps 200000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from _build import build
+from rltrain.algorithms import Progress
+from rltrain.nets import mlp
+
+#: rltrain overrides equal to rl-zoo3's hyperparams/ppo.yml for CartPole-v1
+ZOO_PPO = ["algo=ppo", "env=cartpole", "env.num_train_envs=8",
+           "trainer.collection_step_num_env_steps=256", "trainer.batch_size=256",
+           "trainer.update_step_num_repetitions=20", "algo.gamma=0.98", "algo.gae_lambda=0.8",
+           "algo.lr=1e-3", "algo.ent_coef=0.0", "algo.clip_ratio=0.2", "algo.max_grad_norm=0.5"]
+
+
+def rate(steps: int, seconds: float) -> str:
+    return f"{steps / seconds:>12,.0f} env steps/s"
+
+
+def raw_env(num_envs: int, steps: int) -> float:
+    envs = gym.make_vec("CartPole-v1", num_envs=num_envs, vectorization_mode="vector_entry_point")
+    envs.reset(seed=0)
+    rng = np.random.default_rng(0)
+    actions = rng.integers(2, size=(steps // num_envs, num_envs))
+    t0 = time.perf_counter()
+    for a in actions:
+        envs.step(a)
+    return steps / (time.perf_counter() - t0)
+
+
+def env_plus_policy(num_envs: int, steps: int) -> float:
+    envs = gym.make_vec("CartPole-v1", num_envs=num_envs, vectorization_mode="vector_entry_point")
+    obs, _ = envs.reset(seed=0)
+    net = mlp(4, [64, 64], 2)
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        for _ in range(steps // num_envs):
+            logits = net(torch.from_numpy(obs))
+            act = torch.multinomial(logits.softmax(-1), 1)[:, 0].numpy()
+            obs, *_ = envs.step(act)
+    return steps / (time.perf_counter() - t0)
+
+
+def collector_alone(num_envs: int, steps: int) -> float:
+    b = build(["algo=dqn", "env=cartpole", f"env.num_train_envs={num_envs}",
+               f"buffer.size={max(steps, num_envs)}"])
+    # the PPO policy acting, written into a replay buffer large enough for every step
+    ppo = build(["algo=ppo", "env=cartpole", f"env.num_train_envs={num_envs}"]).algorithm
+    policy = ppo.policy(Progress(0, 0, 0.0))
+    t0 = time.perf_counter()
+    episodes = b.train_collector.collect(policy, n_steps=steps)
+    return episodes.n_steps / (time.perf_counter() - t0)
+
+
+def ppo_training_loop(steps: int) -> tuple[float, float, float]:
+    b = build([*ZOO_PPO, "trainer.max_epochs=1000"])
+    trainer = b.trainer
+    collect = update = 0.0
+    t0 = time.perf_counter()
+    while trainer.env_step < steps:
+        _, _, _, spent = trainer.training_step()
+        collect, update = collect + spent.collect, update + spent.update
+    seconds = time.perf_counter() - t0
+    return trainer.env_step / seconds, collect / seconds, update / seconds
+
+
+def dqn_gradient_steps(batch_size: int, n: int = 2000) -> tuple[float, float]:
+    b = build(["algo=dqn", "env=cartpole", f"trainer.batch_size={batch_size}"])
+    b.train_collector.collect(b.trainer.random_policy, n_steps=5000)
+    batch = b.buffer.sample(batch_size)
+    for i in range(100):
+        b.algorithm.update(batch, progress=Progress(0, i, 0.5))
+    t0 = time.perf_counter()
+    for i in range(n):
+        b.algorithm.update(batch, progress=Progress(0, i, 0.5))
+    alone = n / (time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    for i in range(n):
+        b.algorithm.update(b.buffer.sample(batch_size), progress=Progress(0, i, 0.5))
+    return alone, n / (time.perf_counter() - t0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--envs", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=200_000)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    m, n = args.envs, args.steps
+    a = raw_env(m, n)
+    b = env_plus_policy(m, n)
+    c = collector_alone(m, n)
+    print(f"CartPole-v1, {m} envs, {n:,} steps, torch {torch.__version__}, 1 thread")
+    print(f"(a) raw vector env, random actions   {rate(n, n / a)}")
+    print(f"(b) env + 64x64 MLP policy (ceiling) {rate(n, n / b)}")
+    print(f"(c) rltrain collector alone          {rate(n, n / c)}   (c)/(b) = {c / b:.2f}")
+    d, collect_share, update_share = ppo_training_loop(min(n, 100_000))
+    print(f"(d) rltrain PPO loop, RL-Zoo3 params {rate(1, 1 / d)}   (d)/(b) = {d / b:.2f}  "
+          f"[{collect_share:.0%} collecting, {update_share:.0%} updating]")
+    for bs in (64, 256):
+        alone, sampled = dqn_gradient_steps(bs)
+        print(f"DQN gradient steps/s, batch {bs:>3}, tuned net: update alone {alone:,.0f}, "
+              f"with buffer sampling {sampled:,.0f}")
+
+
+if __name__ == "__main__":
+    main()
