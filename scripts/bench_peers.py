@@ -49,6 +49,9 @@ ZOO = {
             "trainer.max_epochs=24"],
 }
 TOOLS = ("rltrain", "sb3", "tianshou", "rltrain-zoo")
+#: Tianshou's PPO collects 2,000 steps at a time and ends epochs only on whole collections:
+#: 2,000-step epochs are the nearest it gets to a test every 2,048 env steps
+PEER_ARGS = {("tianshou", "ppo"): ["--epoch-num-steps", "2000"]}
 
 
 def run_rltrain(algo: str, seed: int, extra: list[str]) -> dict:
@@ -69,8 +72,8 @@ def run_rltrain(algo: str, seed: int, extra: list[str]) -> dict:
 def run_peer(tool: str, algo: str, seed: int) -> dict:
     script = HERE / "peers" / f"{tool}_run.py"
     t0 = time.perf_counter()
-    res = subprocess.run([sys.executable, str(script), "--algo", algo, "--seed", str(seed)],
-                         capture_output=True, text=True)
+    res = subprocess.run([sys.executable, str(script), "--algo", algo, "--seed", str(seed),
+                          *PEER_ARGS.get((tool, algo), [])], capture_output=True, text=True)
     total = time.perf_counter() - t0
     if res.returncode != 0:
         raise RuntimeError(f"{tool} failed: {res.stderr[-2000:]}")
