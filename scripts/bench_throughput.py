@@ -7,7 +7,7 @@ loop with the RL-Zoo3 hyperparameters (8 envs x 32 steps, 20 passes of minibatch
 testing. Then DQN gradient steps per second: the update alone, and with buffer sampling.
 One torch thread, as in the peer comparison.
 
-    .venv/bin/python scripts/bench_throughput.py [--envs 8] [--steps 200000]
+    .venv/bin/python scripts/bench_throughput.py [--envs 8] [--steps 200000] [--peers]
 """
 
 from __future__ import annotations
@@ -97,10 +97,27 @@ def dqn_gradient_steps(batch_size: int, n: int = 2000) -> tuple[float, float]:
     return alone, n / (time.perf_counter() - t0)
 
 
+def sb3_ppo_loop(steps: int) -> float:
+    """Stable-Baselines3's PPO with the same RL-Zoo3 hyperparameters, no evaluation."""
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+
+    env = make_vec_env("CartPole-v1", n_envs=8, seed=0)
+    model = PPO("MlpPolicy", env, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98,
+                n_epochs=20, ent_coef=0.0, learning_rate=lambda p: p * 1e-3,
+                clip_range=lambda p: p * 0.2, seed=0, device="cpu")
+    model.learn(2048)  # warm-up, as rltrain's loop is timed after its set-up
+    t0 = time.perf_counter()
+    model.learn(steps, reset_num_timesteps=False)
+    return steps / (time.perf_counter() - t0)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--envs", type=int, default=8)
     parser.add_argument("--steps", type=int, default=200_000)
+    parser.add_argument("--peers", action="store_true",
+                        help="also time Stable-Baselines3's PPO loop (needs the bench extra)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     m, n = args.envs, args.steps
@@ -114,6 +131,10 @@ def main() -> None:
     d, collect_share, update_share = ppo_training_loop(min(n, 100_000))
     print(f"(d) rltrain PPO loop, RL-Zoo3 params {rate(1, 1 / d)}   (d)/(b) = {d / b:.2f}  "
           f"[{collect_share:.0%} collecting, {update_share:.0%} updating]")
+    if args.peers:
+        sb3 = sb3_ppo_loop(min(n, 100_000) // 2)
+        print(f"    SB3 PPO loop, same params        {rate(1, 1 / sb3)}   rltrain / SB3 = "
+              f"{d / sb3:.2f}")
     for bs in (64, 256):
         alone, sampled = dqn_gradient_steps(bs)
         print(f"DQN gradient steps/s, batch {bs:>3}, tuned net: update alone {alone:,.0f}, "
