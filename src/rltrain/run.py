@@ -180,6 +180,47 @@ def system_info() -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class Parts:
+    """The objects a run is made of, built before any file is written."""
+
+    info: SpaceInfo
+    algorithm: Algorithm
+    buffer: ReplayBuffer
+    train_collector: Collector
+    test_collector: Collector
+    train_seed: int
+    test_seed: int
+
+
+def build_parts(s: Settings) -> Parts:
+    """Seed, then build envs, algorithm, buffer and collectors (envs reset, seeded)."""
+    torch.set_num_threads(s.torch_threads)
+    seed_everything(s.seed)
+    train_seed, test_seed = env_seeds(s.seed, s.env.num_train_envs)
+    train_envs = make_vector_env(s.env, s.env.num_train_envs)
+    test_envs = make_vector_env(s.env, s.env.num_test_envs)
+    info = space_info(train_envs, s.env.id)
+    algorithm = build_algorithm(s, info)
+    check_pairing(s, algorithm)
+    buffer = build_buffer(s, algorithm, info)
+    train_collector, test_collector = Collector(train_envs, buffer), Collector(test_envs)
+    train_collector.reset(seed=train_seed)
+    test_collector.reset(seed=test_seed)
+    return Parts(info, algorithm, buffer, train_collector, test_collector, train_seed, test_seed)
+
+
+def build_trainer(s: Settings, parts: Parts, **kwargs: Any) -> Trainer:
+    """The trainer the algorithm runs with; ``kwargs`` go to it (loggers, callbacks)."""
+    assert isinstance(s.trainer, OnlineTrainerParams)
+    trainer_cls = TRAINERS[type(s.trainer)]
+    if trainer_cls is OffPolicyTrainer:
+        kwargs["random_policy"] = random_policy(parts.train_collector.envs, parts.train_seed)
+    return trainer_cls(parts.algorithm, s.trainer, parts.buffer, parts.train_collector,
+                       parts.test_collector, reward_threshold=parts.info.reward_threshold,
+                       **kwargs)
+
+
 def rng_state() -> dict[str, Any]:
     np_state = np.random.get_state(legacy=False)
     return {
@@ -214,20 +255,11 @@ def run(cfg: DictConfig, run_dir: Path, started: float | None = None,
     s = settings(cfg)
     if resume is None:
         check_run_dir(run_dir)
-    torch.set_num_threads(s.torch_threads)
-    seed_everything(s.seed)
-
-    train_seed, test_seed = env_seeds(s.seed, s.env.num_train_envs)
-    train_envs = make_vector_env(s.env, s.env.num_train_envs)
-    test_envs = make_vector_env(s.env, s.env.num_test_envs)
-    info = space_info(train_envs, s.env.id)
-    algorithm = build_algorithm(s, info)
-    check_pairing(s, algorithm)
-    buffer = build_buffer(s, algorithm, info)
-    train_collector = Collector(train_envs, buffer)
-    test_collector = Collector(test_envs)
-    train_collector.reset(seed=train_seed)
-    test_collector.reset(seed=test_seed)
+    parts = build_parts(s)
+    info, algorithm, buffer = parts.info, parts.algorithm, parts.buffer
+    train_collector, test_collector = parts.train_collector, parts.test_collector
+    train_seed, test_seed = parts.train_seed, parts.test_seed
+    train_envs, test_envs = train_collector.envs, test_collector.envs
 
     # ---- from here on, files are written
     done_epochs = completed_epochs(resume["trainer"]) if resume else 0
@@ -242,7 +274,6 @@ def run(cfg: DictConfig, run_dir: Path, started: float | None = None,
     algo_name = type(algorithm).__name__.lower()
     meta = {"algo": algo_name, "env_id": s.env.id, "obs_shape": list(info.obs_shape),
             "discrete": info.discrete, "action_dim": info.action_dim}
-    trainer_cls = TRAINERS[type(s.trainer)]
     trainer: Trainer
     save_buffer = algorithm.kind == "onpolicy" or s.trainer.checkpoint_buffer
 
@@ -274,12 +305,7 @@ def run(cfg: DictConfig, run_dir: Path, started: float | None = None,
                                       meta),
         on_stop=on_stop,
     )
-    kwargs: dict[str, Any] = dict(reward_threshold=info.reward_threshold, loggers=loggers,
-                                  callbacks=callbacks)
-    if trainer_cls is OffPolicyTrainer:
-        kwargs["random_policy"] = random_policy(train_envs, train_seed)
-    assert isinstance(s.trainer, OnlineTrainerParams)
-    trainer = trainer_cls(algorithm, s.trainer, buffer, train_collector, test_collector, **kwargs)
+    trainer = build_trainer(s, parts, loggers=loggers, callbacks=callbacks)
     if resume:
         _restore(resume, s, algorithm, trainer, buffer, train_collector, test_collector,
                  train_seed, test_seed)
