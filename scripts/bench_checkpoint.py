@@ -15,14 +15,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from hydra import compose, initialize_config_dir
-
+from _build import build
 from rltrain.checkpoint import load_checkpoint, save_checkpoint
-from rltrain.cli import conf_dir
-from rltrain.collector import Collector, random_policy
-from rltrain.config import register_configs
-from rltrain.envs import make_vector_env, space_info
-from rltrain.run import build_algorithm, build_buffer, rng_state, settings
+from rltrain.run import rng_state
 
 
 def vm_kib(field: str) -> int:
@@ -36,18 +31,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=100_000)
     args = parser.parse_args()
-    register_configs()
-    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-        cfg = compose("config", overrides=["algo=dqn", "env=cartpole",
-                                           f"buffer.size={args.size}"])
-    s = settings(cfg)
-    envs = make_vector_env(s.env, s.env.num_train_envs)
-    info = space_info(envs, s.env.id)
-    algorithm = build_algorithm(s, info)
-    buffer = build_buffer(s, algorithm, info)
-    collector = Collector(envs, buffer)
-    collector.reset(seed=0)
-    policy = random_policy(envs, 0)
+    built = build(["algo=dqn", "env=cartpole", f"buffer.size={args.size}"])
+    algorithm, buffer, collector = built.algorithm, built.buffer, built.train_collector
+    policy = built.trainer.random_policy
     capacity = buffer.num_lanes * buffer.lane_capacity
     while len(buffer) < capacity:  # reset steps store nothing, so collect until full
         collector.collect(policy, n_steps=capacity)

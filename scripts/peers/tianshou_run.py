@@ -130,6 +130,14 @@ def steps_per_epoch(epoch_num_steps: int, collect_steps: int, num_envs: int) -> 
     return math.ceil(epoch_num_steps / per_collect) * per_collect
 
 
+def epoch_plan(hp: dict[str, Any], epoch_num_steps: int) -> tuple[int, int]:
+    """(env steps per epoch, epochs of our cadence that cover their env-step budget)."""
+    per_epoch = steps_per_epoch(
+        epoch_num_steps, hp["collection_step_num_env_steps"], hp["num_train_envs"]
+    )
+    return per_epoch, math.ceil(hp["their_epochs"] * hp["their_epoch_num_steps"] / per_epoch)
+
+
 def stop_fn(mean_return: float) -> bool:
     return mean_return >= SOLVE_THRESHOLD
 
@@ -178,11 +186,7 @@ def build_ppo(seed: int, epoch_num_steps: int) -> tuple[Any, Any, TimedCollector
     )
     test_collector = TimedCollector(algorithm, test_envs)
 
-    per_epoch = steps_per_epoch(
-        epoch_num_steps, hp["collection_step_num_env_steps"], hp["num_train_envs"]
-    )
-    budget = hp["their_epochs"] * hp["their_epoch_num_steps"]
-    max_epochs = math.ceil(budget / per_epoch)
+    per_epoch, max_epochs = epoch_plan(hp, epoch_num_steps)
 
     def make_params() -> OnPolicyTrainerParams:
         return OnPolicyTrainerParams(
@@ -264,11 +268,7 @@ def build_dqn(seed: int, epoch_num_steps: int) -> tuple[Any, Any, TimedCollector
             train_collector.reset()
             train_collector.collect(n_step=warmup_steps)
 
-    per_epoch = steps_per_epoch(
-        epoch_num_steps, hp["collection_step_num_env_steps"], hp["num_train_envs"]
-    )
-    budget = hp["their_epochs"] * hp["their_epoch_num_steps"]
-    max_epochs = math.ceil(budget / per_epoch)
+    per_epoch, max_epochs = epoch_plan(hp, epoch_num_steps)
 
     def make_params() -> OffPolicyTrainerParams:
         return OffPolicyTrainerParams(

@@ -43,6 +43,24 @@ def save_policy(directory: Path, state_dict: dict[str, Any], meta: dict[str, Any
     return path
 
 
+def load_policy(path: Path) -> dict[str, Any]:
+    """Read what :func:`save_policy` wrote: ``{"state_dict": ..., "meta": ...}``; raises
+    CheckpointError naming the file."""
+    if not path.is_file():
+        raise CheckpointError(f"{path} does not exist")
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        raise CheckpointError(f"{path} holds objects other than tensors and plain data; "
+                              "refusing to load it (it could run code)") from None
+    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as e:
+        raise CheckpointError(f"{path} could not be loaded ({path.stat().st_size} bytes; "
+                              f"truncated or corrupt?): {str(e).splitlines()[0]}") from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("state_dict"), dict):
+        raise CheckpointError(f"{path} is not an rltrain policy file (no state_dict)")
+    return obj
+
+
 def save_checkpoint(directory: Path, state: dict[str, Any], name: str, keep: int) -> Path:
     """Write ``directory/name`` and point ``last.pt`` at it; keep the newest ``keep``
     numbered files (``last.pt`` is always kept)."""

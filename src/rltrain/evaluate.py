@@ -131,9 +131,8 @@ def load_run(run_dir: Path, weights: str, device: str | None = None) -> LoadedRu
 
 def _policy_state(path: Path, weights: str, algorithm: Any, info: Any) -> dict[str, Any]:
     """The policy network's state_dict from a weights file, checked against the network."""
-    import torch
 
-    from rltrain.checkpoint import CheckpointError, load_checkpoint
+    from rltrain.checkpoint import CheckpointError, load_checkpoint, load_policy
 
     policy = algorithm.policy_module()
     if weights == "last":
@@ -151,12 +150,9 @@ def _policy_state(path: Path, weights: str, algorithm: Any, info: Any) -> dict[s
         state = {k[len(prefix):]: v for k, v in modules.items() if k.startswith(prefix)}
     else:
         try:
-            obj = torch.load(path, map_location=algorithm.device, weights_only=True)
-        except Exception as e:  # a damaged file fails in many ways: RuntimeError, EOFError...
-            raise UserError(f"{path} could not be loaded ({path.stat().st_size} bytes; "
-                            f"truncated or corrupt?): {short(e, 100)}") from None
-        if not isinstance(obj, dict) or not isinstance(obj.get("state_dict"), dict):
-            raise UserError(f"{path} is not an rltrain policy file (no state_dict)")
+            obj = load_policy(path)
+        except CheckpointError as e:
+            raise UserError(short(e, 240)) from None
         state = obj["state_dict"]
         meta = obj.get("meta") or {}
         algo = type(algorithm).__name__.lower()

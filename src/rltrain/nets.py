@@ -21,7 +21,6 @@ class MLP(nn.Module):
         super().__init__()
         self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:],
                                                                         strict=True))
-        self.activation = activation
         self._act = ACTIVATIONS[activation]
         for layer in self.layers[:-1]:
             _init(layer, np.sqrt(2))

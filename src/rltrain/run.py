@@ -263,11 +263,10 @@ def run(cfg: DictConfig, run_dir: Path, started: float | None = None,
 
     # ---- from here on, files are written
     done_epochs = completed_epochs(resume["trainer"]) if resume else 0
-    loggers: list[Logger] = [
-        ConsoleLogger(s.trainer.max_epochs, s.logger.progress_bar, run_dir),
-        JsonlLogger(run_dir, keep_epochs=done_epochs if resume else None,
-                    extra_summary={"run_dir": str(run_dir), "system": system_info()}),
-    ]
+    jsonl = JsonlLogger(run_dir, keep_epochs=done_epochs if resume else None,
+                        extra_summary={"run_dir": str(run_dir), "system": system_info()})
+    loggers: list[Logger] = [ConsoleLogger(s.trainer.max_epochs, s.logger.progress_bar, run_dir),
+                             jsonl]
     if s.logger.tensorboard:
         purge = resume["trainer"]["env_step"] + 1 if resume else None
         loggers.append(TensorBoardLogger(run_dir / "tb", purge_step=purge))
@@ -275,7 +274,8 @@ def run(cfg: DictConfig, run_dir: Path, started: float | None = None,
     meta = {"algo": algo_name, "env_id": s.env.id, "obs_shape": list(info.obs_shape),
             "discrete": info.discrete, "action_dim": info.action_dim}
     trainer: Trainer
-    save_buffer = algorithm.kind == "onpolicy" or s.trainer.checkpoint_buffer
+    # an on-policy rollout is consumed within its training step: nothing to keep
+    save_buffer = algorithm.kind == "offpolicy" and s.trainer.checkpoint_buffer
 
     def checkpoint() -> None:
         state = {
@@ -310,7 +310,7 @@ def run(cfg: DictConfig, run_dir: Path, started: float | None = None,
         _restore(resume, s, algorithm, trainer, buffer, train_collector, test_collector,
                  train_seed, test_seed)
     _log_build(s, info, train_collector, trainer, run_dir)
-    loggers[1].extra_summary["startup_time"] = time.perf_counter() - started
+    jsonl.extra_summary["startup_time"] = time.perf_counter() - started
     with _stop_on_signals(trainer):
         result = trainer.run()
     train_envs.close()

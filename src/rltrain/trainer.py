@@ -362,10 +362,6 @@ class OnPolicyTrainer(OnlineTrainer):
     params: OnPolicyTrainerParams
     algorithm: OnPolicyAlgorithm
 
-    def collect(self, policy: Policy) -> Episodes:
-        self.buffer.clear()  # a rollout holds only what this collection step gathers
-        return super().collect(policy)
-
     def update_step(self, episodes: Episodes, start: Progress) -> list[Any]:
         rollout = self.buffer.rollout()
         n = rollout.num_transitions
