@@ -45,7 +45,10 @@ def raw_env(num_envs: int, steps: int) -> float:
     return steps / (time.perf_counter() - t0)
 
 
-def env_plus_policy(num_envs: int, steps: int) -> float:
+def env_plus_policy(num_envs: int, steps: int, sampler: str = "gumbel") -> float:
+    """The ceiling: the env stepped with actions drawn from a 64x64 MLP, nothing else.
+    "gumbel" draws them with the same maths as rltrain's PPO (the Gumbel-max trick, written
+    inline); "multinomial" with softmax + torch.multinomial, for reference."""
     envs = gym.make_vec("CartPole-v1", num_envs=num_envs, vectorization_mode="vector_entry_point")
     obs, _ = envs.reset(seed=0)
     net = mlp(4, [64, 64], 2)
@@ -53,8 +56,11 @@ def env_plus_policy(num_envs: int, steps: int) -> float:
     with torch.inference_mode():
         for _ in range(steps // num_envs):
             logits = net(torch.from_numpy(obs))
-            act = torch.multinomial(logits.softmax(-1), 1)[:, 0].numpy()
-            obs, *_ = envs.step(act)
+            if sampler == "gumbel":
+                act = (logits - torch.rand_like(logits).log_().neg_().log_()).argmax(-1)
+            else:
+                act = torch.multinomial(logits.softmax(-1), 1)[:, 0]
+            obs, *_ = envs.step(act.numpy())
     return steps / (time.perf_counter() - t0)
 
 
@@ -123,10 +129,12 @@ def main() -> None:
     m, n = args.envs, args.steps
     a = raw_env(m, n)
     b = env_plus_policy(m, n)
+    b_multinomial = env_plus_policy(m, n, "multinomial")
     c = collector_alone(m, n)
     print(f"CartPole-v1, {m} envs, {n:,} steps, torch {torch.__version__}, 1 thread")
     print(f"(a) raw vector env, random actions   {rate(n, n / a)}")
     print(f"(b) env + 64x64 MLP policy (ceiling) {rate(n, n / b)}")
+    print(f"    the same, torch.multinomial     {rate(n, n / b_multinomial)}")
     print(f"(c) rltrain collector alone          {rate(n, n / c)}   (c)/(b) = {c / b:.2f}")
     d, collect_share, update_share = ppo_training_loop(min(n, 100_000))
     print(f"(d) rltrain PPO loop, RL-Zoo3 params {rate(1, 1 / d)}   (d)/(b) = {d / b:.2f}  "

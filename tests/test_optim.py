@@ -3,6 +3,7 @@
 import copy
 import sys
 
+import pytest
 import torch
 
 from rltrain.nets import mlp
@@ -62,7 +63,51 @@ def test_training_never_imports_dynamo():
             "from rltrain.nets import mlp\n"
             "net = mlp(4, [8], 2); opt = Adam(net.parameters(), lr=1e-3)\n"
             "net(torch.randn(2, 4)).sum().backward()\n"
-            "torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0); opt.step()\n"
+            "opt.clip_grad_norm_(1.0); opt.step()\n"
             "print('torch._dynamo' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("max_norm", [0.05, 1e3])
+def test_clip_grad_norm_matches_torch(max_norm):
+    """Clipping the flat gradient scales exactly as torch.nn.utils.clip_grad_norm_ does
+    (0.05 clips, 1e3 leaves the gradient alone)."""
+    torch.manual_seed(2)
+    net = mlp(4, [16, 16], 2)
+    ref = copy.deepcopy(net)
+    opt = Adam(net.parameters(), lr=1e-3)
+    x = torch.randn(32, 4)
+    opt.zero_grad()
+    net(x).pow(2).sum().backward()
+    ref(x).pow(2).sum().backward()
+    norm = opt.clip_grad_norm_(max_norm)
+    ref_norm = torch.nn.utils.clip_grad_norm_(ref.parameters(), max_norm)
+    torch.testing.assert_close(norm, ref_norm)
+    for a, b in zip(net.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(a.grad, b.grad)
+
+
+def test_parameters_live_in_the_flat_buffer():
+    """The parameters keep their values, become views of one buffer, and gradients from a
+    backward pass land in the flat gradient, even after module.zero_grad() dropped them."""
+    torch.manual_seed(3)
+    net = mlp(3, [8], 2)
+    before = [p.detach().clone() for p in net.parameters()]
+    opt = Adam(net.parameters(), lr=1e-2)
+    for p, b in zip(net.parameters(), before, strict=True):
+        assert torch.equal(p, b)
+        assert p.untyped_storage().data_ptr() == opt.flat.untyped_storage().data_ptr()
+    net.zero_grad()  # sets .grad to None
+    opt.zero_grad()
+    net(torch.randn(4, 3)).sum().backward()
+    assert opt.grad.abs().sum() > 0
+    opt.step()
+    assert not torch.equal(next(net.parameters()), before[0])
+
+
+def test_load_state_dict_refuses_other_shapes():
+    opt = Adam(mlp(3, [8], 2).parameters(), lr=1e-2)
+    other = Adam(mlp(3, [9], 2).parameters(), lr=1e-2)
+    with pytest.raises(ValueError, match="exp_avg has shape"):
+        opt.load_state_dict(other.state_dict())

@@ -1,11 +1,11 @@
-"""PPO's written-out log-probabilities and entropies equal torch.distributions'."""
+"""PPO's written-out log-probabilities, entropies and sampling agree with torch.distributions."""
 
 import numpy as np
 import pytest
 import torch
 from torch.distributions import Categorical, Normal
 
-from rltrain.algorithms.ppo import PPOActor
+from rltrain.algorithms.ppo import PPOActor, sample_categorical
 from rltrain.config import PPOConfig
 from rltrain.envs import SpaceInfo
 
@@ -30,3 +30,17 @@ def test_categorical_log_prob_and_entropy(num_actions):
     ref = Categorical(logits=actor(obs))
     torch.testing.assert_close(logp, ref.log_prob(act))
     torch.testing.assert_close(entropy, ref.entropy())
+
+
+def test_sample_categorical_draws_softmax_probabilities():
+    """Gumbel-max sampling: each action's frequency over 200,000 draws is within 5 standard
+    errors of its softmax probability; rows are drawn independently."""
+    torch.manual_seed(4)
+    logits = torch.tensor([[0.0, 1.0, -1.0, 2.5], [3.0, 0.0, 0.0, -9.0]])
+    n = 200_000
+    draws = sample_categorical(logits.repeat(n // 2, 1)).reshape(n // 2, 2)
+    for row in range(2):
+        p = logits[row].softmax(-1)
+        freq = torch.bincount(draws[:, row], minlength=4) / (n // 2)
+        se = (p * (1 - p) / (n // 2)).sqrt()
+        assert ((freq - p).abs() <= 5 * se + 1e-9).all(), (row, freq, p)

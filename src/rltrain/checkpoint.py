@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 FORMAT = "rltrain-checkpoint"
-VERSION = 1
+VERSION = 2
 
 
 class CheckpointError(RuntimeError):
@@ -39,6 +39,9 @@ def save_policy(directory: Path, state_dict: dict[str, Any], meta: dict[str, Any
     """The policy weights alone (plus what is needed to rebuild the network), loadable with
     ``torch.load(path, weights_only=True)``."""
     path = directory / "policy.pt"
+    # clones: the parameters are views into the optimiser's flat buffer, and saving a view
+    # would write the whole buffer (the critic's weights too)
+    state_dict = {k: v.clone() for k, v in state_dict.items()}
     atomic_save({"state_dict": state_dict, "meta": meta}, path)
     return path
 

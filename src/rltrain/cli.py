@@ -96,7 +96,10 @@ def task(cfg) -> float | None:  # noqa: ANN001 - a DictConfig from Hydra
     from rltrain.config import ConfigError
     from rltrain.run import run
 
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    global _SINGLE_RUN
+    hydra_cfg = HydraConfig.get()
+    _SINGLE_RUN = hydra_cfg.mode is None or hydra_cfg.mode.name == "RUN"
+    run_dir = Path(hydra_cfg.runtime.output_dir)
     try:
         info = run(cfg, run_dir, started=STARTED)
     except ConfigError as e:
@@ -109,6 +112,23 @@ def task(cfg) -> float | None:  # noqa: ANN001 - a DictConfig from Hydra
     _finish(info, run_dir)
     # the metric a Hydra sweeper optimises
     return info.best_score
+
+
+#: set by task(): a single run (not a --multirun sweep) may end with _exit_now()
+_SINGLE_RUN = False
+
+
+def _exit_now() -> NoReturn:
+    """End a finished run without the interpreter's teardown, which costs about 0.2 s once
+    torch is loaded (a tenth of a short run). Everything the run writes is closed by then;
+    only the log handlers and the standard streams are left to flush. Not used for sweeps,
+    whose launchers may clean up at exit."""
+    import logging
+
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 #: the only override a resume accepts: extending the run
@@ -164,6 +184,7 @@ def resume(args: list[str]) -> None:
     except KeyboardInterrupt:
         _fail("stopped at once; checkpoints/last.pt is the last complete checkpoint", 130)
     _finish(info, run_dir)
+    _exit_now()
 
 
 def main() -> None:
@@ -180,6 +201,8 @@ def main() -> None:
 
     register_configs()
     hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")(task)()
+    if _SINGLE_RUN:
+        _exit_now()
 
 
 if __name__ == "__main__":

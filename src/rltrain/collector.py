@@ -93,6 +93,24 @@ class Collector:
         self._ep_length = state["ep_length"].numpy().copy()
         return True
 
+    #: steps are written to the buffer in blocks of this many (one array operation per
+    #: field per block instead of per step); the arrays a vector env returns are fresh each
+    #: step (gymnasium's copy them by default), so holding them until then is safe
+    WRITE_EVERY = 64
+
+    def _write(self, steps: list[tuple]) -> None:
+        """Write held steps ``(obs, act, rew, next_obs, terminated, truncated, valid)`` to
+        the buffer as one block, and forget them."""
+        if not steps:
+            return
+        *fields, valids = zip(*steps, strict=True)
+        valid = None
+        if any(v is not None for v in valids):
+            every = np.ones(self.num_envs, dtype=bool)
+            valid = np.stack([every if v is None else v for v in valids])
+        self.buffer.extend(*(np.stack(f) for f in fields), valid)
+        steps.clear()
+
     def collect(
         self,
         policy: Policy,
@@ -118,47 +136,64 @@ class Collector:
         returns: list[np.ndarray] = []
         lengths: list[np.ndarray] = []
         n_done = vector_steps = transitions = 0
-        while True:
-            if max_vector_steps is not None and vector_steps >= max_vector_steps:
-                break
-            if n_episodes is not None and (
-                (counted >= quotas).all() if quotas is not None else n_done >= n_episodes
-            ):
-                break
-            obs = self._obs
-            act = policy(obs)
-            next_obs, rew, terminated, truncated, info = self.envs.step(act)
-            done = terminated | truncated
-            valid = ~self._resetting if self.next_step_mode and self._resetting.any() else None
-            final_obs = next_obs
-            if not self.next_step_mode and done.any():
-                final_obs = next_obs.copy()
-                final_obs[done] = np.stack(info["final_obs"][done])
-            if self.buffer is not None:
-                self.buffer.add(obs, act, rew, final_obs, terminated, truncated, valid)
-            if valid is None:
-                self._ep_return += rew
-                self._ep_length += 1
-                transitions += self.num_envs
-            else:
-                self._ep_return += np.where(valid, rew, 0.0)
-                self._ep_length += valid
-                transitions += int(valid.sum())
-                done = done & valid
-            if done.any():
-                ended = np.flatnonzero(done)
-                if quotas is not None:
-                    ended = ended[counted[ended] < quotas[ended]]
-                    counted[ended] += 1
-                returns.append(self._ep_return[ended].copy())
-                lengths.append(self._ep_length[ended].copy())
-                n_done += len(ended)
-                self._ep_return[done] = 0.0
-                self._ep_length[done] = 0
-            if self.next_step_mode:
-                self._resetting = done
-            self._obs = next_obs
-            vector_steps += 1
+        pending: list[tuple] = []  # steps not yet written to the buffer
+        step, buffer, num_envs = self.envs.step, self.buffer, self.num_envs
+        ep_return, ep_length = self._ep_return, self._ep_length
+        # next-step mode: whether some env's coming step is a reset step
+        any_resetting = self.next_step_mode and bool(self._resetting.any())
+        n_resetting = int(self._resetting.sum())
+        # policies act under inference mode, entered once here (see Algorithm.policy)
+        with torch.inference_mode():
+            while True:
+                if max_vector_steps is not None and vector_steps >= max_vector_steps:
+                    break
+                if n_episodes is not None and (
+                    (counted >= quotas).all() if quotas is not None else n_done >= n_episodes
+                ):
+                    break
+                obs = self._obs
+                act = policy(obs)
+                next_obs, rew, terminated, truncated, info = step(act)
+                done = terminated | truncated
+                any_done = bool(done.any())
+                valid = ~self._resetting if any_resetting else None
+                final_obs = next_obs
+                if any_done and not self.next_step_mode:
+                    final_obs = next_obs.copy()
+                    final_obs[done] = np.stack(info["final_obs"][done])
+                if buffer is not None:
+                    pending.append((obs, act, rew, final_obs, terminated, truncated, valid))
+                    if len(pending) == self.WRITE_EVERY:
+                        self._write(pending)
+                if valid is None:
+                    ep_return += rew
+                    ep_length += 1
+                    transitions += num_envs
+                else:
+                    ep_return += np.where(valid, rew, 0.0)
+                    ep_length += valid
+                    transitions += num_envs - n_resetting
+                    if any_done:
+                        done &= valid
+                        any_done = bool(done.any())
+                if any_done:
+                    done_idx = np.flatnonzero(done)
+                    ended = done_idx
+                    if quotas is not None:
+                        ended = ended[counted[ended] < quotas[ended]]
+                        counted[ended] += 1
+                    returns.append(ep_return[ended].copy())
+                    lengths.append(ep_length[ended].copy())
+                    n_done += len(ended)
+                    ep_return[done_idx] = 0.0
+                    ep_length[done_idx] = 0
+                if self.next_step_mode:
+                    self._resetting = done
+                    any_resetting = any_done
+                    n_resetting = len(done_idx) if any_done else 0
+                self._obs = next_obs
+                vector_steps += 1
+        self._write(pending)
         return Episodes(
             n_steps=vector_steps * self.num_envs,
             n_transitions=transitions,

@@ -13,9 +13,9 @@ ACTIVATIONS = {"tanh": torch.tanh, "relu": torch.relu}
 
 
 class MLP(nn.Module):
-    """A feed-forward network. The forward pass calls the layers' maths directly rather than
-    through one module call per layer: for the small batches an env step acts on, module
-    dispatch costs as much as the matrix products."""
+    """A feed-forward network. The forward pass calls the layers' maths directly on a list of
+    their (weight, bias) parameters rather than through one module call per layer: for the
+    small batches an env step acts on, module dispatch costs as much as the matrix products."""
 
     def __init__(self, sizes: Sequence[int], activation: str, out_gain: float) -> None:
         super().__init__()
@@ -25,12 +25,15 @@ class MLP(nn.Module):
         for layer in self.layers[:-1]:
             _init(layer, np.sqrt(2))
         _init(self.layers[-1], out_gain)
+        # the Parameter objects themselves: .to(), load_state_dict() and deepcopy keep them
+        # (the first two change their data in place, the last copies this list along)
+        *self._hidden, self._last = [(layer.weight, layer.bias) for layer in self.layers]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        *hidden, last = self.layers
-        for layer in hidden:
-            x = self._act(F.linear(x, layer.weight, layer.bias))
-        return F.linear(x, last.weight, last.bias)
+        act = self._act
+        for weight, bias in self._hidden:
+            x = act(F.linear(x, weight, bias))
+        return F.linear(x, *self._last)
 
 
 def mlp(

@@ -39,12 +39,20 @@ class Algorithm(nn.Module, ABC):
         super().__init__()
         self.device = device
 
-    @abstractmethod
     def act(self, obs: np.ndarray, *, deterministic: bool, progress: Progress) -> np.ndarray:
         """Actions for a batch of observations."""
+        with torch.inference_mode():
+            return self._act(obs, deterministic=deterministic, progress=progress)
 
     def policy(self, progress: Progress, *, deterministic: bool = False) -> Policy:
-        return partial(self.act, deterministic=deterministic, progress=progress)
+        """:meth:`act` as a collector's policy. The collector runs it under
+        ``torch.inference_mode()``, entered once per collection rather than once per step
+        (that context costs as much as a small layer)."""
+        return partial(self._act, deterministic=deterministic, progress=progress)
+
+    @abstractmethod
+    def _act(self, obs: np.ndarray, *, deterministic: bool, progress: Progress) -> np.ndarray:
+        """:meth:`act`'s work; runs under ``torch.inference_mode()``."""
 
     @abstractmethod
     def policy_module(self) -> nn.Module:
@@ -87,10 +95,9 @@ class OffPolicyAlgorithm(Algorithm):
         """One gradient step on a sampled batch."""
 
 
-def clip_and_step(loss: torch.Tensor, optimizer: Adam, params: Any, max_norm: float | None
-                  ) -> None:
+def clip_and_step(loss: torch.Tensor, optimizer: Adam, max_norm: float | None) -> None:
     optimizer.zero_grad()
     loss.backward()
     if max_norm is not None:
-        nn.utils.clip_grad_norm_(params, max_norm)
+        optimizer.clip_grad_norm_(max_norm)
     optimizer.step()

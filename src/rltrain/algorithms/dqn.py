@@ -66,8 +66,7 @@ class DQN(OffPolicyAlgorithm):
         t = min(fraction / cfg.exploration_fraction, 1.0)
         return cfg.eps_start + t * (cfg.eps_end - cfg.eps_start)
 
-    @torch.inference_mode()
-    def act(self, obs: np.ndarray, *, deterministic: bool, progress: Progress) -> np.ndarray:
+    def _act(self, obs: np.ndarray, *, deterministic: bool, progress: Progress) -> np.ndarray:
         greedy = self.q(self._tensor(obs)).argmax(-1).cpu().numpy()
         if deterministic:
             return greedy
@@ -88,7 +87,7 @@ class DQN(OffPolicyAlgorithm):
             target = self._tensor(batch.rew) + self._tensor(batch.discount) * next_v
         q_sa = self.q(obs).gather(1, act.unsqueeze(1)).squeeze(1)
         loss = F.smooth_l1_loss(q_sa, target, beta=cfg.huber_delta)
-        clip_and_step(loss, self.optim, self.q.parameters(), cfg.max_grad_norm)
+        clip_and_step(loss, self.optim, cfg.max_grad_norm)
         if (progress.gradient_step + 1) % cfg.target_update_interval == 0:
             self.q_target.load_state_dict(self.q.state_dict())
         q_mean = float(q_sa.detach().mean())

@@ -95,7 +95,7 @@ class ReplayBuffer:
         #: next write position and number of stored transitions, per lane
         self.ptr = np.zeros(num_lanes, dtype=np.int64)
         self.size = np.zeros(num_lanes, dtype=np.int64)
-        self._all_lanes = np.arange(num_lanes)
+        self._lane_base = np.arange(num_lanes) * lane_capacity
         self._flat = [a.reshape(num_lanes * lane_capacity, *a.shape[2:]) for a in (
             self.obs, self.act, self.rew, self.next_obs, self.terminated, self.truncated)]
         self.rng = np.random.default_rng(seed)
@@ -119,27 +119,62 @@ class ReplayBuffer:
     ) -> None:
         """Append one step of every env (arrays with a leading ``num_lanes`` axis);
         lanes whose ``valid`` entry is False are left untouched."""
+        self.extend(*(np.asarray(a)[None] for a in (obs, act, rew, next_obs, terminated,
+                                                     truncated)),
+                    None if valid is None else np.asarray(valid)[None])
+
+    def extend(
+        self,
+        obs: np.ndarray,
+        act: np.ndarray,
+        rew: np.ndarray,
+        next_obs: np.ndarray,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+        valid: np.ndarray | None = None,
+    ) -> None:
+        """Append ``T`` consecutive steps of every env at once (arrays with leading axes
+        ``(T, num_lanes)``): the same as ``T`` calls of :meth:`add`, in a few array
+        operations. A step's lanes whose ``valid`` entry is False are left untouched.
+
+        :raises BufferFullError: if a lane of an append-only buffer would overflow; then
+            nothing is written.
+        """
+        steps = len(rew)
+        if self.circular and steps > self.lane_capacity:
+            # within lane_capacity steps no lane wraps onto a slot written in the same block
+            for t in range(0, steps, self.lane_capacity):
+                part = slice(t, t + self.lane_capacity)
+                self.extend(obs[part], act[part], rew[part], next_obs[part], terminated[part],
+                            truncated[part], None if valid is None else valid[part])
+            return
         if valid is None:
-            lanes = self._all_lanes
+            counts = np.arange(1, steps + 1)[:, None]
+            added = np.full(self.num_lanes, steps)
         else:
-            lanes = np.flatnonzero(valid)
-            obs, act, rew = obs[lanes], act[lanes], rew[lanes]
-            next_obs, terminated, truncated = next_obs[lanes], terminated[lanes], truncated[lanes]
-        pos = self.ptr[lanes]
-        if not self.circular and (self.size[lanes] >= self.lane_capacity).any():
+            counts = valid.cumsum(0)
+            added = counts[-1]
+        if not self.circular and (self.ptr + added > self.lane_capacity).any():
             raise BufferFullError(
                 f"rollout storage is full ({self.lane_capacity} transitions per env)"
             )
-        # one flat index into (lanes * capacity) views: cheaper than 2-D fancy indexing
-        flat = lanes * self.lane_capacity + pos
-        for view, value in zip(self._flat, (obs, act, rew, next_obs, terminated, truncated),
-                               strict=True):
-            view[flat] = value
-        pos += 1
+        pos = self.ptr + counts - 1  # (T, lanes): the slot of each step of each lane
         if self.circular:
-            pos[pos == self.lane_capacity] = 0
-        self.ptr[lanes] = pos
-        self.size[lanes] = np.minimum(self.size[lanes] + 1, self.lane_capacity)
+            pos %= self.lane_capacity
+        # one flat index into (lanes * capacity) views: cheaper than 2-D fancy indexing
+        flat = self._lane_base + pos
+        values = (obs, act, rew, next_obs, terminated, truncated)
+        if valid is not None:
+            flat, values = flat[valid], tuple(v[valid] for v in values)
+        else:
+            flat, values = flat.reshape(-1), tuple(
+                v.reshape(-1, *v.shape[2:]) for v in values)
+        for view, value in zip(self._flat, values, strict=True):
+            view[flat] = value
+        self.ptr += added
+        if self.circular:
+            self.ptr %= self.lane_capacity
+        np.minimum(self.size + added, self.lane_capacity, out=self.size)
 
     _ARRAYS = ("obs", "next_obs", "act", "rew", "terminated", "truncated", "ptr", "size")
 
