@@ -375,3 +375,42 @@ def test_nstep_sample_matches_reference_on_random_lanes(n_step):
         assert batch.discount[row] == pytest.approx(disc, rel=1e-6)
         np.testing.assert_array_equal(batch.next_obs[row], nxt)
         assert batch.lanes[row] == lane
+
+
+# --------------------------------------------------------------------------- blocks
+def _random_steps(rng, steps, lanes, p_valid):
+    obs = rng.normal(size=(steps, lanes, 2)).astype(np.float32)
+    return (obs, rng.integers(0, 3, size=(steps, lanes)),
+            rng.normal(size=(steps, lanes)).astype(np.float32), -obs,
+            rng.random((steps, lanes)) < 0.1, rng.random((steps, lanes)) < 0.05,
+            None if p_valid is None else rng.random((steps, lanes)) < p_valid)
+
+
+@pytest.mark.parametrize("p_valid", [None, 0.7])
+@pytest.mark.parametrize("steps", [1, 5, 8, 19])
+def test_extend_equals_step_by_step_adds(steps, p_valid):
+    """A block of T steps (T below, at and above the lane capacity of 8, which wraps lanes
+    more than once) leaves a circular buffer exactly as T single-step adds do."""
+    rng = np.random.default_rng(steps)
+    one, block = make_buffer(num_lanes=4), make_buffer(num_lanes=4)
+    for _ in range(2):  # a second block starts from lanes at different positions
+        fields = _random_steps(rng, steps, 4, p_valid)
+        block.extend(*fields)
+        for t in range(steps):
+            one.add(*(None if f is None else f[t] for f in fields))
+    for name in ReplayBuffer._ARRAYS:
+        np.testing.assert_array_equal(getattr(block, name), getattr(one, name), err_msg=name)
+
+
+def test_extend_that_would_overflow_an_append_only_lane_writes_nothing():
+    buf = make_buffer(num_lanes=2, lane_capacity=4, circular=False)
+    fields = _random_steps(np.random.default_rng(0), 3, 2, None)
+    buf.extend(*fields)
+    before = {name: getattr(buf, name).copy() for name in ReplayBuffer._ARRAYS}
+    valid = np.array([[False, True], [False, True]])  # lane 1 would need 5 slots
+    with pytest.raises(BufferFullError):
+        buf.extend(*(f[:2] for f in fields[:6]), valid)
+    for name, value in before.items():
+        np.testing.assert_array_equal(getattr(buf, name), value, err_msg=name)
+    buf.extend(*(f[:1] for f in fields[:6]))  # one more step still fits
+    assert list(buf.size) == [4, 4]

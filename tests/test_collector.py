@@ -235,16 +235,18 @@ def expected_next_step_lanes(rec: RecordingVectorEnv) -> list[list[tuple]]:
 def test_cartpole_native_vector_env_next_step_path():
     """CartPole's own (next-step) vector env: the buffer holds exactly the real transitions,
     a done transition's next_obs is its true final observation (not the reset observation
-    that follows), and each lane is continuous except across dones."""
+    that follows), and each lane is continuous except across dones. Each collection is 75
+    vector steps, so the collector's block writes (every 64 steps) split inside it."""
     m = 4
     rec = RecordingVectorEnv(
         gym.make_vec("CartPole-v1", num_envs=m, vectorization_mode="vector_entry_point"))
     collector, buffer = make_collector(rec, capacity=400, seed=3)
     assert collector.next_step_mode
     policy = random_policy(rec, 3)
-    results = [collector.collect(policy, n_steps=150) for _ in range(4)]
+    results = [collector.collect(policy, n_steps=300) for _ in range(4)]
     n_steps = sum(r.n_steps for r in results)
-    assert n_steps == 4 * math.ceil(150 / m) * m == m * len(rec.steps)
+    assert collector.WRITE_EVERY < 300 // m
+    assert n_steps == 4 * math.ceil(300 / m) * m == m * len(rec.steps)
 
     expected = expected_next_step_lanes(rec)
     resets = n_steps - sum(len(e) for e in expected)
