@@ -71,10 +71,9 @@ _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
 def sample_categorical(logits: torch.Tensor) -> torch.Tensor:
     """One action per row, drawn with probabilities softmax(logits), by the Gumbel-max trick:
-    argmax(logits + Gumbel noise). Four small ops, about 2.5x cheaper than
-    softmax + torch.multinomial at the batch sizes of an env step."""
-    gumbel = torch.rand_like(logits).log_().neg_().log_().neg_()
-    return (logits + gumbel).argmax(-1)
+    argmax(logits + Gumbel noise), with -Gumbel noise = log(-log(U)). Four small ops, about
+    2.5x cheaper than softmax + torch.multinomial at the batch sizes of an env step."""
+    return (logits - torch.rand_like(logits).log_().neg_().log_()).argmax(-1)
 
 
 class PPO(OnPolicyAlgorithm):
@@ -94,7 +93,7 @@ class PPO(OnPolicyAlgorithm):
         return {"optim": self.optim}
 
     def _act(self, obs: np.ndarray, *, deterministic: bool, progress: Progress) -> np.ndarray:
-        out = self.actor(self._tensor(obs))
+        out = self.actor.forward(self._tensor(obs))  # no module dispatch: once per env step
         if self.discrete:
             act = out.argmax(-1) if deterministic else sample_categorical(out)
         else:
