@@ -142,6 +142,25 @@ def stop_fn(mean_return: float) -> bool:
     return mean_return >= SOLVE_THRESHOLD
 
 
+def shared_params(hp: dict[str, Any], train_collector: Any, test_collector: Any,
+                  epoch_num_steps: int, max_epochs: int) -> dict[str, Any]:
+    """Trainer keywords both runs share: the benchmark's test cadence and quiet output."""
+    return dict(training_collector=train_collector, test_collector=test_collector,
+                max_epochs=max_epochs, epoch_num_steps=epoch_num_steps,
+                collection_step_num_env_steps=hp["collection_step_num_env_steps"],
+                test_step_num_episodes=TEST_EPISODES, batch_size=hp["batch_size"],
+                stop_fn=stop_fn, test_in_training=False, logger=None, verbose=False,
+                show_progress=False)
+
+
+def run_summary(source: str, hp: dict[str, Any], epoch_num_steps: int, per_epoch: int,
+                max_epochs: int, **extra: Any) -> dict[str, Any]:
+    """What the run used, printed with its result."""
+    return {"source": source, **{k: v for k, v in hp.items() if not k.startswith("their_")},
+            **extra, "epoch_num_steps": epoch_num_steps, "env_steps_per_test": per_epoch,
+            "max_epochs": max_epochs, "max_env_steps": max_epochs * per_epoch}
+
+
 def build_ppo(seed: int, epoch_num_steps: int) -> tuple[Any, Any, TimedCollector, Any, dict]:
     hp = PPO_HP
     env = gym.make(TASK)
@@ -190,29 +209,12 @@ def build_ppo(seed: int, epoch_num_steps: int) -> tuple[Any, Any, TimedCollector
 
     def make_params() -> OnPolicyTrainerParams:
         return OnPolicyTrainerParams(
-            training_collector=train_collector,
-            test_collector=test_collector,
-            max_epochs=max_epochs,
-            epoch_num_steps=epoch_num_steps,
-            collection_step_num_env_steps=hp["collection_step_num_env_steps"],
+            **shared_params(hp, train_collector, test_collector, epoch_num_steps, max_epochs),
             update_step_num_repetitions=hp["update_step_num_repetitions"],
-            test_step_num_episodes=TEST_EPISODES,
-            batch_size=hp["batch_size"],
-            stop_fn=stop_fn,
-            test_in_training=False,
-            logger=None,
-            verbose=False,
-            show_progress=False,
         )
 
-    summary = {
-        "source": "tianshou test/discrete/test_ppo.py (2.0)",
-        **{k: v for k, v in hp.items() if not k.startswith("their_")},
-        "epoch_num_steps": epoch_num_steps,
-        "env_steps_per_test": per_epoch,
-        "max_epochs": max_epochs,
-        "max_env_steps": max_epochs * per_epoch,
-    }
+    summary = run_summary("tianshou test/discrete/test_ppo.py (2.0)", hp, epoch_num_steps,
+                          per_epoch, max_epochs)
     return algorithm, make_params, test_collector, None, summary
 
 
@@ -272,33 +274,15 @@ def build_dqn(seed: int, epoch_num_steps: int) -> tuple[Any, Any, TimedCollector
 
     def make_params() -> OffPolicyTrainerParams:
         return OffPolicyTrainerParams(
-            training_collector=train_collector,
-            test_collector=test_collector,
-            max_epochs=max_epochs,
-            epoch_num_steps=epoch_num_steps,
-            collection_step_num_env_steps=hp["collection_step_num_env_steps"],
-            test_step_num_episodes=TEST_EPISODES,
-            batch_size=hp["batch_size"],
+            **shared_params(hp, train_collector, test_collector, epoch_num_steps, max_epochs),
             update_step_num_gradient_steps_per_sample=hp["update_per_step"],
             training_fn=training_fn,
-            stop_fn=stop_fn,
-            test_in_training=False,
-            logger=None,
-            verbose=False,
-            show_progress=False,
         )
 
-    summary = {
-        "source": "tianshou test/discrete/test_dqn.py (2.0)",
-        **{k: v for k, v in hp.items() if not k.startswith("their_")},
-        "eps_schedule": "0.1 to 10k steps, linear to 0.01 at 50k",
-        "eps_test": 0.0,
-        "warmup_env_steps": warmup_steps,
-        "epoch_num_steps": epoch_num_steps,
-        "env_steps_per_test": per_epoch,
-        "max_epochs": max_epochs,
-        "max_env_steps": max_epochs * per_epoch,
-    }
+    summary = run_summary("tianshou test/discrete/test_dqn.py (2.0)", hp, epoch_num_steps,
+                          per_epoch, max_epochs,
+                          eps_schedule="0.1 to 10k steps, linear to 0.01 at 50k", eps_test=0.0,
+                          warmup_env_steps=warmup_steps)
     return algorithm, make_params, test_collector, warmup, summary
 
 
