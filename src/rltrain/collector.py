@@ -139,9 +139,8 @@ class Collector:
         pending: list[tuple] = []  # steps not yet written to the buffer
         step, buffer, num_envs = self.envs.step, self.buffer, self.num_envs
         ep_return, ep_length = self._ep_return, self._ep_length
-        # next-step mode: whether some env's coming step is a reset step
-        any_resetting = self.next_step_mode and bool(self._resetting.any())
-        n_resetting = int(self._resetting.sum())
+        # next-step mode: how many envs' coming step is a reset step
+        n_resetting = int(self._resetting.sum()) if self.next_step_mode else 0
         # policies act under inference mode, entered once here (see Algorithm.policy)
         with torch.inference_mode():
             while True:
@@ -156,7 +155,7 @@ class Collector:
                 next_obs, rew, terminated, truncated, info = step(act)
                 done = terminated | truncated
                 any_done = bool(done.any())
-                valid = ~self._resetting if any_resetting else None
+                valid = ~self._resetting if n_resetting else None
                 final_obs = next_obs
                 if any_done and not self.next_step_mode:
                     final_obs = next_obs.copy()
@@ -189,7 +188,6 @@ class Collector:
                     ep_length[done_idx] = 0
                 if self.next_step_mode:
                     self._resetting = done
-                    any_resetting = any_done
                     n_resetting = len(done_idx) if any_done else 0
                 self._obs = next_obs
                 vector_steps += 1
