@@ -1,0 +1,509 @@
+"""The state of (vector) envs as plain data, captured honestly.
+
+``rltrain resume=DIR`` must continue a run exactly, so checkpoints hold the full state of the
+envs. Checkpoints are loaded with ``torch.load(weights_only=True)`` so that loading one can run
+no code; the state may therefore hold only dicts, lists, tuples, str, int, float, bool, None and
+tensors. :func:`snapshot` turns live envs into such data and :func:`restore` writes it back.
+
+The state is read off ``vars()`` of the envs, their wrappers and sub-envs, and of the plain
+Python objects they hold (e.g. NormalizeObservation's ``RunningMeanStd``), recursively. Objects
+offering ``state_dict()``/``load_state_dict()`` are captured through those instead. Constants
+(specs, functions, classes, recorded constructor kwargs) are skipped. Values whose state lives
+where ``vars()`` cannot see it (ctypes data, C/SWIG/pybind11 objects, ``__slots__``, sub-envs in
+other processes) are *reported* in :attr:`Snapshot.not_captured`, never silently dropped, so
+the caller can say that a resume is not exact.
+
+Encoding: a packed value is a bool/int/float/str/None as is, or a tuple ``(tag, ...)``. A
+mutable object met a second time is packed as ``("alias", first_path)``; that keeps aliasing
+and stops reference cycles. Restoring imports and constructs nothing named by the state: enum
+members, object types and bit generators are looked up through the live objects or fixed tables.
+"""
+
+from __future__ import annotations
+
+import collections
+import enum
+import functools
+import random
+import types
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium.envs.registration import EnvSpec, WrapperSpec
+from gymnasium.vector import AsyncVectorEnv
+
+FORMAT = "rltrain.envstate/1"
+_PLAIN = (bool, int, float, str, type(None))
+#: configuration, not state: skipped without a report
+_CONSTANT = (EnvSpec, WrapperSpec, type, types.ModuleType, functools.partial,
+             types.FunctionType, types.BuiltinFunctionType, types.MethodType,
+             types.MethodWrapperType, types.WrapperDescriptorType, types.MethodDescriptorType,
+             staticmethod, classmethod)
+#: gymnasium's record of constructor arguments (constant, and may hold anything)
+_SKIPPED_ATTRS = frozenset({"_saved_kwargs"})
+#: immutable: the same object reached twice needs no alias
+_IMMUTABLE = (tuple, frozenset, np.dtype)
+#: the only bit generators a restore will build: never looked up by a name from the file
+_BIT_GENERATORS = {cls.__name__: cls for cls in (np.random.PCG64, np.random.PCG64DXSM,
+                                                  np.random.MT19937, np.random.Philox,
+                                                  np.random.SFC64)}
+# Instances of a class written in Python without __slots__ have this size. A larger one means
+# the class, or a C base of it (ctypes, pybind11, float...), keeps state outside __dict__.
+_PLAIN_BASICSIZE = type("_Probe", (), {}).__basicsize__
+_SKIP = object()  # pack(): a constant, leave it out
+_KEEP = object()  # unpack(): leave the live value as it is
+_MISSING = object()  # unpack(): there is no live value
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What :func:`snapshot` returns: the state, and the honest list of what it lacks."""
+
+    #: plain data only: ``torch.load(weights_only=True)`` loads it
+    state: dict[str, Any]
+    #: one ``"<path> (<module>.<qualname>)"`` per value holding state that was not captured
+    not_captured: list[str]
+
+
+def snapshot(envs: Any) -> Snapshot:
+    """The state of ``envs`` (a vector env, an env, a wrapper) and what it lacks."""
+    packer = _Packer()
+    root = packer.pack(envs, "envs")
+    return Snapshot({"format": FORMAT, "root": ("skipped",) if root is _SKIP else root},
+                    packer.not_captured)
+
+
+def restore(envs: Any, state: dict[str, Any]) -> list[str]:
+    """Write ``state`` back into ``envs`` in place; the problems met ([] means exactly).
+
+    Never raises on a bad or mismatched state: each problem names its path and the restore goes
+    on, so the live envs may end up partly restored when the list is not empty.
+    """
+    if not isinstance(state, dict) or state.get("format") != FORMAT or "root" not in state:
+        return [f"envs: not an env state of format {FORMAT!r}"]
+    restorer = _Restorer()
+    restorer.unpack(state["root"], envs, "envs")
+    return restorer.problems
+
+
+def _type_name(value: Any) -> str:
+    return f"{type(value).__module__}.{type(value).__qualname__}"
+
+
+def _found(live: Any) -> str:
+    """What restore found where the state expected something (for problem messages)."""
+    return "missing" if live is _MISSING else _type_name(live)
+
+
+def _is_constant(value: Any) -> bool:
+    """Configuration, e.g. SyncVectorEnv.env_fns (a list of functions)."""
+    if isinstance(value, list) and value:
+        return all(isinstance(v, _CONSTANT) for v in value)
+    return isinstance(value, _CONSTANT)
+
+
+def _has_protocol(value: Any) -> bool:
+    # looked up on the type: gym.Wrapper-like __getattr__ forwarding must not answer for it
+    cls = type(value)
+    return callable(getattr(cls, "state_dict", None)) and callable(
+        getattr(cls, "load_state_dict", None))
+
+
+def _subspaces(space: gym.spaces.Space) -> dict[str, gym.spaces.Space]:
+    """The spaces inside a composite space (Dict, Tuple, Sequence...): each has its own RNG."""
+    out: dict[str, gym.spaces.Space] = {}
+    for attr, value in vars(space).items():
+        if isinstance(value, gym.spaces.Space):
+            out[attr] = value
+        elif isinstance(value, (tuple, list)):
+            out.update({f"{attr}[{i}]": s for i, s in enumerate(value)
+                        if isinstance(s, gym.spaces.Space)})
+        elif isinstance(value, dict):
+            out.update({f"{attr}[{k!r}]": s for k, s in value.items()
+                        if isinstance(s, gym.spaces.Space)})
+    return out
+
+
+def _pack_array(a: np.ndarray) -> tuple:
+    """A typed tensor where torch has the dtype (readable), else the raw bytes: exact for all."""
+    spec = a.dtype.str if a.dtype.fields is None else a.dtype.descr
+    data = np.array(a, copy=True, order="C")
+    if a.dtype.isnative and a.dtype.fields is None:
+        try:
+            tensor = torch.from_numpy(data)
+        except TypeError:  # a dtype torch lacks (strings, datetimes, long double...)
+            tensor = None
+        if tensor is not None and tensor.numpy().dtype == a.dtype:
+            return ("array", spec, list(a.shape), tensor, False)
+    raw = torch.from_numpy(np.frombuffer(data.tobytes(), dtype=np.uint8).copy())
+    return ("array", spec, list(a.shape), raw, True)
+
+
+def _dtype(spec: Any) -> np.dtype:
+    if not isinstance(spec, (str, list)):
+        raise TypeError(f"bad dtype {spec!r}")
+    dtype = np.dtype(spec)
+    if dtype.hasobject:  # object arrays could only hold pickled objects: never built
+        raise ValueError(f"object dtype {spec!r} refused")
+    return dtype
+
+
+def _unpack_array(spec: Any, shape: Any, data: Any, raw: Any) -> np.ndarray:
+    dtype = _dtype(spec)
+    if not (isinstance(data, torch.Tensor) and isinstance(shape, list)
+            and all(type(n) is int and n >= 0 for n in shape)):
+        raise TypeError("bad array data")
+    array = data.detach().cpu().numpy()
+    if raw:
+        if array.dtype != np.uint8 or array.size != dtype.itemsize * int(np.prod(shape)):
+            raise ValueError("raw array data of the wrong size")
+        return np.frombuffer(array.tobytes(), dtype=dtype).reshape(shape).copy()
+    if array.dtype != dtype or list(array.shape) != shape:
+        raise ValueError("array data of the wrong dtype or shape")
+    return array.copy()
+
+
+def _bit_generator(state: Any) -> type:
+    """The bit generator class a generator state names, from a fixed table only."""
+    name = state.get("bit_generator") if isinstance(state, dict) else None
+    if not isinstance(name, str) or name not in _BIT_GENERATORS:
+        raise ValueError(f"bit generator {name!r} refused")
+    return _BIT_GENERATORS[name]
+
+
+class _Packer:
+    """One walk over live envs: packs values, remembers first paths, collects the gaps."""
+
+    def __init__(self) -> None:
+        # id -> (first path, the object itself: kept alive so that no id is reused meanwhile)
+        self.seen: dict[int, tuple[str, Any]] = {}
+        self.not_captured: list[str] = []
+
+    def uncaptured(self, path: str, value: Any, why: str = "") -> tuple:
+        name = _type_name(value) + (f": {why}" if why else "")
+        self.not_captured.append(f"{path} ({name})")
+        return ("uncaptured", name)
+
+    def pack(self, value: Any, path: str) -> Any:
+        """The packed form of ``value`` found at ``path``, or _SKIP for a constant."""
+        if type(value) in _PLAIN:
+            return value
+        if isinstance(value, enum.Enum):  # by name: restored through the live value's type
+            return ("enum", value.name) if value.name else self.uncaptured(path, value)
+        if isinstance(value, np.generic):  # keeps its dtype: np.float32 arithmetic differs
+            return ("npscalar", _pack_array(np.asarray(value)))
+        if _is_constant(value):
+            return _SKIP
+        if not isinstance(value, _IMMUTABLE):
+            first = self.seen.get(id(value))
+            if first is not None:
+                return ("alias", first[0])
+            self.seen[id(value)] = (path, value)
+        return self._pack_new(value, path)
+
+    def _pack_new(self, value: Any, path: str) -> Any:
+        if isinstance(value, np.ndarray):
+            if value.dtype.hasobject:
+                return self.uncaptured(path, value, "object array")
+            return _pack_array(value)
+        if isinstance(value, torch.Tensor):
+            return ("tensor", value.detach().cpu().clone())
+        if isinstance(value, (np.random.Generator, np.random.RandomState)):
+            generator = isinstance(value, np.random.Generator)
+            state = value.bit_generator.state if generator else value.get_state(legacy=False)
+            if state["bit_generator"] not in _BIT_GENERATORS:
+                return self.uncaptured(path, value, "a bit generator restore would not build")
+            if generator:
+                return ("generator", self.pack(state, f"{path}.bit_generator.state"))
+            return ("randomstate", self.pack(state, f"{path}.state"))
+        if isinstance(value, random.Random):
+            try:
+                return ("random", value.getstate())  # (int, tuple of ints, float | None)
+            except NotImplementedError:  # SystemRandom has no state to save
+                return self.uncaptured(path, value)
+        if isinstance(value, gym.spaces.Space):
+            return self._pack_space(value, path)
+        if isinstance(value, AsyncVectorEnv):
+            return self.uncaptured(path, value, "sub-envs run in other processes")
+        if _has_protocol(value):
+            state = self.pack(value.state_dict(), f"{path}.state_dict()")
+            return ("protocol", _type_name(value), ("skipped",) if state is _SKIP else state)
+        if isinstance(value, dict):
+            return ("dict", [[self.pack(k, f"{path}.keys()"), self._item(v, f"{path}[{k!r}]")]
+                             for k, v in value.items() if not _is_constant(k)])
+        if isinstance(value, (list, tuple, collections.deque)):
+            items = [self._item(v, f"{path}[{i}]") for i, v in enumerate(value)]
+            if isinstance(value, collections.deque):
+                return ("deque", items, value.maxlen)
+            return ("list" if isinstance(value, list) else "tuple", items)
+        if isinstance(value, (set, frozenset)):
+            items = [self.pack(v, f"{path}[{i}]") for i, v in enumerate(value)]
+            return ("set", [v for v in items if v is not _SKIP], isinstance(value, frozenset))
+        if isinstance(value, np.dtype):
+            return ("dtype", value.str if value.fields is None else value.descr)
+        return self._pack_object(value, path)
+
+    def _item(self, value: Any, path: str) -> Any:
+        packed = self.pack(value, path)
+        return ("skipped",) if packed is _SKIP else packed  # keeps the positions of the others
+
+    def _pack_space(self, space: gym.spaces.Space, path: str) -> tuple:
+        """A space is configuration, except for its RNG (which sample() draws from)."""
+        rng = space._np_random  # the np_random property would create one
+        children = {key: self.pack(sub, f"{path}.{key}") for key, sub in _subspaces(space).items()}
+        return ("space", _type_name(space),
+                None if rng is None else self.pack(rng, f"{path}.np_random"), children)
+
+    def _pack_object(self, value: Any, path: str) -> tuple:
+        attrs = getattr(value, "__dict__", None)
+        if (not isinstance(attrs, dict) or type(value).__basicsize__ > _PLAIN_BASICSIZE
+                or type(attrs.get("this")).__name__ == "SwigPyObject"):
+            # the state lives in C (or in slots): vars() would look empty or partial
+            return self.uncaptured(path, value)
+        packed = {}
+        for attr, v in attrs.items():
+            if attr not in _SKIPPED_ATTRS and (p := self.pack(v, f"{path}.{attr}")) is not _SKIP:
+                packed[attr] = p
+        return ("object", _type_name(value), packed)
+
+
+class _Restorer:
+    """One walk over a packed state and the live envs side by side, collecting problems.
+
+    The handlers are a fixed table keyed by tag: nothing in the state chooses code to run.
+    """
+
+    def __init__(self) -> None:
+        self.problems: list[str] = []
+        #: path -> the live object restored there, for the aliases that refer to it
+        self.restored: dict[str, Any] = {}
+        self.handlers = {
+            "alias": self._alias, "uncaptured": self._uncaptured, "skipped": self._skipped,
+            "enum": self._enum, "npscalar": self._npscalar, "array": self._array,
+            "tensor": self._tensor, "generator": self._generator,
+            "randomstate": self._randomstate, "random": self._random, "space": self._space,
+            "protocol": self._protocol, "dict": self._dict, "list": self._list,
+            "tuple": self._tuple, "deque": self._deque, "set": self._set,
+            "dtype": self._dtype_value, "object": self._object,
+        }
+
+    def problem(self, path: str, message: str) -> object:
+        self.problems.append(f"{path}: {message}")
+        return _KEEP
+
+    def unpack(self, packed: Any, live: Any, path: str) -> Any:
+        """The value to hold at ``path``: ``live`` itself restored in place where it allows,
+        a new value, or _KEEP (leave the live value; any problem is recorded)."""
+        if not isinstance(packed, tuple):
+            if type(packed) in _PLAIN:
+                return packed
+            return self.problem(path, f"malformed state ({type(packed).__name__})")
+        handler = self.handlers.get(packed[0]) if packed and isinstance(packed[0], str) else None
+        if handler is None:
+            return self.problem(path, f"malformed state (tag {packed[:1]!r})")
+        try:
+            return handler(path, live, *packed[1:])
+        except Exception as exc:  # a bad state is a problem to report, never a crash
+            return self.problem(path, f"malformed state ({type(exc).__name__}: {exc})")
+
+    def _alias(self, path: str, live: Any, first: str) -> Any:
+        if first not in self.restored:
+            return self.problem(path, f"refers to {first}, which was not restored")
+        return self.restored[first]
+
+    def _uncaptured(self, path: str, live: Any, name: str) -> Any:
+        if live is not _MISSING:
+            self.restored[path] = live
+        return self.problem(path, f"not captured in the snapshot ({name}); left as it is")
+
+    def _skipped(self, path: str, live: Any) -> Any:
+        return self.problem(path, "a constant, and no live value") if live is _MISSING else _KEEP
+
+    def _enum(self, path: str, live: Any, name: str) -> Any:
+        if isinstance(live, enum.Enum) and name in type(live).__members__:
+            return type(live).__members__[name]
+        return self.problem(path, f"enum member {name!r} not found through the live value "
+                                  f"({_found(live)})")
+
+    def _npscalar(self, path: str, live: Any, array: tuple) -> Any:
+        if not (isinstance(array, tuple) and array[:1] == ("array",)):
+            raise TypeError("bad scalar")
+        return _unpack_array(*array[1:])[()]
+
+    def _array(self, path: str, live: Any, *data: Any) -> Any:
+        array = _unpack_array(*data)
+        if (isinstance(live, np.ndarray) and live.shape == array.shape
+                and live.dtype == array.dtype and live.flags.writeable):
+            live[...] = array  # in place: views and other references see the restored data
+            array = live
+        self.restored[path] = array
+        return array
+
+    def _tensor(self, path: str, live: Any, data: Any) -> Any:
+        if not isinstance(data, torch.Tensor):
+            raise TypeError("bad tensor")
+        if isinstance(live, torch.Tensor) and live.shape == data.shape and live.dtype == data.dtype:
+            with torch.no_grad():
+                live.copy_(data)
+            data = live
+        else:
+            data = data.clone()  # never share memory with the state
+        self.restored[path] = data
+        return data
+
+    def _generator(self, path: str, live: Any, packed: Any) -> Any:
+        state = self.unpack(packed, _MISSING, f"{path}.bit_generator.state")
+        if state is _KEEP:
+            return _KEEP
+        cls = _bit_generator(state)
+        if not (isinstance(live, np.random.Generator) and type(live.bit_generator) is cls):
+            live = np.random.Generator(cls())
+        live.bit_generator.state = state
+        self.restored[path] = live
+        return live
+
+    def _randomstate(self, path: str, live: Any, packed: Any) -> Any:
+        state = self.unpack(packed, _MISSING, f"{path}.state")
+        if state is _KEEP:
+            return _KEEP
+        cls = _bit_generator(state)
+        if not (isinstance(live, np.random.RandomState)
+                and live.get_state(legacy=False)["bit_generator"] == cls.__name__):
+            live = np.random.RandomState(cls())
+        live.set_state(state)
+        self.restored[path] = live
+        return live
+
+    def _random(self, path: str, live: Any, state: Any) -> Any:
+        if not isinstance(live, random.Random):
+            live = random.Random()
+        live.setstate(state)  # validates the state: raises on anything malformed
+        self.restored[path] = live
+        return live
+
+    def _space(self, path: str, live: Any, name: str, rng: Any, children: dict) -> Any:
+        if not isinstance(live, gym.spaces.Space) or _type_name(live) != name:
+            return self.problem(path, f"expected a {name}, the live value is {_found(live)}")
+        self.restored[path] = live
+        if rng is not None:
+            generator = self.unpack(rng, live.np_random, f"{path}.np_random")
+            if generator is not _KEEP and generator is not live.np_random:
+                live._np_random = generator  # a Space has no public way to replace its RNG
+        live_children = _subspaces(live)
+        for key, packed in children.items():
+            if key not in live_children:
+                self.problem(f"{path}.{key}", "the live space has no such sub-space")
+            else:
+                self.unpack(packed, live_children[key], f"{path}.{key}")
+        return live
+
+    def _protocol(self, path: str, live: Any, name: str, packed: Any) -> Any:
+        if live is _MISSING or _type_name(live) != name or not _has_protocol(live):
+            return self.problem(path, f"expected a {name} with load_state_dict(), the live "
+                                      f"value is {_found(live)}")
+        self.restored[path] = live
+        # the live state_dict() is the live counterpart: it gives enum members their type
+        state = self.unpack(packed, live.state_dict(), f"{path}.state_dict()")
+        if state is not _KEEP:
+            live.load_state_dict(state)
+        return live
+
+    def _key(self, packed: Any, candidates: Any, path: str) -> Any:
+        """A dict key or set element; an enum member is found among the live ones."""
+        if isinstance(packed, tuple) and packed[:1] == ("enum",) and len(packed) == 2:
+            for candidate in candidates:
+                if isinstance(candidate, enum.Enum) and packed[1] in type(candidate).__members__:
+                    return type(candidate).__members__[packed[1]]
+            return self.problem(path, f"enum member {packed[1]!r}: no live enum of it")
+        return self.unpack(packed, _MISSING, path)
+
+    def _dict(self, path: str, live: Any, items: list) -> Any:
+        target = live if isinstance(live, dict) else {}
+        self.restored[path] = target
+        new = {}
+        for packed_key, packed_value in items:
+            key = self._key(packed_key, list(target), f"{path}.keys()")
+            if key is _KEEP:
+                return _KEEP
+            old = target.get(key, _MISSING)
+            value = self.unpack(packed_value, old, f"{path}[{key!r}]")
+            if (value := old if value is _KEEP else value) is _MISSING:
+                return _KEEP
+            new[key] = value
+        kept = [(k, v) for k, v in target.items() if _is_constant(k)]
+        target.clear()
+        target.update(new)
+        target.update(kept)
+        return target
+
+    def _items(self, path: str, live_items: list, items: list) -> list | None:
+        """The restored items of a sequence, paired by position with the live ones where their
+        numbers agree; None when one can be neither restored nor kept."""
+        if len(live_items) != len(items):
+            live_items = [_MISSING] * len(items)
+        new = [self.unpack(p, old, f"{path}[{i}]")
+               for i, (p, old) in enumerate(zip(items, live_items, strict=True))]
+        new = [old if v is _KEEP else v for v, old in zip(new, live_items, strict=True)]
+        return None if any(v is _MISSING for v in new) else new
+
+    def _list(self, path: str, live: Any, items: list) -> Any:
+        target = live if isinstance(live, list) else []
+        self.restored[path] = target
+        if (new := self._items(path, list(target), items)) is None:
+            return _KEEP
+        target[:] = new
+        return target
+
+    def _deque(self, path: str, live: Any, items: list, maxlen: int | None) -> Any:
+        ok = isinstance(live, collections.deque) and live.maxlen == maxlen
+        target = live if ok else collections.deque(maxlen=maxlen)
+        self.restored[path] = target
+        if (new := self._items(path, list(target), items)) is None:
+            return _KEEP
+        target.clear()
+        target.extend(new)
+        return target
+
+    def _tuple(self, path: str, live: Any, items: list) -> Any:
+        old = list(live) if isinstance(live, tuple) else []
+        if (new := self._items(path, old, items)) is None:
+            return _KEEP
+        if isinstance(live, tuple) and len(new) == len(old):
+            if all(a is b for a, b in zip(new, old, strict=True)):
+                return live  # unchanged: keep the very tuple
+            if hasattr(type(live), "_fields"):
+                return type(live)._make(new)  # a namedtuple stays one (the live type, not a name)
+        return tuple(new)
+
+    def _set(self, path: str, live: Any, items: list, frozen: bool) -> Any:
+        candidates = list(live) if isinstance(live, (set, frozenset)) else []
+        new = [self._key(p, candidates, f"{path}[{i}]") for i, p in enumerate(items)]
+        if any(v is _KEEP for v in new):
+            return _KEEP
+        new += [v for v in candidates if _is_constant(v)]
+        if frozen:
+            return live if isinstance(live, frozenset) and live == set(new) else frozenset(new)
+        target = live if isinstance(live, set) else set()
+        target.clear()
+        target.update(new)
+        self.restored[path] = target
+        return target
+
+    def _dtype_value(self, path: str, live: Any, spec: Any) -> Any:
+        return _dtype(spec)
+
+    def _object(self, path: str, live: Any, name: str, attrs: dict) -> Any:
+        if live is _MISSING or _type_name(live) != name or not isinstance(
+                getattr(live, "__dict__", None), dict):
+            return self.problem(path, f"expected a {name}, the live value is {_found(live)}")
+        self.restored[path] = live
+        live_attrs = vars(live)
+        for attr, packed in attrs.items():
+            old = live_attrs.get(attr, _MISSING)
+            value = self.unpack(packed, old, f"{path}.{attr}")
+            if value is not _KEEP and value is not old:
+                live_attrs[attr] = value
+        return live
