@@ -11,7 +11,11 @@ reward threshold) are never written here: the composition root computes them.
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import math
+import types
+import typing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,10 +33,20 @@ class ConfigError(ValueError):
 class EnvConfig:
     #: short name used in the run directory (``outputs/<algo>-<name>/...``)
     name: str = MISSING
-    #: gymnasium id, e.g. CartPole-v1, or a user's own registered id
+    #: gymnasium id, e.g. CartPole-v1, a user's own registered id, or ``module:Env-v0``
+    #: (gymnasium's form: the module is imported first, which registers the env)
     id: str = MISSING
-    #: keyword arguments passed to ``gymnasium.make_vec`` / the env constructor
+    #: keyword arguments passed to the env constructor (free-form: ``env.kwargs.g=9.81``)
     kwargs: dict[str, Any] = field(default_factory=dict)
+    #: modules imported before the env is made (a user's package that registers envs);
+    #: stored with the run, so eval, export and resume import them too
+    imports: list[str] = field(default_factory=list)
+    #: gymnasium wrappers (or the user's own), applied in order to every env of the run
+    #: (train, test, eval, video): a dotted class name, or ``{name: ..., kwargs: {...}}``
+    wrappers: list[Any] = field(default_factory=list)
+    #: truncate episodes after this many steps (null: the env's registered limit; an env
+    #: with none gets DEFAULT_MAX_EPISODE_STEPS, so that no episode runs forever)
+    max_episode_steps: int | None = None
     #: parallel envs used for collecting training data
     num_train_envs: int = 8
     #: parallel envs used for the test step (each runs a fixed quota of episodes)
@@ -161,6 +175,11 @@ class LoggerConfig:
     tensorboard: bool = True
     #: show a live progress bar during each epoch (only on a terminal)
     progress_bar: bool = True
+    #: when stdout is not a terminal (Slurm logs, ``| tee``), print a progress line within a
+    #: long epoch at most this often (seconds)
+    progress_interval_s: float = 30.0
+    #: print nothing but warnings and errors (``rltrain -q``)
+    quiet: bool = False
 
 
 # --------------------------------------------------------------------------- run
@@ -171,7 +190,8 @@ class RunConfig:
     trainer: Any = MISSING
     buffer: ReplayBufferConfig = MISSING
     logger: LoggerConfig = MISSING
-    #: seeds python, numpy, torch and the envs (train and test envs get disjoint seeds)
+    #: seeds python, numpy, torch and the envs (train and test envs get disjoint seeds);
+    #: 0 <= seed <= MAX_SEED
     seed: int = 0
     #: cpu, cuda, cuda:N or auto (cuda when available)
     device: str = "cpu"
@@ -217,8 +237,19 @@ def typed_run_config(raw: DictConfig) -> DictConfig:
         raise ConfigError(f"the stored config does not match rltrain's schema: {e}") from None
 
 
+def env_dir_name(env_id: str) -> str:
+    """A run directory's name for an env id: ``mypkg.envs:ns/MyEnv-v0`` -> ``ns-MyEnv-v0``."""
+    return env_id.rpartition(":")[2].replace("/", "-") or "env"
+
+
+def register_resolvers() -> None:
+    """``${rltrain_env_name:ID}`` (conf/env/gym.yaml), needed wherever a config is read."""
+    OmegaConf.register_new_resolver("rltrain_env_name", env_dir_name, replace=True)
+
+
 def register_configs() -> None:
     """Store every schema under ``schema/...`` so YAML files can extend them."""
+    register_resolvers()
     cs = ConfigStore.instance()
     cs.store(name="rltrain_schema", node=RunConfig)
     for path, node in SCHEMAS.items():
@@ -227,10 +258,17 @@ def register_configs() -> None:
 
 
 # --------------------------------------------------------------------------- checks
+#: the largest seed a run accepts: numpy's legacy seeding takes 32-bit seeds, and the envs,
+#: eval and test seeds are derived by adding offsets, so 31 bits leave room for them
+MAX_SEED = 2**31 - 1
+#: the episode limit of an env that registers none and gets no env.max_episode_steps
+DEFAULT_MAX_EPISODE_STEPS = 10_000
+
+
 def _positive(obj: Any, prefix: str, *names: str) -> None:
     for name in names:
         value = getattr(obj, name)
-        if value is not None and value <= 0:
+        if value is not None and not value > 0:  # "not > 0" also refuses NaN
             raise ConfigError(f"{prefix}.{name} must be > 0, got {value}")
 
 
@@ -239,6 +277,24 @@ def _unit_interval(obj: Any, prefix: str, *names: str) -> None:
         value = getattr(obj, name)
         if not 0.0 <= value <= 1.0:
             raise ConfigError(f"{prefix}.{name} must be in [0, 1], got {value}")
+
+
+def check_finite(obj: Any, prefix: str) -> None:
+    """Refuse NaN and infinite numbers anywhere in a schema object (``value <= 0`` is False
+    for NaN, so range checks alone would let ``algo.lr=nan`` train a NaN network)."""
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        values = value if isinstance(value, (list, tuple)) else [value]
+        for v in values:
+            if isinstance(v, float) and not math.isfinite(v):
+                hint = " (null means none)" if f.name == "stop_score" else ""
+                raise ConfigError(f"{prefix}.{f.name} must be a finite number, got {v}{hint}")
+
+
+def check_seed(seed: Any, key: str = "seed") -> int:
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise ConfigError(f"{key} must be an integer from 0 to {MAX_SEED:,}, got {seed!r}")
+    return seed
 
 
 def check_trainer(params: TrainerParams) -> None:
@@ -289,7 +345,10 @@ def check_algo(algo: Any) -> None:
 
 
 def check_env(env: EnvConfig) -> None:
-    _positive(env, "env", "num_train_envs", "num_test_envs")
+    _positive(env, "env", "num_train_envs", "num_test_envs", "max_episode_steps")
+    for module in env.imports:
+        if not isinstance(module, str) or not module.strip():
+            raise ConfigError(f"env.imports must list module names, got {list(env.imports)}")
     if env.vectorization not in ("auto", "sync", "async"):
         raise ConfigError(
             f"env.vectorization must be auto, sync or async, got {env.vectorization!r}"
@@ -300,3 +359,120 @@ def env_steps_per_collection(params: OnlineTrainerParams, num_envs: int) -> int 
     """Transitions per collection step: ceil(n / m) * m, or None when counted in episodes."""
     n = params.collection_step_num_env_steps
     return None if n is None else math.ceil(n / num_envs) * num_envs
+
+
+# --------------------------------------------------------------------------- known keys
+# Hydra's ``+key=value`` adds a key even where the schema has none, and converting the
+# config to dataclasses then drops it without a word: ``+trainer.max_epoch=1`` would train
+# all epochs. Every key is therefore checked against the schemas, by name, both before
+# Hydra composes (the command line) and after (whatever the YAML files and overrides made).
+
+#: the top-level keys of a run config, besides the groups (``hydra`` is Hydra's own)
+_TOP = {f.name: f for f in dataclasses.fields(RunConfig)}
+
+
+def _field_types(schema: type) -> dict[str, Any]:
+    return typing.get_type_hints(schema)
+
+
+def _is_free_form(tp: Any) -> bool:
+    """Mappings and lists whose contents the schema leaves open (env.kwargs, env.wrappers)."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        return any(_is_free_form(a) for a in typing.get_args(tp) if a is not type(None))
+    return origin in (dict, list) or tp in (dict, list)
+
+
+def group_schemas(group: str, algos: list[str]) -> list[type]:
+    """The schemas a top-level group may have, for the given algorithm names."""
+    if group == "algo":
+        return [SCHEMAS[f"algo/{a}"] for a in algos]
+    if group == "trainer":
+        return list(dict.fromkeys(SCHEMAS[f"trainer/{ALGO_TRAINER[a]}"] for a in algos))
+    return {"env": [EnvConfig], "buffer": [ReplayBufferConfig], "logger": [LoggerConfig]}.get(
+        group, [])
+
+
+def key_problem(key: str, algos: list[str] | None = None) -> str | None:
+    """None if ``key`` (dotted) is a key of the run config's schemas for one of ``algos``
+    (default: any algorithm), else a message that names it and what would be valid."""
+    algos = [a for a in (algos or ALGO_TRAINER) if a in ALGO_TRAINER] or list(ALGO_TRAINER)
+    parts = key.split(".")
+    head = parts[0]
+    if head not in _TOP:
+        return _unknown(head, "", sorted(_TOP))
+    schemas = group_schemas(head, algos)
+    if not schemas:  # seed, device, torch_threads: values
+        return None if len(parts) == 1 else f"{head} is a value, not a group of keys ({key})"
+    prefix = head
+    for part in parts[1:]:
+        fields = {}
+        for schema in schemas:
+            fields.update(_field_types(schema))
+        if part not in fields:
+            return _unknown(part, prefix, sorted(fields))
+        tp = fields[part]
+        prefix = f"{prefix}.{part}"
+        if _is_free_form(tp):
+            return None
+        nested = [t for t in [tp] if dataclasses.is_dataclass(t)]
+        if not nested:
+            rest = parts[len(prefix.split(".")):]
+            return None if not rest else f"{prefix} is a value, not a group of keys ({key})"
+        schemas = nested
+    return None
+
+
+def _unknown(name: str, prefix: str, valid: list[str]) -> str:
+    full = f"{prefix}.{name}" if prefix else name
+    close = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)
+    where = f"{prefix} has" if prefix else "top-level keys are"
+    hint = f"; did you mean {prefix + '.' if prefix else ''}{close[0]}?" if close else ""
+    return f"unknown key {full}{hint} ({where}: {', '.join(valid)})"
+
+
+def check_known_keys(cfg: DictConfig) -> None:
+    """Refuse, by name, any key of a composed run config that no schema knows."""
+    algo = OmegaConf.select(cfg, "algo.name", default=None)
+    algos = [algo] if algo in ALGO_TRAINER else None
+
+    def walk(node: Any, prefix: str) -> None:
+        for key in node.keys() if isinstance(node, DictConfig) else []:
+            if not prefix and key == "hydra":
+                continue
+            full = f"{prefix}.{key}" if prefix else str(key)
+            problem = key_problem(full, algos)
+            if problem is not None:
+                raise ConfigError(problem)
+            child = node._get_node(key)
+            if isinstance(child, DictConfig) and not _is_free_form_key(full, algos):
+                walk(child, full)
+
+    walk(cfg, "")
+
+
+def _is_free_form_key(key: str, algos: list[str] | None) -> bool:
+    head, _, rest = key.partition(".")
+    if not rest:
+        return False
+    for schema in group_schemas(head, algos or list(ALGO_TRAINER)):
+        tp = _field_types(schema).get(rest.split(".")[0])
+        if tp is not None and _is_free_form(tp):
+            return True
+    return False
+
+
+def free_form_prefixes() -> list[str]:
+    """Dotted keys under which any key may be added (``env.kwargs.``): Hydra would refuse
+    ``env.kwargs.g=9.81`` without a ``+``, so the CLI adds one there."""
+    out = []
+    for group in ("algo", "trainer", "env", "buffer", "logger"):
+        for schema in group_schemas(group, list(ALGO_TRAINER)):
+            for name, tp in _field_types(schema).items():
+                origin = typing.get_origin(tp)
+                if origin is dict or tp is dict:
+                    out.append(f"{group}.{name}.")
+    return sorted(set(out))
+
+
+register_resolvers()

@@ -1,0 +1,137 @@
+"""The command line, checked before Hydra composes it.
+
+Hydra refuses a misspelt key with a hint to add it with ``+``, and a ``+``-added key is
+then dropped without a word when the config becomes dataclasses. Here every key an
+override names is checked against rltrain's schemas first (:func:`rltrain.config.key_problem`),
+so the user reads one short message that names the key and the valid ones near it.
+Keys under free-form mappings (``env.kwargs.g=9.81``) are turned into Hydra's ``++``
+(add or replace), since Hydra would refuse a new key there. YAML files in a user's
+``--config-dir`` are parsed first, so a TAB or a syntax error is reported by file and line.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rltrain.config import ConfigError, free_form_prefixes, key_problem
+
+#: the options of ``hydra.main``'s command line that take a value
+_VALUED = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
+           "--config-dir", "-cd", "--experimental-rerun"}
+
+
+#: ``--info`` takes an optional value, one of these
+_INFO = {"all", "config", "defaults", "defaults-tree", "plugins", "searchpath"}
+
+
+def options_first(argv: list[str]) -> list[str]:
+    """Hydra's parser refuses an option after an override (``rltrain algo=ppo --multirun
+    seed=0,1``); users type them in any order, so options go first."""
+    options, overrides = [], []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg.startswith("-"):
+            options.append(arg)
+            takes = arg in _VALUED or (arg in ("--info", "-i") and i + 1 < len(argv)
+                                       and argv[i + 1] in _INFO)
+            if takes and "=" not in arg and i + 1 < len(argv):
+                options.append(argv[i + 1])
+                i += 1
+        else:
+            overrides.append(arg)
+        i += 1
+    return options + overrides
+
+
+def _hydra_args(argv: list[str]) -> argparse.Namespace:
+    from hydra._internal.utils import get_args_parser
+
+    return get_args_parser().parse_args(argv)
+
+
+def config_groups(*roots: Path) -> set[str]:
+    """Names of the config groups (directories) under the config roots."""
+    return {p.name for root in roots if root.is_dir() for p in root.iterdir() if p.is_dir()}
+
+
+def check_yaml_files(config_dir: Path) -> None:
+    """Parse every YAML file under a user's ``--config-dir``; raise ConfigError naming the
+    first broken one by file, line and column (Hydra reports it after a long traceback)."""
+    import yaml
+
+    if not config_dir.is_dir():
+        raise ConfigError(f"--config-dir {config_dir}: no such directory")
+    for path in sorted([*config_dir.rglob("*.yaml"), *config_dir.rglob("*.yml")]):
+        try:
+            text = path.read_text(encoding="utf-8")
+            yaml.safe_load(text)
+        except UnicodeDecodeError:
+            raise ConfigError(f"{path}: not a UTF-8 text file") from None
+        except yaml.MarkedYAMLError as e:
+            mark = e.problem_mark
+            where = f"{path}, line {mark.line + 1}, column {mark.column + 1}" if mark else str(
+                path)
+            problem = (e.problem or str(e)).strip()
+            line = text.splitlines()[mark.line] if mark and mark.line < len(
+                text.splitlines()) else ""
+            hint = "; YAML indents with spaces, not TABs" if "\t" in line or "'\\t'" in problem \
+                else ""
+            raise ConfigError(f"{where}: {problem}{hint}") from None
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{path}: {str(e).splitlines()[0]}") from None
+
+
+def prepare(argv: list[str], conf_root: Path) -> list[str]:
+    """Check the overrides in ``argv``; return ``argv`` with free-form keys made ``++``.
+
+    :raises ConfigError: an unknown key, or a broken YAML file in ``--config-dir``.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    argv = options_first(argv)
+    args = _hydra_args(argv)
+    roots = [conf_root]
+    if args.config_dir is not None:
+        config_dir = Path(args.config_dir).expanduser()
+        check_yaml_files(config_dir)
+        roots.append(config_dir)
+    groups = config_groups(*roots)
+    try:
+        parsed = OverridesParser.create().parse_overrides(args.overrides)
+    except HydraException:
+        return argv  # a syntax error: Hydra's own message says where
+    algos: list[str] | None = None
+    for override in parsed:
+        if override.key_or_group == "algo" and not override.is_delete():
+            algos = _choices(override)
+    free = free_form_prefixes()
+    rewritten: dict[str, str] = {}
+    for override in parsed:
+        key = override.key_or_group
+        if key.startswith("hydra") or "/" in key or (key in groups and "." not in key):
+            continue  # Hydra's own settings, or a group option (algo=ppo, hydra/launcher=...)
+        problem = key_problem(key, algos)
+        if problem is not None:
+            raise ConfigError(problem)
+        change = not (override.is_add() or override.is_force_add() or override.is_delete())
+        if change and any(key.startswith(prefix) for prefix in free):
+            rewritten[override.input_line] = "++" + override.input_line
+    out = []
+    for i, arg in enumerate(argv):
+        is_value = i > 0 and argv[i - 1] in _VALUED
+        positional = not arg.startswith("-") and not is_value
+        out.append(rewritten.get(arg, arg) if positional else arg)
+    return out
+
+
+def _choices(override) -> list[str] | None:  # noqa: ANN001 - hydra's Override
+    """The algorithm names an ``algo=...`` override selects (a sweep selects several)."""
+    try:
+        if override.is_sweep_override():
+            return [str(v) for v in override.sweep_string_iterator()]
+        return [str(override.value())]
+    except Exception:  # a range or glob sweep: check keys against every algorithm
+        return None
