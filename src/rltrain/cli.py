@@ -1,31 +1,38 @@
 """Entry point: ``rltrain [--multirun] [--cfg job] [group=option ...] [key=value ...]``.
 
-Hydra composes ``conf/``; :func:`rltrain.run.run` does the rest. Errors in the
-user's input end with a short message on stderr and a non-zero exit, without a
-traceback unless HYDRA_FULL_ERROR=1.
+Hydra composes ``conf/``; :func:`rltrain.run.run` does the rest. Whatever the user got
+wrong ends in a short message on stderr and a non-zero exit, without a traceback unless
+HYDRA_FULL_ERROR=1: exit 2 for input refused before training, 1 for a run that failed
+while training, 128 + N for signal N.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import io
+import logging
 import os
-import shutil
-import signal
 import sys
 import time
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 STARTED = time.perf_counter()
 
 USAGE = """\
 rltrain: train a deep RL agent from composed YAML configs (Hydra).
 
-usage: rltrain [--multirun] [--cfg job] [GROUP=OPTION ...] [KEY=VALUE ...]
+usage: rltrain [--multirun] [--cfg job] [-q] [GROUP=OPTION ...] [KEY=VALUE ...]
+       rltrain resume=RUN_DIR [trainer.max_epochs=N]
+       rltrain --version
 
 examples:
   rltrain algo=ppo env=cartpole                  train with the tuned config, stop when solved
   rltrain algo=dqn env=cartpole seed=3 trainer.max_epochs=20
   rltrain algo=ppo env=gym env.id=Acrobot-v1     any registered gymnasium env
+  rltrain algo=ppo env=gym env.id=Pendulum-v1 env.kwargs.g=9.81
+  rltrain env=gym env.id=mypkg.envs:MyEnv-v0     your own env (the module registers it)
   rltrain experiment=smoke                       a run of seconds (what CI runs)
   rltrain --multirun algo=ppo seed=0,1,2         one run directory per job under multirun/
   rltrain --multirun hydra/launcher=joblib seed=0,1,2   jobs in parallel processes
@@ -36,7 +43,9 @@ config groups (GROUP=OPTION):
   tuned/ALGO_ENV is applied automatically when it exists.
 
 keys (KEY=VALUE): any key that `rltrain --cfg job` prints, e.g. seed=1, device=cpu,
-  trainer.max_epochs=20, algo.lr=3e-4, env.num_train_envs=16, env.kwargs.KEY=VALUE.
+  trainer.max_epochs=20, algo.lr=3e-4, env.num_train_envs=16, env.kwargs.KEY=VALUE,
+  env.imports=[mypkg.envs], env.wrappers=[gymnasium.wrappers.FlattenObservation],
+  logger.quiet=true (or -q).
 
 Each run writes outputs/<algo>-<env>/<date_time>/ (epochs.jsonl, summary.json, tb/,
 checkpoints/, best/, final/); move it with hydra.run.dir=PATH. Hydra's own options:
@@ -45,6 +54,8 @@ rltrain --hydra-help.
 
 #: groups a user selects; trainer follows the algorithm, tuned follows algo and env
 USER_GROUPS = ("algo", "env", "buffer", "logger", "experiment")
+#: the only override a resume accepts: extending the run
+RESUME_OVERRIDABLE = "trainer.max_epochs"
 
 
 def conf_dir() -> Path:
@@ -65,84 +76,212 @@ def help_text() -> str:
     return USAGE.format(groups="\n".join(lines))
 
 
-def _remove_if_empty_run(run_dir: Path) -> None:
-    """After an error before training, drop the directory Hydra made (it holds only Hydra's
-    snapshot and the log), so failed attempts leave no clutter."""
-    if run_dir.is_dir() and {p.name for p in run_dir.iterdir()} <= {".hydra", "rltrain.log"}:
-        shutil.rmtree(run_dir, ignore_errors=True)
-        parent = run_dir.parent  # outputs/<algo>-<env>/, if this was its only run
-        if parent.parent.name == "outputs" and not any(parent.iterdir()):
-            parent.rmdir()
+def version_text() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    import rltrain
+
+    parts = []
+    for package in ("hydra-core", "torch", "gymnasium"):
+        with contextlib.suppress(PackageNotFoundError):
+            parts.append(f"{package} {version(package)}")
+    return f"rltrain {rltrain.__version__} ({', '.join(parts)})"
 
 
-def _fail(message: str, code: int = 2) -> NoReturn:
-    print(f"rltrain: error: {message}", file=sys.stderr)
-    sys.exit(code)
+# --------------------------------------------------------------------------- streams, exit
+class PipeSafe(io.TextIOBase):
+    """A standard stream that survives its reader going away (``rltrain ... | head -1``):
+    once writing fails with a broken pipe, output is dropped and training goes on."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self._broken = False
+
+    def write(self, text: str) -> int:
+        if not self._broken:
+            try:
+                return self._stream.write(text)
+            except (BrokenPipeError, ConnectionResetError):
+                self._broken = True
+            except OSError as e:
+                if e.errno not in (32, 104):  # EPIPE, ECONNRESET
+                    raise
+                self._broken = True
+        return len(text)
+
+    def flush(self) -> None:
+        if not self._broken:
+            try:
+                self._stream.flush()
+            except (BrokenPipeError, ConnectionResetError):
+                self._broken = True
+
+    def isatty(self) -> bool:
+        return not self._broken and self._stream.isatty()
+
+    def fileno(self) -> int:
+        return self._stream.fileno()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return self._stream.encoding
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
-def _finish(info, run_dir: Path) -> None:  # noqa: ANN001 - InfoStats
-    """Exit codes after training: 0 done, 130 SIGINT, 143 SIGTERM."""
-    if not info.interrupted:
-        return
-    print(f"rltrain: interrupted at epoch {info.epochs} (env step {info.env_step:,}); "
-          f"checkpoint and summary written.\nresume with: rltrain resume={run_dir}",
-          file=sys.stderr)
-    sys.exit(128 + int(info.interrupt_signal or signal.SIGINT))
+def _guard_streams() -> None:
+    if not isinstance(sys.stdout, PipeSafe):
+        sys.stdout = PipeSafe(sys.stdout)
+    if not isinstance(sys.stderr, PipeSafe):
+        sys.stderr = PipeSafe(sys.stderr)
 
 
-def task(cfg) -> float | None:  # noqa: ANN001 - a DictConfig from Hydra
-    from hydra.core.hydra_config import HydraConfig
-
-    from rltrain.config import ConfigError
-    from rltrain.run import run
-
-    global _SINGLE_RUN
-    hydra_cfg = HydraConfig.get()
-    _SINGLE_RUN = hydra_cfg.mode is None or hydra_cfg.mode.name == "RUN"
-    run_dir = Path(hydra_cfg.runtime.output_dir)
+def _exit(code: int) -> NoReturn:
+    """End the process without the interpreter's teardown, which costs about 0.3 s once
+    torch is loaded (a sixth of a short run). Everything the run writes is closed by then;
+    ``atexit`` handlers (coverage, trackers, a user's env clean-up) run first, as on a
+    normal exit, then logs and streams are flushed."""
     try:
-        info = run(cfg, run_dir, started=STARTED)
-    except ConfigError as e:
-        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+        atexit._run_exitfuncs()
+    finally:
+        logging.shutdown()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        os._exit(code)
+
+
+class _Done(BaseException):
+    """Ends a single run with an exit code; a BaseException, so that it passes Hydra's job
+    runner (which records any Exception as a failed job) on its way to main()."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def _say(message: str) -> None:
+    print(f"rltrain: {message}", file=sys.stderr, flush=True)
+
+
+def _full_error() -> bool:
+    return os.environ.get("HYDRA_FULL_ERROR") == "1"
+
+
+# --------------------------------------------------------------------------- outcomes
+def _where(checkpoint: dict[str, Any] | None) -> str:
+    if not checkpoint:
+        return "no checkpoint was written"
+    return (f"the last good checkpoint is {checkpoint['path']} (epoch "
+            f"{checkpoint['epochs_complete']} complete, env step {checkpoint['env_step']:,})")
+
+
+def _outcome(info: Any, ctx: Any, label: str = "") -> tuple[int, str | None]:
+    """The exit code and message for a run's InfoStats."""
+    if info.status == "failed":
+        where = f" in {info.failed_at}" if info.failed_at else ""
+        tail = (f"; after fixing the cause, resume with: rltrain resume={ctx.run_dir}"
+                if ctx.checkpoint else "; the directory can be reused")
+        return 1, (f"error: {label}the run failed{where}: {info.error}\n"
+                   f"rltrain: {_where(ctx.checkpoint)}; summary.json and rltrain.log in "
+                   f"{ctx.run_dir} say more{tail}")
+    if info.status == "interrupted":
+        return 128 + int(info.interrupt_signal or 2), (
+            f"interrupted at epoch {info.epochs} (env step {info.env_step:,}); checkpoint and "
+            f"summary written.\nresume with: rltrain resume={ctx.run_dir}")
+    return 0, None
+
+
+def _stopped_at_once(e: Any, ctx: Any) -> tuple[int, str]:
+    resume = f"\nresume with: rltrain resume={ctx.run_dir}" if e.checkpoint else ""
+    return 128 + e.signum, (f"{e} received again: stopped at once; {_where(e.checkpoint)}"
+                            f"{resume}")
+
+
+# --------------------------------------------------------------------------- the Hydra job
+def task(cfg: Any) -> float | None:
+    """One Hydra job (a single run, or one job of a sweep); returns the metric a sweeper
+    optimises (the best test score)."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    from rltrain import rundir, signals, sweep
+    from rltrain.config import ConfigError
+    from rltrain.run import RunContext, StoppedAtOnce, run
+
+    hydra_cfg = HydraConfig.get()
+    single = hydra_cfg.mode is None or hydra_cfg.mode.name == "RUN"
+    run_dir = Path(hydra_cfg.runtime.output_dir)
+    overrides = list(hydra_cfg.overrides.task)
+    label = "" if single else f"job {hydra_cfg.job.num}: "
+    if not single:
+        if signals.in_sweep_worker():
+            signals.quiet()
+        if sweep.stop_requested(Path(str(hydra_cfg.sweep.dir))):
+            sweep.write_status(run_dir, "not started", "the sweep was stopped before this job "
+                               "began")
+            return None
+    _set_console_level(cfg)
+
+    def accept() -> None:
+        note = rundir.failed_attempt_note(run_dir)
+        if note is not None:
+            _say(f"note: {note}")
+        rundir.remove_leftovers(run_dir)
+        rundir.write_hydra_snapshot(run_dir, cfg, HydraConfig.instance().cfg, overrides)
+
+    shown = [o[2:] if o.startswith("++") else o for o in overrides]
+    command = " ".join(["rltrain", *(sys.argv[1:] if single else shown)])
+    ctx = RunContext(run_dir, command=command, overrides=shown, on_accept=accept,
+                     started=STARTED if single else time.perf_counter())
+    code, message = 0, None
+    try:
+        with rundir.claim(run_dir):
+            info = run(cfg, ctx)
+        code, message = _outcome(info, ctx, label)
+    except (ConfigError, rundir.RunDirError) as e:
+        if _full_error():
             raise
-        _remove_if_empty_run(run_dir)
-        _fail(str(e))
-    except KeyboardInterrupt:
-        _fail("stopped at once; checkpoints/last.pt is the last complete checkpoint", 130)
-    _finish(info, run_dir)
-    # the metric a Hydra sweeper optimises
-    return info.best_score
+        code, message = 2, f"error: {label}{e}"
+        if not single and isinstance(e, ConfigError):
+            sweep.write_status(run_dir, "failed", str(e))
+            with_snapshot = run_dir / ".hydra"
+            if not with_snapshot.exists():
+                rundir.write_hydra_snapshot(run_dir, OmegaConf.create(cfg),
+                                            HydraConfig.instance().cfg, overrides)
+    except StoppedAtOnce as e:
+        code, message = _stopped_at_once(e, ctx)
+    if message is not None:
+        _say(message)
+    if single:
+        if code:
+            raise _Done(code)
+        return info.best_score
+    if code in (1, 2):
+        raise sweep.JobFailed(f"rltrain: {label}failed (see {run_dir}/summary.json)")
+    return None if code else info.best_score
 
 
-#: set by task(): a single run (not a --multirun sweep) may end with _exit_now()
-_SINGLE_RUN = False
+def _set_console_level(cfg: Any) -> None:
+    """``logger.quiet``: the console shows warnings and errors only (rltrain.log keeps all)."""
+    quiet = bool(getattr(getattr(cfg, "logger", None), "quiet", False))
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.StreamHandler) and not isinstance(
+                handler, logging.FileHandler):
+            handler.setLevel(logging.WARNING if quiet else logging.NOTSET)
 
 
-def _exit_now() -> NoReturn:
-    """End a finished run without the interpreter's teardown, which costs about 0.2 s once
-    torch is loaded (a tenth of a short run). Everything the run writes is closed by then;
-    only the log handlers and the standard streams are left to flush. Not used for sweeps,
-    whose launchers may clean up at exit."""
-    import logging
-
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
-
-
-#: the only override a resume accepts: extending the run
-RESUME_OVERRIDABLE = "trainer.max_epochs"
-
-
-def resume(args: list[str]) -> None:
+# --------------------------------------------------------------------------- resume
+def resume(args: list[str]) -> int:
     """``rltrain resume=RUN_DIR [trainer.max_epochs=N]``: continue a run in its directory,
     with the config stored in its checkpoint."""
-    import logging
+    from omegaconf import OmegaConf
 
+    from rltrain import rundir, signals
     from rltrain.checkpoint import CheckpointError, load_latest
     from rltrain.config import ConfigError, register_configs, typed_run_config
-    from rltrain.run import run
+    from rltrain.run import RunContext, StoppedAtOnce, completed_epochs, run
 
     run_dir, max_epochs = None, None
     for arg in args:
@@ -153,56 +292,166 @@ def resume(args: list[str]) -> None:
             try:
                 max_epochs = int(value)
             except ValueError:
-                _fail(f"{RESUME_OVERRIDABLE}={value!r} is not an integer")
+                return _error(f"{RESUME_OVERRIDABLE}={value!r} is not an integer")
+        elif arg in ("-q", "--quiet"):
+            continue
         else:
-            _fail(f"{arg!r} cannot change on resume: a resumed run keeps the config stored in "
-                  f"its checkpoint (only {RESUME_OVERRIDABLE}=N may extend it); start a new "
-                  "run to change anything else")
+            return _error(f"{arg!r} cannot change on resume: a resumed run keeps the config "
+                          f"stored in its checkpoint (only {RESUME_OVERRIDABLE}=N may extend it);"
+                          " start a new run to change anything else")
     assert run_dir is not None
     if not run_dir.is_dir():
-        _fail(f"resume={run_dir}: no such run directory")
+        return _error(f"resume={run_dir}: no such run directory")
+    if not (run_dir / "checkpoints").is_dir():
+        return _error(f"resume={run_dir}: no checkpoints/ there, so nothing to resume (is it a "
+                      "run directory written by rltrain?)")
     try:
-        ckpt, used, problems = load_latest(run_dir / "checkpoints")
-    except CheckpointError as e:
-        _fail(f"resume={run_dir}: {e}")
-    for problem in problems:
-        print(f"rltrain: warning: {problem}", file=sys.stderr)
-    if used.name != "last.pt":
-        print(f"rltrain: warning: resuming from the older checkpoint {used}", file=sys.stderr)
-    from omegaconf import OmegaConf
+        lock = rundir.RunDirLock(run_dir)
+        lock.acquire()
+    except rundir.RunDirError as e:
+        return _error(f"resume={run_dir}: {e}")
+    try:
+        try:
+            ckpt, used, problems = load_latest(run_dir / "checkpoints")
+        except CheckpointError as e:
+            return _error(f"resume={run_dir}: {e}")
+        for problem in problems:
+            _say(f"warning: {problem}")
+        if used.name != "last.pt":
+            _say(f"warning: resuming from the older checkpoint {used}")
+        ckpt["_path"] = str(used)
+        register_configs()
+        try:
+            cfg = typed_run_config(OmegaConf.create(ckpt["config"]))
+        except ConfigError as e:
+            return _error(f"resume={run_dir}: {e}")
+        state = ckpt["trainer"]
+        old_max = int(cfg.trainer.max_epochs)
+        done = completed_epochs(state)
+        if max_epochs is not None:
+            if max_epochs < state["epoch"]:
+                return _error(
+                    f"{RESUME_OVERRIDABLE}={max_epochs} is below the {state['epoch']} epochs this "
+                    f"run has {'started' if state['partial'] else 'done'}; a resume can only "
+                    f"extend a run: pass {RESUME_OVERRIDABLE}={max(state['epoch'], old_max)} or "
+                    "more")
+            cfg.trainer.max_epochs = max_epochs
+        new_max = int(cfg.trainer.max_epochs)
+        finished = state["partial"] is None and (
+            done >= new_max or (state["stopped_early"] and new_max <= old_max))
+        if finished:
+            why = (f"it stopped early at epoch {done}, reaching the stop score"
+                   if state["stopped_early"] and done < new_max else f"{done} of {new_max} epochs")
+            print(f"rltrain: the run in {run_dir} is already complete ({why}); nothing to do. "
+                  f"Extend it with: rltrain resume={run_dir} {RESUME_OVERRIDABLE}="
+                  f"{max(done, new_max) + 10}")
+            return 0
+        _log_to(run_dir, bool(cfg.logger.quiet))
+        ctx = RunContext(run_dir, started=STARTED)
+        try:
+            info = run(cfg, ctx, resume=ckpt)
+        except ConfigError as e:
+            return _error(str(e))
+        except signals.EarlyStop as e:
+            _say(f"{signals.name(e.signum)} received before training resumed: stopped; the run "
+                 f"is as it was: resume it again with: rltrain resume={run_dir}")
+            return 128 + e.signum
+        except StoppedAtOnce as e:
+            code, message = _stopped_at_once(e, ctx)
+            _say(message)
+            return code
+        code, message = _outcome(info, ctx)
+        if message:
+            _say(message)
+        return code
+    finally:
+        lock.release()
 
-    register_configs()
-    cfg = OmegaConf.create(ckpt["config"])
-    if max_epochs is not None:
-        cfg.trainer.max_epochs = max_epochs
-    logging.basicConfig(level=logging.INFO, format="%(message)s", handlers=[
-        logging.StreamHandler(sys.stdout), logging.FileHandler(run_dir / "rltrain.log")])
+
+def _log_to(run_dir: Path, quiet: bool) -> None:
+    console = logging.StreamHandler(sys.stdout)
+    console.setLevel(logging.WARNING if quiet else logging.INFO)
+    file = logging.FileHandler(run_dir / "rltrain.log", delay=True)
+    file.setFormatter(logging.Formatter("[%(asctime)s][%(levelname)s] %(message)s"))
+    logging.basicConfig(level=logging.INFO, format="%(message)s", handlers=[console, file])
+
+
+def _error(message: str, code: int = 2) -> int:
+    _say(f"error: {message}")
+    return code
+
+
+# --------------------------------------------------------------------------- main
+def _hydra(argv: list[str]) -> tuple[int, bool]:
+    """Run Hydra's main; returns the exit code and whether it was a sweep."""
+    import hydra
+
+    from rltrain import overrides, signals, sweep
+    from rltrain.config import ConfigError, register_configs
+
+    multirun = any(a in ("-m", "--multirun") for a in argv)
     try:
-        info = run(typed_run_config(cfg), run_dir, started=STARTED, resume=ckpt)
+        argv = overrides.prepare(argv, conf_dir())
     except ConfigError as e:
-        _fail(str(e))
-    except KeyboardInterrupt:
-        _fail("stopped at once; checkpoints/last.pt is the last complete checkpoint", 130)
-    _finish(info, run_dir)
-    _exit_now()
+        return _error(str(e)), multirun
+    sys.argv = [sys.argv[0], *argv]
+    register_configs()
+    code = 0
+    try:
+        hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")(task)()
+    except _Done as e:
+        code = e.code
+    except SystemExit as e:  # Hydra's own exit after reporting an error
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except signals.EarlyStop as e:
+        code = 128 + e.signum
+        if not multirun:
+            _say(f"{signals.name(e.signum)} received before training began: stopped; nothing "
+                 "was trained, so there is nothing to resume")
+    if multirun and sweep.sweep_dir is not None:
+        quiet = any(a.lower() in ("logger.quiet=true", "++logger.quiet=true") for a in argv)
+        failed, interrupted, total = sweep.report(sweep.sweep_dir, quiet)
+        if signals.requested() is not None:
+            code = 128 + signals.requested()
+        elif failed:
+            code = 1
+    return code, multirun
 
 
 def main() -> None:
+    _guard_streams()
+    # a log line that cannot be written (a full disk) is dropped, not printed as a traceback
+    logging.raiseExceptions = False
     args = sys.argv[1:]
     if any(arg in ("-h", "--help") for arg in args):
         print(help_text())
         return
-    if any(arg.startswith("resume=") for arg in args):
-        resume(args)
+    if args == ["--version"] or args == ["-V"]:
+        print(version_text())
         return
-    import hydra
+    from rltrain import signals
 
-    from rltrain.config import register_configs
-
-    register_configs()
-    hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")(task)()
-    if _SINGLE_RUN:
-        _exit_now()
+    signals.startup()
+    if any(a in ("-q", "--quiet") for a in args):
+        quiet = [] if any(a.startswith("resume=") for a in args) else ["logger.quiet=true"]
+        if quiet and not any(a.startswith("hydra/hydra_logging=") for a in args):
+            quiet.append("hydra/hydra_logging=disabled")  # Hydra's own "Launching N jobs"
+        args = [a for a in args if a not in ("-q", "--quiet")] + quiet
+    multirun = False
+    try:
+        if any(arg.startswith("resume=") for arg in args):
+            code = resume(args)
+        else:
+            code, multirun = _hydra(args)
+    except signals.EarlyStop as e:
+        _say(f"{signals.name(e.signum)} received before training began: stopped; nothing was "
+             "trained, so there is nothing to resume")
+        code = 128 + e.signum
+    if multirun:
+        # a sweep's launcher may hold worker processes and threads that a normal exit ends
+        logging.shutdown()
+        sys.exit(code)
+    _exit(code)
 
 
 if __name__ == "__main__":

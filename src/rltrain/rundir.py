@@ -1,0 +1,244 @@
+"""Who owns a run directory, and what it holds.
+
+One process owns a run directory at a time: it holds an exclusive ``flock`` on
+``.rltrain.lock`` inside it. The kernel drops the lock when the process ends, however
+it ends (SIGKILL included), so a crashed run never leaves the directory stuck.
+
+A directory *holds a run* when it has a checkpoint or at least one epoch record:
+something a user would lose. A new run refuses such a directory before writing
+anything, so the run it protects stays byte-for-byte as it was (Hydra's own
+snapshot of the config is turned off, ``hydra.output_subdir: null``; rltrain writes
+``.hydra/`` itself once the run is accepted). A directory left by an attempt that
+failed before its first checkpoint holds nothing of value: a new run replaces it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+LOCK = ".rltrain.lock"
+#: what rltrain writes into a run directory (and may remove when it replaces a failed attempt)
+OWN = (".hydra", "epochs.jsonl", "summary.json", "tb", "checkpoints", "best", "final",
+       "rltrain.log", "eval.json", ".epochs.jsonl.tmp", "summary.json.tmp")
+
+
+class RunDirError(Exception):
+    """A run directory that cannot be used; the message says why and what to do."""
+
+
+def _strerror(e: OSError) -> str:
+    return e.strerror or str(e)
+
+
+def holds_run(run_dir: Path) -> list[str]:
+    """What makes ``run_dir`` a run that must not be overwritten (empty: nothing): a
+    checkpoint (it can be resumed), or a summary of a run that completed or was interrupted.
+    An attempt that failed or was killed before its first checkpoint can be neither resumed
+    nor trusted; a new run replaces what it left."""
+    found = []
+    ckpts = run_dir / "checkpoints"
+    if ckpts.is_dir() and any(p.suffix == ".pt" and not p.name.startswith(".")
+                              for p in ckpts.iterdir()):
+        found.append("checkpoints")
+    status = _summary(run_dir).get("status", "completed")
+    if (run_dir / "summary.json").is_file() and status not in ("failed", "not started"):
+        found.append("summary.json")
+    return found
+
+
+def _summary(run_dir: Path) -> dict[str, Any]:
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return summary if isinstance(summary, dict) else {}
+
+
+def leftovers(run_dir: Path) -> list[str]:
+    """rltrain's files from an attempt that left no run behind (failed before its first
+    checkpoint and epoch record)."""
+    if not run_dir.is_dir():
+        return []
+    return sorted(name for name in OWN if (run_dir / name).exists())
+
+
+def remove_leftovers(run_dir: Path) -> None:
+    for name in leftovers(run_dir):
+        path = run_dir / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+
+
+def failed_attempt_note(run_dir: Path) -> str | None:
+    """A note for replacing a failed attempt's leftovers, or None if there are none."""
+    found = leftovers(run_dir)
+    if not found:
+        return None
+    error = _summary(run_dir).get("error")
+    why = f"; it failed: {error}" if error else ""
+    return (f"replacing what an attempt without a checkpoint left in {run_dir} "
+            f"({', '.join(found)}{why})")
+
+
+def ensure_dir(run_dir: Path, what: str = "hydra.run.dir") -> None:
+    """Create ``run_dir`` (and parents), or raise RunDirError saying why it cannot be."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise RunDirError(f"{what}={run_dir} is a file, not a directory; choose a directory")
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise RunDirError(f"cannot create {what}={run_dir}: {_strerror(e)}; choose a writable "
+                          "location") from None
+
+
+class RunDirLock:
+    """An exclusive, crash-safe claim on a run directory (see the module docstring)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.path = run_dir / LOCK
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        import fcntl
+
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise RunDirError(f"{self.run_dir} is not writable ({_strerror(e)}); a run needs "
+                              "to write there: choose another location or fix its "
+                              "permissions") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _read_holder(fd)
+            os.close(fd)
+            raise RunDirError(
+                f"{self.run_dir} is in use by another rltrain process{holder}; one run owns a "
+                "directory at a time: wait for it to end, or choose another directory"
+            ) from None
+        except OSError:
+            pass  # a file system without locks (some network mounts): run unguarded
+        self._fd = fd
+        info = {"pid": os.getpid(), "host": socket.gethostname(),
+                "since": time.strftime("%Y-%m-%d %H:%M:%S")}
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(info).encode(), 0)
+        except OSError:
+            pass  # the lock holds without the note
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing drops the flock
+            self._fd = None
+
+    def __enter__(self) -> RunDirLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+
+def _read_holder(fd: int) -> str:
+    try:
+        info = json.loads(os.pread(fd, 4096, 0) or b"{}")
+        return f" (pid {info['pid']} on {info['host']}, since {info['since']})"
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
+
+
+def locked_by_other(run_dir: Path) -> bool:
+    """Whether another process holds ``run_dir``'s lock right now."""
+    import fcntl
+
+    try:
+        fd = os.open(run_dir / LOCK, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def lock_holder_pid(run_dir: Path) -> int | None:
+    """The pid written in a held lock, if another process holds it."""
+    if not locked_by_other(run_dir):
+        return None
+    try:
+        return int(json.loads((run_dir / LOCK).read_text())["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def remove_if_empty(run_dir: Path) -> None:
+    """Drop a run directory that holds nothing but the lock (an error before the run was
+    accepted), and ``outputs/<algo>-<env>/`` if that was its only run."""
+    if not run_dir.is_dir():
+        return
+    names = {p.name for p in run_dir.iterdir()}
+    if names <= {LOCK}:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        parent = run_dir.parent
+        if parent.parent.name == "outputs":
+            with contextlib.suppress(OSError):
+                parent.rmdir()  # only if empty
+
+
+def write_hydra_snapshot(run_dir: Path, cfg: Any, hydra_cfg: Any, overrides: list[str]) -> None:
+    """``.hydra/config.yaml``, ``hydra.yaml`` and ``overrides.yaml``, as Hydra writes them,
+    but only once the run has been accepted."""
+    from omegaconf import OmegaConf
+
+    out = run_dir / ".hydra"
+    out.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(cfg, out / "config.yaml")
+    if hydra_cfg is not None:
+        OmegaConf.save(hydra_cfg, out / "hydra.yaml")
+    OmegaConf.save(OmegaConf.create(list(overrides)), out / "overrides.yaml")
+
+
+@contextlib.contextmanager
+def claim(run_dir: Path) -> Iterator[RunDirLock]:
+    """Own a new run's directory for the run's lifetime.
+
+    Refuses a directory that holds a run *before* writing anything into it (so a refused
+    run changes nothing there), then takes the lock and checks again (two runs started
+    together: the second finds the first's lock). A directory holding nothing but the lock
+    when the claim ends (an error before the run was accepted) is removed.
+    """
+    ensure_dir(run_dir)
+    _refuse_run(run_dir)
+    lock = RunDirLock(run_dir)
+    lock.acquire()
+    try:
+        _refuse_run(run_dir)
+        yield lock
+    finally:
+        lock.release()
+        remove_if_empty(run_dir)
+
+
+def _refuse_run(run_dir: Path) -> None:
+    used = holds_run(run_dir)
+    if used:
+        raise RunDirError(
+            f"{run_dir} already holds a run ({', '.join(used)}); choose a new hydra.run.dir so "
+            f"nothing is overwritten, or continue it with: rltrain resume={run_dir}")

@@ -1,0 +1,149 @@
+"""Sweeps that survive a bad job and stop cleanly, whatever Hydra launcher runs them.
+
+* A job that fails (a config error, a crash, a non-finite loss) is recorded in its own
+  directory (``summary.json``: ``status``, ``error``) and the sweep goes on; Hydra marks
+  the job failed. At the end, :func:`report` lists every job with its status, directory
+  and message, and the sweep exits non-zero if any failed.
+* SIGINT or SIGTERM to the sweep's main process (the one the user started) reaches the
+  jobs: it writes a stop file into the sweep directory, so that no job starts after it,
+  and sends SIGTERM to every job process that holds a run-directory lock there (joblib
+  workers, submitit's local processes), so each finishes its step, checkpoints and says
+  how to resume. Workers ignore the terminal's SIGINT: the main process speaks for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from hydra.errors import CompactHydraException
+from hydra.experimental.callback import Callback
+
+from rltrain import rundir, signals
+
+STOP_FILE = ".rltrain-stop"
+#: the sweep directory, in the sweep's main process (set by SweepCallback)
+sweep_dir: Path | None = None
+
+
+class JobFailed(CompactHydraException):
+    """A sweep job failed; Hydra records it failed and prints this one line."""
+
+
+class HydraCallback(Callback):
+    """rltrain's hooks into Hydra, installed by ``conf/config.yaml`` (``hydra.callbacks``)."""
+
+    def on_run_start(self, config: Any, **kwargs: Any) -> None:
+        """Check the run directory before Hydra creates it (a file there, a read-only place:
+        Hydra's own ``mkdir`` would end in a traceback)."""
+        from hydra.core.hydra_config import HydraConfig
+
+        HydraConfig.instance().set_config(config)  # as run_job does next: ${hydra:...} resolves
+        path = Path(str(config.hydra.run.dir)).absolute()
+        try:
+            rundir.ensure_dir(path)
+        except rundir.RunDirError as e:
+            print(f"rltrain: error: {e}", file=sys.stderr)
+            sys.exit(2)
+
+    def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
+        global sweep_dir
+        path = Path(str(config.hydra.sweep.dir)).absolute()
+        try:
+            rundir.ensure_dir(path, "hydra.sweep.dir")
+        except rundir.RunDirError as e:
+            print(f"rltrain: error: {e}", file=sys.stderr)
+            sys.exit(2)
+        sweep_dir = path
+        (path / STOP_FILE).unlink(missing_ok=True)  # left by an earlier, stopped sweep
+        os.environ[signals.SWEEP_PID_ENV] = str(os.getpid())
+        signals.between_jobs(_stop_sweep)
+
+
+def stop_requested(job_sweep_dir: Path) -> bool:
+    """Whether this sweep was asked to stop (in this process, or by the main process)."""
+    return signals.requested() is not None or (job_sweep_dir / STOP_FILE).exists()
+
+
+def job_pids(path: Path) -> list[int]:
+    """Processes (other than this one) that hold a run-directory lock under ``path``."""
+    pids = []
+    for lock in path.rglob(rundir.LOCK):
+        pid = rundir.lock_holder_pid(lock.parent)
+        if pid is not None and pid != os.getpid():
+            pids.append(pid)
+    return pids
+
+
+def _stop_sweep(signum: int, frame: Any) -> None:
+    """The sweep's main process: stop starting jobs, pass the signal on as SIGTERM."""
+    again = signals.requested() is not None
+    signals.record(signum)
+    if sweep_dir is None:
+        return
+    with contextlib.suppress(OSError):
+        (sweep_dir / STOP_FILE).write_text(signals.name(signum) + "\n")
+    pids = job_pids(sweep_dir)
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGTERM)
+    what = "stopping them at once" if again else (
+        "each finishes its step, saves and stops (send it again to stop them at once)")
+    print(f"\nrltrain: {signals.name(signum)} received: the sweep starts no new job; "
+          f"{len(pids)} running job(s) elsewhere: {what}", file=sys.stderr, flush=True)
+
+
+def write_status(job_dir: Path, status: str, error: str | None = None,
+                 extra: dict[str, Any] | None = None) -> None:
+    """A ``summary.json`` for a job that did not train (failed before training, or not
+    started): the sweep's report reads it; a later run may reuse the directory."""
+    summary = {"status": status, "error": error, "interrupted": False, "run_dir": str(job_dir),
+               **(extra or {})}
+    try:
+        job_dir.mkdir(parents=True, exist_ok=True)
+        (job_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    except OSError:
+        pass
+
+
+def _jobs(path: Path) -> list[Path]:
+    found = {p.parent for p in path.rglob("summary.json")}
+    found |= {p.parent for p in path.rglob(rundir.LOCK)}
+    return sorted(found, key=lambda p: (len(p.parts), int(p.name) if p.name.isdigit() else 0,
+                                        str(p)))
+
+
+def report(path: Path, quiet: bool = False) -> tuple[int, int, int]:
+    """Print every job of the sweep with its status (on stdout if all completed, not at all
+    then if ``quiet``; else on stderr); return (failed, interrupted, total)."""
+    rows, failed, interrupted = [], 0, 0
+    for job in _jobs(path):
+        try:
+            summary = json.loads((job / "summary.json").read_text())
+        except (OSError, ValueError):
+            summary = {"status": "unknown", "error": "no summary.json (killed?)"}
+        status = summary.get("status") or ("interrupted" if summary.get("interrupted")
+                                           else "completed")
+        if status == "completed":
+            detail = f"best {summary.get('best_score')}"
+        elif status == "interrupted":
+            interrupted += 1
+            detail = f"resume with: rltrain resume={job}"
+        else:
+            failed += status == "failed" or status == "unknown"
+            detail = str(summary.get("error") or "")
+        rows.append(f"  {job.name:>4}  {status:<11}  {job}  {detail}")
+    total = len(rows)
+    counts = f"{total} job(s): {failed} failed, {interrupted} interrupted"
+    clean = not failed and not interrupted and signals.requested() is None
+    if not (clean and quiet):
+        out = sys.stdout if clean else sys.stderr
+        print(f"rltrain: sweep {path}: {counts}", file=out)
+        for row in rows:
+            print(row, file=out)
+    return failed, interrupted, total
