@@ -9,6 +9,7 @@ file crafted to run code when unpickled is refused.
 
 from __future__ import annotations
 
+import io
 import os
 import pickle
 import zipfile
@@ -18,21 +19,59 @@ from typing import Any
 import torch
 
 FORMAT = "rltrain-checkpoint"
-VERSION = 2
+#: 3: env state as tagged plain data with what could not be captured; test step counter
+VERSION = 3
 
 
 class CheckpointError(RuntimeError):
     """A checkpoint that cannot be used; the message names the file."""
 
 
+class _Writer(io.RawIOBase):
+    """The file torch.save writes to, keeping the OSError of a failed write: torch turns it
+    into a RuntimeError that no longer says "No space left on device"."""
+
+    def __init__(self, file: io.BufferedWriter) -> None:
+        super().__init__()
+        self.file = file
+        self.error: OSError | None = None
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        try:
+            return self.file.write(data)
+        except OSError as e:
+            self.error = e
+            raise
+
+    def flush(self) -> None:
+        self.file.flush()
+
+
 def atomic_save(obj: Any, path: Path) -> None:
+    """Write to a temporary file, fsync, rename. If anything fails on the way (a full disk,
+    a second Ctrl-C), the temporary file is removed and ``path`` is left as it was.
+
+    :raises OSError: the file system's own error (a full disk raises ENOSPC, not torch's
+        RuntimeError around it).
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        torch.save(obj, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    writer = None
+    try:
+        with open(tmp, "wb") as f:
+            writer = _Writer(f)
+            torch.save(obj, writer)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as e:
+        tmp.unlink(missing_ok=True)
+        if writer is not None and writer.error is not None and not isinstance(e, OSError):
+            raise writer.error from None
+        raise
 
 
 def save_policy(directory: Path, state_dict: dict[str, Any], meta: dict[str, Any]) -> Path:
@@ -42,6 +81,11 @@ def save_policy(directory: Path, state_dict: dict[str, Any], meta: dict[str, Any
     # clones: the parameters are views into the optimiser's flat buffer, and saving a view
     # would write the whole buffer (the critic's weights too)
     state_dict = {k: v.clone() for k, v in state_dict.items()}
+    bad = [k for k, v in state_dict.items() if v.is_floating_point() and not v.isfinite().all()]
+    if bad:
+        from rltrain.errors import NonFiniteError
+
+        raise NonFiniteError(f"refusing to save a policy with non-finite weights ({bad[0]})")
     atomic_save({"state_dict": state_dict, "meta": meta}, path)
     return path
 

@@ -25,12 +25,18 @@ import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode, VectorEnv
 
+from rltrain import envstate
 from rltrain.data.buffers import ReplayBuffer
-from rltrain.envs import autoreset_mode, env_state, restore_env_state
+from rltrain.envs import autoreset_mode
+from rltrain.errors import NonFiniteError
 from rltrain.stats import Episodes
 
 #: observations (num_envs, *obs_shape) in, actions (num_envs, *action_shape) out
 Policy = Callable[[np.ndarray], np.ndarray]
+
+
+class CollectionStopped(Exception):
+    """A collection ended early because ``should_stop`` said so."""
 
 
 def random_policy(envs: VectorEnv, seed: int) -> Policy:
@@ -71,27 +77,32 @@ class Collector:
         self._ep_length[:] = 0
 
     def state_dict(self) -> dict[str, Any]:
-        """Where the running episodes stand, and the envs' own state (None if unreadable)."""
+        """Where the running episodes stand, the envs' own state as plain data, and what of
+        it could not be captured (``not_captured``: empty when a restore would be exact)."""
+        snap = envstate.snapshot(self.envs)
         return {
             "obs": None if self._obs is None else torch.from_numpy(np.array(self._obs)),
             "resetting": torch.from_numpy(self._resetting.copy()),
             "ep_return": torch.from_numpy(self._ep_return.copy()),
             "ep_length": torch.from_numpy(self._ep_length.copy()),
-            "envs": env_state(self.envs),
+            "envs": snap.state,
+            "not_captured": list(snap.not_captured),
         }
 
-    def load_state_dict(self, state: dict[str, Any], *, seed: int) -> bool:
-        """Continue the episodes in flight; returns False if the envs could not be restored,
-        in which case fresh episodes start from a reset seeded with ``seed``."""
-        if state["envs"] is None or state["obs"] is None:
+    def load_state_dict(self, state: dict[str, Any], *, seed: int) -> list[str]:
+        """Continue the episodes in flight. Returns what prevented an exact restore (empty
+        if nothing did); then what could be restored is (wrapper statistics, say) and fresh
+        episodes start from a reset seeded with ``seed``."""
+        # restore() also names every value the snapshot could not capture
+        problems = envstate.restore(self.envs, state["envs"])
+        if problems or state["obs"] is None:
             self.reset(seed=seed)
-            return False
-        restore_env_state(self.envs, state["envs"])
+            return problems or ["no episode was in flight"]
         self._obs = state["obs"].numpy().copy()
         self._resetting = state["resetting"].numpy().copy()
         self._ep_return = state["ep_return"].numpy().copy()
         self._ep_length = state["ep_length"].numpy().copy()
-        return True
+        return []
 
     #: steps are written to the buffer in blocks of this many (one array operation per
     #: field per block instead of per step); the arrays a vector env returns are fresh each
@@ -118,12 +129,16 @@ class Collector:
         n_steps: int | None = None,
         n_episodes: int | None = None,
         quota: bool = False,
+        should_stop: Callable[[], bool] | None = None,
     ) -> Episodes:
         """Collect ``ceil(n_steps / m) * m`` env steps, or until ``n_episodes`` episodes end.
 
         :param quota: with ``n_episodes``, give each env a fixed quota of episodes
             (see :func:`episode_quotas`) and count only those, so that envs with
             short episodes are not over-represented (used for testing).
+        :param should_stop: asked before every vector step; True ends the collection with
+            :class:`CollectionStopped` (a test step that a signal interrupts).
+        :raises NonFiniteError: an env returned a NaN or infinite reward.
         """
         if (n_steps is None) == (n_episodes is None):
             raise ValueError("pass exactly one of n_steps and n_episodes")
@@ -150,6 +165,9 @@ class Collector:
                     (counted >= quotas).all() if quotas is not None else n_done >= n_episodes
                 ):
                     break
+                if should_stop is not None and should_stop():
+                    self._write(pending)
+                    raise CollectionStopped
                 obs = self._obs
                 act = policy(obs)
                 next_obs, rew, terminated, truncated, info = step(act)
@@ -192,10 +210,18 @@ class Collector:
                 self._obs = next_obs
                 vector_steps += 1
         self._write(pending)
+        # NaN or inf rewards reach every sum they enter: checking the running and finished
+        # returns once per collection catches each of them at no per-step cost
+        finished = np.concatenate(returns) if returns else np.zeros(0)
+        if not (np.isfinite(ep_return).all() and np.isfinite(finished).all()):
+            bad = np.concatenate([finished[~np.isfinite(finished)],
+                                  ep_return[~np.isfinite(ep_return)]])
+            raise NonFiniteError(f"the env returned a non-finite reward (an episode's return "
+                                 f"became {bad[0]})")
         return Episodes(
             n_steps=vector_steps * self.num_envs,
             n_transitions=transitions,
-            returns=np.concatenate(returns) if returns else np.zeros(0),
+            returns=finished,
             lengths=np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64),
             time=time.perf_counter() - start,
         )

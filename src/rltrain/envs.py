@@ -8,15 +8,19 @@ resets. The collector handles both modes (see ``collector.py``).
 
 from __future__ import annotations
 
+import functools
+import importlib
+import os
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
-import torch
 from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
 
-from rltrain.config import ConfigError, EnvConfig
+from rltrain.config import DEFAULT_MAX_EPISODE_STEPS, ConfigError, EnvConfig
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,8 @@ class SpaceInfo:
     action_high: np.ndarray | None
     reward_threshold: float | None
     env_id: str
+    #: the longest an episode can run (the time limit every env of the run has)
+    max_episode_steps: int = DEFAULT_MAX_EPISODE_STEPS
 
     @property
     def discrete(self) -> bool:
@@ -56,28 +62,172 @@ def env_seeds(seed: int, num_train_envs: int) -> tuple[int, int]:
     return seed, seed + num_train_envs
 
 
-def _spec(env_id: str) -> gym.envs.registration.EnvSpec:
+# --------------------------------------------------------------------------- the env factory
+def split_id(env_id: str) -> tuple[str | None, str]:
+    """``"mypkg.envs:MyEnv-v0"`` -> ``("mypkg.envs", "MyEnv-v0")`` (gymnasium's module form)."""
+    module, sep, name = env_id.rpartition(":")
+    return (module, name) if sep and module else (None, env_id)
+
+
+def _import(module: str, what: str) -> Any:
+    # a user's env package in the directory rltrain runs from, as `python -m` would find it
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
     try:
-        return gym.spec(env_id)
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        raise ConfigError(f"{what}: could not import {module!r} ({e}); is the package installed, "
+                          "or in the directory you run rltrain from?") from None
+    except SyntaxError as e:
+        raise ConfigError(f"{what}: {module!r} has a syntax error ({e.filename}, line "
+                          f"{e.lineno}: {e.msg})") from None
+    except Exception as e:  # noqa: BLE001 - the user's module raised while importing
+        raise ConfigError(f"{what}: importing {module!r} failed: {type(e).__name__}: "
+                          f"{e}") from None
+
+
+def import_env_modules(cfg: EnvConfig) -> None:
+    """Import ``env.imports`` and the module of a ``module:Env-v0`` id (which register envs)."""
+    for module in cfg.imports:
+        _import(module, "env.imports")
+    module, _ = split_id(cfg.id)
+    if module is not None:
+        _import(module, f"env.id={cfg.id}")
+
+
+def _spec(env_id: str) -> gym.envs.registration.EnvSpec:
+    _, name = split_id(env_id)
+    try:
+        return gym.spec(name)
     except gym.error.Error as e:
-        raise ConfigError(f"env.id={env_id!r} is not a registered gymnasium env: {e}") from None
+        hint = ("; for your own env, name the module that registers it: "
+                "env.id=mypkg.envs:MyEnv-v0, or env.imports=[mypkg.envs]")
+        raise ConfigError(f"env.id={env_id!r} is not a registered gymnasium env: {e}"
+                          f"{hint if split_id(env_id)[0] is None else ''}") from None
 
 
-def make_vector_env(cfg: EnvConfig, num_envs: int) -> VectorEnv:
-    """Build a vector env of ``num_envs`` copies, as the config says."""
-    spec = _spec(cfg.id)
+def max_episode_steps(cfg: EnvConfig) -> tuple[int, str]:
+    """The time limit of every env of the run, and where it comes from (config, env,
+    default). An env with no limit gets one, so that no test episode can run forever."""
+    if cfg.max_episode_steps is not None:
+        return cfg.max_episode_steps, "env.max_episode_steps"
+    import_env_modules(cfg)
+    registered = _spec(cfg.id).max_episode_steps
+    if registered is not None:
+        return registered, "the env's registration"
+    return DEFAULT_MAX_EPISODE_STEPS, "rltrain's default for envs without a time limit"
+
+
+@dataclass(frozen=True)
+class WrapperSpec:
+    """One entry of ``env.wrappers``, resolved."""
+
+    label: str
+    factory: Callable[..., Any]
+    kwargs: dict[str, Any]
+    #: wraps the whole vector env (a gymnasium VectorWrapper) rather than each env
+    vector: bool
+
+
+def resolve_wrappers(entries: list[Any]) -> list[WrapperSpec]:
+    """``env.wrappers`` entries: ``"gymnasium.wrappers.FlattenObservation"`` (a bare class
+    name means gymnasium's), ``{name: ..., kwargs: {...}}`` or Hydra's
+    ``{_target_: ..., key: value}``."""
+    out = []
+    for i, entry in enumerate(entries):
+        where = f"env.wrappers[{i}]"
+        if isinstance(entry, str):
+            name, kwargs = entry, {}
+        elif isinstance(entry, dict) and "_target_" in entry:
+            name = entry["_target_"]
+            kwargs = {k: v for k, v in entry.items() if k != "_target_"}
+        elif isinstance(entry, dict) and "name" in entry and set(entry) <= {"name", "kwargs"}:
+            name, kwargs = entry["name"], dict(entry.get("kwargs") or {})
+        else:
+            raise ConfigError(f"{where} must be a wrapper's dotted name or {{name: ..., kwargs: "
+                              f"{{...}}}}, got {entry!r}")
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"{where}: the wrapper's name must be a string, got {name!r}")
+        module, _, attr = name.rpartition(".")
+        target = _import(module, where) if module else gym.wrappers
+        factory = getattr(target, attr, None)
+        if factory is None:
+            place = module or "gymnasium.wrappers"
+            raise ConfigError(f"{where}: {place} has no {attr!r}")
+        if not callable(factory):
+            raise ConfigError(f"{where}: {name} is not a wrapper class or function")
+        vector = isinstance(factory, type) and issubclass(factory, VectorWrapper)
+        out.append(WrapperSpec(name, factory, kwargs, vector))
+    return out
+
+
+def _wrap(env: Any, spec: WrapperSpec, index: int) -> Any:
+    try:
+        wrapped = spec.factory(env, **spec.kwargs)
+    except Exception as e:  # noqa: BLE001 - a wrapper refusing its env or arguments
+        raise ConfigError(f"env.wrappers[{index}] {spec.label}{spec.kwargs or ''} failed: "
+                          f"{type(e).__name__}: {e}") from None
+    expected = VectorEnv if spec.vector else gym.Env
+    if not isinstance(wrapped, expected):
+        raise ConfigError(f"env.wrappers[{index}] {spec.label} returned "
+                          f"{type(wrapped).__name__}, not a gymnasium {expected.__name__}")
+    return wrapped
+
+
+def _make_one(cfg: EnvConfig, limit: int | None, render_mode: str | None,
+              extra: Callable[[gym.Env, int], gym.Env] | None, index: int) -> gym.Env:
+    """One env of a sync or async vector env (module level, so subprocesses can pickle it)."""
+    import_env_modules(cfg)
     kwargs = dict(cfg.kwargs)
+    if render_mode is not None:
+        kwargs["render_mode"] = render_mode
+    env = gym.make(split_id(cfg.id)[1], max_episode_steps=limit, **kwargs)
+    for i, spec in enumerate(resolve_wrappers(list(cfg.wrappers))):
+        if not spec.vector:
+            env = _wrap(env, spec, i)
+    return extra(env, index) if extra is not None else env
+
+
+def make_vector_env(cfg: EnvConfig, num_envs: int, *, render_mode: str | None = None,
+                    extra: Callable[[gym.Env, int], gym.Env] | None = None) -> VectorEnv:
+    """The one env factory: ``num_envs`` copies of the configured env (imports, id, kwargs,
+    time limit, wrappers in order) as a vector env, for training, testing, eval and video.
+
+    :param extra: a last per-env wrapper ``extra(env, index)`` (eval's video recorder).
+    """
+    import_env_modules(cfg)
+    spec = _spec(cfg.id)
+    wrappers = resolve_wrappers(list(cfg.wrappers))
+    limit, _ = max_episode_steps(cfg)
     mode = cfg.vectorization
     if mode == "auto":
-        mode = "vector_entry_point" if spec.vector_entry_point is not None else "sync"
-    vector_kwargs = {} if mode == "vector_entry_point" else {
-        "autoreset_mode": AutoresetMode.SAME_STEP
-    }
+        native = (spec.vector_entry_point is not None and not wrappers and render_mode is None
+                  and extra is None)
+        mode = "vector_entry_point" if native else "sync"
     try:
-        envs = gym.make_vec(cfg.id, num_envs=num_envs, vectorization_mode=mode,
-                            vector_kwargs=vector_kwargs, **kwargs)
-    except (gym.error.Error, TypeError, ValueError) as e:
-        raise ConfigError(f"could not make env {cfg.id!r} with env.kwargs={kwargs}: {e}") from None
+        if mode == "vector_entry_point":
+            kwargs = dict(cfg.kwargs)
+            if cfg.max_episode_steps is not None or spec.max_episode_steps is None:
+                kwargs["max_episode_steps"] = limit
+            envs = gym.make_vec(split_id(cfg.id)[1], num_envs=num_envs,
+                                vectorization_mode=mode, **kwargs)
+        else:
+            fns = [functools.partial(_make_one, cfg, limit, render_mode, extra, i)
+                   for i in range(num_envs)]
+            vector_cls = gym.vector.SyncVectorEnv if mode == "sync" else gym.vector.AsyncVectorEnv
+            envs = vector_cls(fns, autoreset_mode=AutoresetMode.SAME_STEP)
+    except ConfigError:
+        raise
+    except gym.error.DependencyNotInstalled as e:
+        if render_mode is not None:
+            raise  # rltrain-eval --video names the extra that renders
+        raise ConfigError(f"env {cfg.id!r} needs a package that is not installed: {e}") from None
+    except (gym.error.Error, TypeError, ValueError, AssertionError) as e:
+        raise ConfigError(f"could not make env {cfg.id!r} with env.kwargs={dict(cfg.kwargs)}: "
+                          f"{type(e).__name__}: {e}") from None
+    for i, w in enumerate(wrappers):
+        if w.vector:
+            envs = _wrap(envs, w, i)
     if isinstance(envs.single_action_space, gym.spaces.Box):
         # The policy's raw action is stored for learning; the env sees it clipped to bounds.
         envs = gym.wrappers.vector.ClipAction(envs)
@@ -91,12 +241,26 @@ def autoreset_mode(envs: VectorEnv) -> AutoresetMode:
     return mode
 
 
-def space_info(envs: VectorEnv, env_id: str) -> SpaceInfo:
+def space_info(envs: VectorEnv, env_id: str, max_steps: int = DEFAULT_MAX_EPISODE_STEPS
+               ) -> SpaceInfo:
     obs_space, act_space = envs.single_observation_space, envs.single_action_space
+    if isinstance(obs_space, (gym.spaces.Dict, gym.spaces.Tuple)):
+        raise ConfigError(
+            f"{env_id} has {type(obs_space).__name__} observations; rltrain's networks take one "
+            "flat Box: flatten them with env.wrappers=[gymnasium.wrappers.FlattenObservation] "
+            "(in YAML, under env:  wrappers: [gymnasium.wrappers.FlattenObservation])"
+        )
     if not isinstance(obs_space, gym.spaces.Box):
         raise ConfigError(
             f"{env_id} has observation space {obs_space}; rltrain supports Box observations "
-            "(wrap the env, e.g. with gymnasium's FlattenObservation, to use it)"
+            "(turn them into a Box with a wrapper listed in env.wrappers)"
+        )
+    if obs_space.dtype == np.uint8 and len(obs_space.shape) == 3:
+        raise ConfigError(
+            f"{env_id} has image observations (uint8, shape {obs_space.shape}); rltrain has no "
+            "CNN policy yet, and an MLP on raw pixels would be huge and learn poorly: use the "
+            "env's feature-vector observations (e.g. an Atari '-ram' variant) or a wrapper in "
+            "env.wrappers that turns images into features"
         )
     if isinstance(act_space, gym.spaces.Discrete):
         num_actions, shape, low, high = int(act_space.n), (), None, None
@@ -115,79 +279,5 @@ def space_info(envs: VectorEnv, env_id: str) -> SpaceInfo:
         action_high=high,
         reward_threshold=_spec(env_id).reward_threshold,
         env_id=env_id,
+        max_episode_steps=max_steps,
     )
-
-
-# --------------------------------------------------------------------------- env state
-# Checkpoints hold an env's state as plain data (arrays as tensors, generator states as
-# dicts), never as a pickled object, so that loading one can execute no code. The state is
-# read off the attributes of the env, its wrappers and sub-envs: numbers, arrays and
-# random generators. Spaces, specs and render surfaces are not state.
-_PLAIN = (bool, int, float, str, type(None))
-
-
-def _is_env(value: Any) -> bool:
-    return isinstance(value, (gym.Env, gym.Wrapper, VectorEnv, VectorWrapper))
-
-
-def _pack(value: Any) -> tuple[str, Any] | None:
-    if isinstance(value, np.random.Generator):
-        return ("rng", value.bit_generator.state)
-    if isinstance(value, np.ndarray) and value.dtype != object:
-        return ("array", torch.from_numpy(np.array(value, copy=True)))
-    if isinstance(value, np.generic):
-        return ("value", value.item())
-    if isinstance(value, _PLAIN):
-        return ("value", value)
-    if _is_env(value):
-        return ("env", _snapshot(value))
-    if isinstance(value, list) and value:
-        packed = [_pack(v) for v in value]
-        if all(p is not None for p in packed):
-            return ("list", packed)
-    return None
-
-
-def _unpack(kind: str, data: Any, live: Any) -> Any:
-    if kind == "rng":
-        rng = live if isinstance(live, np.random.Generator) else np.random.default_rng()
-        rng.bit_generator.state = data
-        return rng
-    if kind == "array":
-        return data.numpy().copy()
-    if kind == "env":
-        _restore(live, data)
-        return live
-    if kind == "list":
-        return [_unpack(k, d, lv) for (k, d), lv in zip(data, live or [None] * len(data),
-                                                        strict=True)]
-    return data
-
-
-def _snapshot(obj: Any) -> dict[str, Any]:
-    out = {}
-    for name, value in vars(obj).items():
-        packed = _pack(value)
-        if packed is not None:
-            out[name] = packed
-    return out
-
-
-def _restore(obj: Any, state: dict[str, Any]) -> None:
-    for name, (kind, data) in state.items():
-        setattr(obj, name, _unpack(kind, data, getattr(obj, name, None)))
-
-
-def env_state(envs: VectorEnv) -> dict[str, Any] | None:
-    """The full state of a vector env as plain data, or None when it lives in other
-    processes (async vector envs) and cannot be read."""
-    inner = envs
-    while isinstance(inner, VectorWrapper):
-        inner = inner.env
-    if isinstance(inner, gym.vector.AsyncVectorEnv):
-        return None
-    return _snapshot(envs)
-
-
-def restore_env_state(envs: VectorEnv, state: dict[str, Any]) -> None:
-    _restore(envs, state)

@@ -61,7 +61,19 @@ def _int_at_least(low: int, what: str) -> Any:
 
 
 positive_int = _int_at_least(1, "positive")
-seed_int = _int_at_least(0, "non-negative")
+
+
+def seed_int(text: str) -> int:
+    from rltrain.config import MAX_SEED
+
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"must be an integer from 0 to {MAX_SEED:,}, got "
+                                         f"{text!r}")
+    return value
 
 
 def require(modules: Sequence[str], what: str, extra: str) -> None:
@@ -107,7 +119,7 @@ def load_run(run_dir: Path, weights: str, device: str | None = None) -> LoadedRu
     """
     import torch
 
-    from rltrain.envs import make_vector_env, space_info
+    from rltrain.envs import make_vector_env, max_episode_steps, space_info
     from rltrain.run import build_algorithm, load_run_settings
 
     s = load_run_settings(run_dir, device=device or "cpu")
@@ -119,7 +131,7 @@ def load_run(run_dir: Path, weights: str, device: str | None = None) -> LoadedRu
     torch.set_num_threads(s.torch_threads)
     envs = make_vector_env(s.env, 1)
     try:
-        info = space_info(envs, s.env.id)
+        info = space_info(envs, s.env.id, max_episode_steps(s.env)[0])
     finally:
         envs.close()
     algorithm = build_algorithm(s, info)
@@ -179,21 +191,18 @@ def default_seed(run_seed: int) -> int:
 
 
 def make_video_env(env_cfg: Any, quotas: np.ndarray, folder: Path) -> Any:
-    """A sync vector env (same-step autoreset, as rltrain builds them) whose sub-env i is
-    wrapped in gymnasium's RecordVideo and records its first ``quotas[i]`` episodes, i.e.
-    exactly the episodes that count: ``env{i}-episode-{k}.mp4`` in ``folder``."""
+    """The run's env from the one env factory (same-step sync vector env, its wrappers),
+    with sub-env i wrapped last in gymnasium's RecordVideo, recording its first
+    ``quotas[i]`` episodes, i.e. exactly the episodes that count:
+    ``env{i}-episode-{k}.mp4`` in ``folder``."""
     import gymnasium as gym
-    from gymnasium.vector import AutoresetMode, SyncVectorEnv
     from gymnasium.wrappers import RecordVideo
 
-    from rltrain.config import ConfigError
+    from rltrain.envs import make_vector_env
 
-    def maker(i: int) -> Any:
-        def make() -> gym.Env:
-            env = gym.make(env_cfg.id, render_mode="rgb_array", **dict(env_cfg.kwargs))
-            return RecordVideo(env, str(folder), name_prefix=f"env{i}",
-                               episode_trigger=lambda episode: episode < quotas[i])
-        return make
+    def record(env: gym.Env, i: int) -> gym.Env:
+        return RecordVideo(env, str(folder), name_prefix=f"env{i}",
+                           episode_trigger=lambda episode: episode < quotas[i])
 
     # rgb_array rendering draws off-screen; without this, pygame's SDL looks for a display
     # server and prints "XDG_RUNTIME_DIR is invalid or not set" on headless machines
@@ -203,17 +212,7 @@ def make_video_env(env_cfg: Any, quotas: np.ndarray, folder: Path) -> Any:
         # RecordVideo warns that it may overwrite files once the folder exists: each env
         # records under its own names, and a rerun replaces a rerun's videos by design.
         warnings.filterwarnings("ignore", message=".*Overwriting existing videos.*")
-        try:
-            envs = SyncVectorEnv([maker(i) for i in range(len(quotas))],
-                                 autoreset_mode=AutoresetMode.SAME_STEP)
-        except (gym.error.DependencyNotInstalled, ImportError):
-            raise
-        except (gym.error.Error, TypeError, ValueError) as e:
-            raise ConfigError(f"could not make env {env_cfg.id!r} for recording: {short(e)}"
-                              ) from None
-    if isinstance(envs.single_action_space, gym.spaces.Box):
-        envs = gym.wrappers.vector.ClipAction(envs)
-    return envs
+        return make_vector_env(env_cfg, len(quotas), render_mode="rgb_array", extra=record)
 
 
 def evaluate(loaded: LoadedRun, episodes: int, seed: int, video: Path | None = None) -> Any:
@@ -305,10 +304,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "lengths": lengths,
         "video_dir": None if args.video is None else str(args.video),
     }
-    try:
-        write_json(report, args.run_dir / "eval.json")
-    except OSError as e:
-        raise UserError(f"could not write {args.run_dir / 'eval.json'}: {short(e)}") from None
     return report
 
 
@@ -332,7 +327,14 @@ def main(argv: Sequence[str] | None = None) -> None:
           f"mean episode length {r['length_mean']:.1f}")
     if r["video_dir"] is not None:
         print(f"videos in {r['video_dir']}")
-    print(f"wrote {args.run_dir / 'eval.json'}")
+    path = args.run_dir / "eval.json"
+    try:
+        write_json(r, path)
+    except OSError as e:  # a read-only run: the result above is not lost, only not saved
+        print(f"rltrain-eval: error: could not write {path}: {e.strerror or short(e)}",
+              file=sys.stderr)
+        sys.exit(2)
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

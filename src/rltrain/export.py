@@ -136,6 +136,19 @@ def compare(loaded: LoadedRun, path: Path, obs: np.ndarray) -> tuple[bool, str]:
                                f"(max |diff| {diff:.1e}, rtol {RTOL:g}, atol {ATOL:g})")
 
 
+def check_out(out: Path, run_dir: Path) -> None:
+    """Refuse an ``--out`` that would overwrite something that is not an ONNX graph: above
+    all, the run's own weights, checkpoints and records."""
+    if out.is_dir():
+        raise UserError(f"--out {out} is a directory; pass a file path such as "
+                        f"{out / 'policy.onnx'}")
+    inside_run = run_dir.is_dir() and out.resolve().is_relative_to(run_dir.resolve())
+    if out.suffix != ".onnx" and (out.exists() or inside_run):
+        what = "a file of the run" if inside_run else "an existing file"
+        raise UserError(f"--out {out} is {what}, not an .onnx file; refusing to overwrite it "
+                        "(name the output PATH.onnx)")
+
+
 def parser() -> ArgumentParser:
     p = ArgumentParser(
         prog="rltrain-export",
@@ -159,11 +172,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     out = args.out if args.out is not None else args.run_dir / "final" / "policy.onnx"
     try:
         require(["onnx", "onnxruntime"], "rltrain-export", "export")
-        if out.is_dir():
-            raise UserError(f"--out {out} is a directory; pass a file path such as "
-                            f"{out / 'policy.onnx'}")
+        check_out(out, args.run_dir)
         loaded = load_run(args.run_dir, args.weights, device="cpu")
-        export_onnx(loaded, out)
+        try:
+            export_onnx(loaded, out)
+        except OSError as e:
+            hint = "" if args.out is not None else "; pass --out PATH to write it elsewhere"
+            raise UserError(f"could not write {out}: {e.strerror or e}{hint}") from None
         ok, detail = compare(loaded, out, check_observations(loaded))
     except (ConfigError, UserError) as e:
         print(f"rltrain-export: error: {e}", file=sys.stderr)

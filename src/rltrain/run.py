@@ -1,7 +1,10 @@
 """The composition root: run config -> envs, algorithm, buffer, collectors, trainer, loggers.
 
 Nothing else reads the config. Every check that can fail runs before the first
-file of the run is written, so a bad config leaves nothing behind.
+file of the run is written, so a bad config leaves nothing behind. Once training
+runs, nothing fails silently: a non-finite value, a file that cannot be written or a
+crash in an env stops the run with ``summary.json`` saying why, and the last good
+checkpoint stays the point to resume from.
 """
 
 from __future__ import annotations
@@ -9,14 +12,16 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 import platform
 import random
-import signal
+import re
+import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +29,10 @@ import gymnasium as gym
 import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import MissingMandatoryValue
+from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 import rltrain
+from rltrain import signals
 from rltrain.algorithms import DQN, PPO, Algorithm
 from rltrain.checkpoint import save_checkpoint, save_policy
 from rltrain.collector import Collector, random_policy
@@ -36,6 +42,7 @@ from rltrain.config import (
     EnvConfig,
     LoggerConfig,
     OfflineTrainerParams,
+    OffPolicyTrainerParams,
     OnlineTrainerParams,
     OnPolicyTrainerParams,
     PPOConfig,
@@ -43,20 +50,21 @@ from rltrain.config import (
     TrainerParams,
     check_algo,
     check_env,
+    check_finite,
+    check_known_keys,
+    check_seed,
     check_trainer,
     env_steps_per_collection,
     typed_run_config,
 )
 from rltrain.data.buffers import ReplayBuffer
-from rltrain.envs import SpaceInfo, env_seeds, make_vector_env, space_info
+from rltrain.envs import SpaceInfo, env_seeds, make_vector_env, max_episode_steps, space_info
+from rltrain.errors import SaveError
 from rltrain.loggers import ConsoleLogger, JsonlLogger, Logger, TensorBoardLogger
 from rltrain.stats import EpochStats, InfoStats
-from rltrain.trainer import TRAINERS, Callbacks, OffPolicyTrainer, Trainer
+from rltrain.trainer import TRAINERS, Callbacks, OffPolicyTrainer, Trainer, derived_seed
 
 log = logging.getLogger("rltrain")
-
-#: files that mark a directory as holding a run already
-RUN_FILES = ("epochs.jsonl", "summary.json", "checkpoints")
 
 
 @dataclass(frozen=True)
@@ -74,6 +82,7 @@ class Settings:
 
 
 def settings(cfg: DictConfig) -> Settings:
+    check_known_keys(cfg)
     try:
         obj = {k: OmegaConf.to_object(cfg[k])
                for k in ("algo", "env", "trainer", "buffer", "logger")}
@@ -81,25 +90,44 @@ def settings(cfg: DictConfig) -> Settings:
         key = e.full_key if "env.id" not in str(e) else "env.id"
         hint = " (e.g. env=gym env.id=Acrobot-v1)" if key == "env.id" else ""
         raise ConfigError(f"{key} must be set{hint}") from None
+    except OmegaConfBaseException as e:
+        raise ConfigError(str(e).splitlines()[0]) from None
+    for group, value in obj.items():
+        check_finite(value, group)
     check_algo(obj["algo"])
     check_env(obj["env"])
     check_trainer(obj["trainer"])
-    if obj["buffer"].size <= 0:
+    if not obj["buffer"].size > 0:
         raise ConfigError(f"buffer.size must be > 0, got {obj['buffer'].size}")
+    if obj["logger"].progress_interval_s < 0:
+        raise ConfigError("logger.progress_interval_s must be >= 0")
     if cfg.torch_threads <= 0:
         raise ConfigError(f"torch_threads must be > 0, got {cfg.torch_threads}")
-    return Settings(**obj, seed=int(cfg.seed), device=_device(cfg.device),
+    return Settings(**obj, seed=check_seed(cfg.seed), device=_device(cfg.device),
                     torch_threads=int(cfg.torch_threads))
 
 
 def load_run_settings(run_dir: Path, device: str | None = None) -> Settings:
     """The checked settings of an existing run, from its ``.hydra/config.yaml``;
     ``device`` replaces the run's own (a run trained on cuda evaluates on cpu)."""
+    import yaml
+
     path = run_dir / ".hydra" / "config.yaml"
     if not path.is_file():
         what = "is not a directory" if not run_dir.is_dir() else "has no .hydra/config.yaml"
         raise ConfigError(f"{run_dir} {what}; pass a run directory written by rltrain")
-    cfg = typed_run_config(OmegaConf.load(path))
+    try:
+        raw = OmegaConf.load(path)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f", line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{path} is damaged ({getattr(e, 'problem', None) or e}{where}); "
+                          "it is the run's config, so the run cannot be rebuilt from it") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path} cannot be read: {e}") from None
+    if not isinstance(raw, DictConfig):
+        raise ConfigError(f"{path} is damaged (not a mapping of config groups)")
+    cfg = typed_run_config(raw)
     if device is not None:
         cfg.device = device
     return settings(cfg)
@@ -108,13 +136,24 @@ def load_run_settings(run_dir: Path, device: str | None = None) -> Settings:
 def _device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    valid = "use cpu, cuda, cuda:N, mps or auto"
     try:
         device = torch.device(name)
-    except RuntimeError:
-        raise ConfigError(f"device={name!r} is not a torch device; use cpu, cuda, cuda:N or auto"
-                          ) from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"device={name} asked for, but torch sees no CUDA device; use device=cpu")
+    except (RuntimeError, ValueError):
+        raise ConfigError(f"device={name!r} is not a torch device; {valid}") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"device={name} asked for, but torch sees no CUDA device "
+                              f"(torch {torch.__version__}); use device=cpu")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ConfigError(f"device={name}: torch sees {torch.cuda.device_count()} CUDA "
+                              f"device(s), cuda:0 to cuda:{torch.cuda.device_count() - 1}")
+    elif device.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise ConfigError("device=mps asked for, but torch sees no Apple GPU (MPS); use "
+                              "device=cpu")
+    elif device.type != "cpu":
+        raise ConfigError(f"device={name!r}: rltrain trains on real devices only; {valid}")
     return device
 
 
@@ -135,19 +174,101 @@ def build_algorithm(s: Settings, info: SpaceInfo) -> Algorithm:
     return DQN(s.algo, info, s.device, seed=s.seed)
 
 
+def _available_memory() -> int | None:
+    """Bytes of memory available to a new allocation (Linux: MemAvailable), if known."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _gb(n: float) -> str:
+    return f"{n / 1e9:.1f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
+
+
 def build_buffer(s: Settings, algorithm: Algorithm, info: SpaceInfo) -> ReplayBuffer:
     m = s.env.num_train_envs
     act_dtype = np.int64 if info.discrete else np.float32
     common = dict(num_lanes=m, obs_shape=info.obs_shape, act_shape=info.action_shape,
                   act_dtype=act_dtype, seed=s.seed)
     if algorithm.kind == "onpolicy":
+        assert isinstance(s.trainer, OnlineTrainerParams)
         per_collection = env_steps_per_collection(s.trainer, m)
-        capacity = per_collection // m if per_collection else math.ceil(s.buffer.size / m)
-        return ReplayBuffer(lane_capacity=capacity, circular=False, **common)
-    if s.buffer.size < m:
-        raise ConfigError(f"buffer.size={s.buffer.size} is smaller than env.num_train_envs={m}")
-    return ReplayBuffer(lane_capacity=s.buffer.size // m, circular=True, n_step=s.algo.n_step,
-                        gamma=s.algo.gamma, **common)
+        if per_collection:
+            capacity, what = per_collection // m, "the rollout"
+        else:
+            # n episodes over m envs, each at most T steps: every env finishes at least
+            # floor(V / T) episodes in V vector steps, so V <= T * ceil(n / m)
+            n = s.trainer.collection_step_num_episodes
+            capacity = info.max_episode_steps * math.ceil(n / m)
+            what = (f"the rollout of {n} episodes (up to {info.max_episode_steps:,} steps each, "
+                    "env.max_episode_steps)")
+        circular, n_step = False, 1
+    else:
+        if s.buffer.size < m:
+            raise ConfigError(f"buffer.size={s.buffer.size} is smaller than "
+                              f"env.num_train_envs={m}")
+        capacity, what, circular, n_step = s.buffer.size // m, "buffer.size", True, s.algo.n_step
+    obs_bytes = 4 * info.obs_dim
+    act_bytes = np.dtype(act_dtype).itemsize * max(1, int(np.prod(info.action_shape)))
+    need = m * capacity * (2 * obs_bytes + act_bytes + 4 + 2)
+    available = _available_memory()
+    if available is not None and need > available:
+        fix = ("lower buffer.size" if what == "buffer.size" else
+               "collect fewer transitions per collection step")
+        raise ConfigError(f"{what} needs {_gb(need)} of memory for {m * capacity:,} transitions "
+                          f"of {info.env_id} ({info.obs_dim} floats per observation), but "
+                          f"{_gb(available)} is available; {fix}")
+    try:
+        return ReplayBuffer(lane_capacity=capacity, circular=circular, n_step=n_step,
+                            gamma=getattr(s.algo, "gamma", 0.99), **common)
+    except MemoryError:
+        raise ConfigError(f"{what} needs {_gb(need)} of memory, which could not be "
+                          "allocated") from None
+
+
+def check_feasible(s: Settings, algorithm: Algorithm) -> None:
+    """Settings that are each valid but cannot work together: refused by name, because the
+    run would otherwise end with exit 0 and an agent that never learnt."""
+    t = s.trainer
+    if isinstance(t, OffPolicyTrainerParams):
+        m = s.env.num_train_envs
+        capacity = (s.buffer.size // m) * m
+        if t.batch_size > capacity:
+            raise ConfigError(
+                f"trainer.batch_size={t.batch_size} is larger than the replay buffer "
+                f"(buffer.size={s.buffer.size}, {capacity} slots over {m} envs): no batch could "
+                "ever be sampled, so nothing would be learnt; lower trainer.batch_size or raise "
+                "buffer.size")
+        per_collection = env_steps_per_collection(t, m)
+        steps_per_epoch = (math.ceil(t.epoch_num_steps / per_collection) * per_collection
+                           if per_collection else t.epoch_num_steps)
+        run_steps = t.max_epochs * steps_per_epoch
+        if t.random_warmup_env_steps > run_steps:
+            raise ConfigError(
+                f"trainer.random_warmup_env_steps={t.random_warmup_env_steps:,} is longer than "
+                f"the whole training run ({t.max_epochs} epochs x {steps_per_epoch:,} env steps "
+                f"= {run_steps:,}); lower it or train longer")
+        u = t.update_step_num_gradient_steps_per_sample
+        if per_collection and round(u * per_collection) == 0:
+            raise ConfigError(
+                f"trainer.update_step_num_gradient_steps_per_sample={u} gives round({u} x "
+                f"{per_collection}) = 0 gradient steps per collection step: nothing would be "
+                "learnt; raise it or trainer.collection_step_num_env_steps")
+        if isinstance(s.algo, DQNConfig):
+            planned = u * run_steps
+            if s.algo.target_update_interval > planned:
+                raise ConfigError(
+                    f"algo.target_update_interval={s.algo.target_update_interval:,} is more than "
+                    f"the run's ~{planned:,.0f} gradient steps: the target network would never "
+                    "be updated; lower it or train longer")
 
 
 def check_pairing(s: Settings, algorithm: Algorithm) -> None:
@@ -161,23 +282,42 @@ def check_pairing(s: Settings, algorithm: Algorithm) -> None:
         )
 
 
-def check_run_dir(run_dir: Path) -> None:
-    used = [name for name in RUN_FILES if (run_dir / name).exists()]
-    if used:
-        raise ConfigError(
-            f"{run_dir} already holds a run ({', '.join(used)}); choose a new hydra.run.dir "
-            "so nothing is overwritten"
-        )
+def _git(cwd: Path) -> dict[str, Any] | None:
+    """The commit of the git checkout holding ``cwd``, and whether it has local changes."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True,
+                                text=True, timeout=5)
+        if commit.returncode != 0:
+            return None
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                                cwd=cwd, capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"commit": commit.stdout.strip(), "dirty": bool(status.stdout.strip())}
 
 
-def system_info() -> dict[str, Any]:
-    return {
+def system_info(command: str, overrides: list[str] | None = None) -> dict[str, Any]:
+    """Versions, the command (a sweep job: its own overrides), and the git commits of
+    rltrain's source and of the working directory, when they are git checkouts."""
+    info: dict[str, Any] = {
         "python": platform.python_version(),
         "torch": torch.__version__,
         "gymnasium": gym.__version__,
         "rltrain": rltrain.__version__,
-        "command": " ".join(["rltrain", *sys.argv[1:]]),
+        "command": command,
     }
+    if overrides is not None:
+        info["overrides"] = list(overrides)
+    source = Path(rltrain.__file__).resolve().parents[2]
+    git = {}
+    if (found := _git(source)) is not None:
+        git["rltrain"] = found
+    cwd = _git(Path.cwd())
+    if cwd is not None and cwd != git.get("rltrain"):
+        git["cwd"] = {"path": os.getcwd(), **cwd}
+    if git:
+        info["git"] = git
+    return info
 
 
 @dataclass(frozen=True)
@@ -198,12 +338,28 @@ def build_parts(s: Settings) -> Parts:
     torch.set_num_threads(s.torch_threads)
     seed_everything(s.seed)
     train_seed, test_seed = env_seeds(s.seed, s.env.num_train_envs)
+    limit, source = max_episode_steps(s.env)
+    if source.startswith("rltrain"):
+        log.warning(f"env {s.env.id} registers no time limit: its episodes are cut at "
+                    f"{limit:,} steps ({source}); set env.max_episode_steps to choose")
+    # a test env without a quota of episodes would only idle
+    num_test_envs = min(s.env.num_test_envs, s.trainer.test_step_num_episodes)
     train_envs = make_vector_env(s.env, s.env.num_train_envs)
-    test_envs = make_vector_env(s.env, s.env.num_test_envs)
-    info = space_info(train_envs, s.env.id)
-    algorithm = build_algorithm(s, info)
-    check_pairing(s, algorithm)
-    buffer = build_buffer(s, algorithm, info)
+    try:
+        test_envs = make_vector_env(s.env, num_test_envs)
+    except BaseException:
+        train_envs.close()
+        raise
+    try:
+        info = space_info(train_envs, s.env.id, limit)
+        algorithm = build_algorithm(s, info)
+        check_pairing(s, algorithm)
+        check_feasible(s, algorithm)
+        buffer = build_buffer(s, algorithm, info)
+    except BaseException:
+        train_envs.close()
+        test_envs.close()
+        raise
     train_collector, test_collector = Collector(train_envs, buffer), Collector(test_envs)
     train_collector.reset(seed=train_seed)
     test_collector.reset(seed=test_seed)
@@ -218,7 +374,7 @@ def build_trainer(s: Settings, parts: Parts, **kwargs: Any) -> Trainer:
         kwargs["random_policy"] = random_policy(parts.train_collector.envs, parts.train_seed)
     return trainer_cls(parts.algorithm, s.trainer, parts.buffer, parts.train_collector,
                        parts.test_collector, reward_threshold=parts.info.reward_threshold,
-                       **kwargs)
+                       test_seed=parts.test_seed, **kwargs)
 
 
 def rng_state() -> dict[str, Any]:
@@ -245,82 +401,208 @@ def completed_epochs(trainer_state: dict[str, Any]) -> int:
     return trainer_state["epoch"] - (trainer_state["partial"] is not None)
 
 
-def run(cfg: DictConfig, run_dir: Path, started: float | None = None,
-        resume: dict[str, Any] | None = None) -> InfoStats:
-    """Build everything from ``cfg`` and train; ``run_dir`` receives every file.
+@dataclass
+class RunContext:
+    """What the CLI knows of a run besides its config."""
 
-    With ``resume`` (a loaded checkpoint of this run), continue exactly where it stopped.
+    run_dir: Path
+    #: the command as typed (a sweep job: ``rltrain`` and the job's own overrides)
+    command: str = field(default_factory=lambda: " ".join(["rltrain", *sys.argv[1:]]))
+    #: the job's overrides (Hydra's ``overrides.task``), for summary.json
+    overrides: list[str] | None = None
+    #: called once the run is accepted and built, before its first file: writes ``.hydra/``
+    on_accept: Callable[[], None] | None = None
+    started: float = field(default_factory=time.perf_counter)
+    #: the newest checkpoint written or resumed from: path, epoch, env_step, epochs_complete
+    checkpoint: dict[str, Any] | None = None
+
+
+class StoppedAtOnce(Exception):
+    """A second signal stopped training at once; ``summary.json`` has been written."""
+
+    def __init__(self, signum: int, checkpoint: dict[str, Any] | None) -> None:
+        super().__init__(signals.name(signum))
+        self.signum, self.checkpoint = signum, checkpoint
+
+
+def run(cfg: DictConfig, ctx: RunContext | Path, started: float | None = None,
+        resume: dict[str, Any] | None = None) -> InfoStats:
+    """Build everything from ``cfg`` and train; ``ctx.run_dir`` receives every file.
+
+    With ``resume`` (a loaded checkpoint of this run), continue exactly where it stopped,
+    or, where that cannot be exact, say so and continue from a seeded reset.
     """
-    started = time.perf_counter() if started is None else started
+    if isinstance(ctx, Path):
+        ctx = RunContext(ctx)
+    if started is not None:
+        ctx.started = started
     s = settings(cfg)
-    if resume is None:
-        check_run_dir(run_dir)
     parts = build_parts(s)
+    try:
+        return _train(cfg, s, ctx, parts, resume)
+    finally:
+        parts.train_collector.envs.close()
+        parts.test_collector.envs.close()
+
+
+def _train(cfg: DictConfig, s: Settings, ctx: RunContext, parts: Parts,
+           resume: dict[str, Any] | None) -> InfoStats:
+    run_dir = ctx.run_dir
     info, algorithm, buffer = parts.info, parts.algorithm, parts.buffer
     train_collector, test_collector = parts.train_collector, parts.test_collector
-    train_seed, test_seed = parts.train_seed, parts.test_seed
-    train_envs, test_envs = train_collector.envs, test_collector.envs
+    if ctx.on_accept is not None:
+        ctx.on_accept()
 
     # ---- from here on, files are written
     done_epochs = completed_epochs(resume["trainer"]) if resume else 0
+    history: dict[str, Any] = dict(resume.get("history") or {}) if resume else {}
+    history.setdefault("resumes", [])
+    summary_extra: dict[str, Any] = {
+        "run_dir": str(run_dir),
+        "system": system_info(ctx.command, ctx.overrides),
+        "env_state": {"exact": True, "not_captured": []},
+        "resumes": history["resumes"],
+        "checkpoint": None,
+    }
     jsonl = JsonlLogger(run_dir, keep_epochs=done_epochs if resume else None,
-                        extra_summary={"run_dir": str(run_dir), "system": system_info()})
-    loggers: list[Logger] = [ConsoleLogger(s.trainer.max_epochs, s.logger.progress_bar, run_dir),
+                        extra_summary=summary_extra)
+    loggers: list[Logger] = [ConsoleLogger(s.trainer.max_epochs, s.logger.progress_bar, run_dir,
+                                           quiet=s.logger.quiet,
+                                           progress_interval_s=s.logger.progress_interval_s),
                              jsonl]
     if s.logger.tensorboard:
         purge = resume["trainer"]["env_step"] + 1 if resume else None
-        loggers.append(TensorBoardLogger(run_dir / "tb", purge_step=purge))
+        loggers.append(TensorBoardLogger(run_dir / "tb", purge_step=purge,
+                                         config=OmegaConf.to_container(cfg, resolve=True)))
     algo_name = type(algorithm).__name__.lower()
     meta = {"algo": algo_name, "env_id": s.env.id, "obs_shape": list(info.obs_shape),
             "discrete": info.discrete, "action_dim": info.action_dim}
     trainer: Trainer
     # an on-policy rollout is consumed within its training step: nothing to keep
     save_buffer = algorithm.kind == "offpolicy" and s.trainer.checkpoint_buffer
+    warned_inexact = False
 
     def checkpoint() -> None:
+        nonlocal warned_inexact
+        collectors = {"train": train_collector.state_dict(), "test": test_collector.state_dict()}
+        missing = [f"{name} envs: {what}" for name, c in collectors.items()
+                   for what in c["not_captured"]]
+        if missing and not warned_inexact:
+            warned_inexact = True
+            summary_extra["env_state"] = {"exact": False, "not_captured": missing}
+            log.warning(f"the envs' state cannot be saved exactly ({_grouped(missing)}): a resume "
+                        "from a checkpoint will start fresh episodes from a seeded reset, so "
+                        "its records will differ from an unbroken run's")
         state = {
             "config": OmegaConf.to_container(cfg, resolve=True),
             "algorithm": algorithm.training_state(),
             "trainer": trainer.state_dict(),
-            "collectors": {"train": train_collector.state_dict(),
-                           "test": test_collector.state_dict()},
+            "collectors": collectors,
             "buffer": buffer.state_dict() if save_buffer else None,
             "rng": rng_state(),
+            "history": history,
         }
         name = f"ckpt_{trainer.env_step:010d}_{trainer.epoch:05d}.pt"
-        save_checkpoint(run_dir / "checkpoints", state, name, s.trainer.keep_checkpoints)
+        try:
+            path = save_checkpoint(run_dir / "checkpoints", state, name,
+                                   s.trainer.keep_checkpoints)
+        except OSError as e:
+            raise SaveError(f"could not write the checkpoint {run_dir / 'checkpoints' / name}: "
+                            f"{e.strerror or e}") from None
+        ctx.checkpoint = summary_extra["checkpoint"] = {
+            "path": str(path), "epoch": trainer.epoch, "env_step": trainer.env_step,
+            "epochs_complete": completed_epochs(state["trainer"])}
+
+    def save(directory: str) -> None:
+        try:
+            save_policy(run_dir / directory, algorithm.policy_module().state_dict(), meta)
+        except OSError as e:
+            raise SaveError(f"could not write {run_dir / directory / 'policy.pt'}: "
+                            f"{e.strerror or e}") from None
 
     def on_epoch_end(stats: EpochStats) -> None:
         if stats.epoch % s.trainer.checkpoint_every == 0 or trainer.done():
             checkpoint()
 
     def on_stop(info_stats: InfoStats) -> None:
-        save_policy(run_dir / "final", algorithm.policy_module().state_dict(), meta)
+        if info_stats.status == "failed":
+            return  # what the failure left is not worth keeping: last.pt stays the last good one
+        save("final")
         if info_stats.interrupted:
             checkpoint()
 
-    callbacks = Callbacks(
-        on_epoch_end=on_epoch_end,
-        on_best=lambda _: save_policy(run_dir / "best", algorithm.policy_module().state_dict(),
-                                      meta),
-        on_stop=on_stop,
-    )
+    callbacks = Callbacks(on_epoch_end=on_epoch_end, on_best=lambda _: save("best"),
+                          on_stop=on_stop)
     trainer = build_trainer(s, parts, loggers=loggers, callbacks=callbacks)
     if resume:
-        _restore(resume, s, algorithm, trainer, buffer, train_collector, test_collector,
-                 train_seed, test_seed)
+        ctx.checkpoint = summary_extra["checkpoint"] = {
+            "path": resume.get("_path"), "epoch": resume["trainer"]["epoch"],
+            "env_step": resume["trainer"]["env_step"], "epochs_complete": done_epochs}
+        notes = _restore(resume, s, parts, trainer)
+        history["resumes"].append({"epoch": resume["trainer"]["epoch"],
+                                   "env_step": resume["trainer"]["env_step"],
+                                   "exact": not notes, "notes": notes})
+    if s.env.kwargs:
+        # a crash in the env's own code: its arguments are the usual suspect
+        trainer.crash_hint = f" (the env was made with env.kwargs={dict(s.env.kwargs)})"
     _log_build(s, info, train_collector, trainer, run_dir)
-    jsonl.extra_summary["startup_time"] = time.perf_counter() - started
-    with _stop_on_signals(trainer):
-        result = trainer.run()
-    train_envs.close()
-    test_envs.close()
+    jsonl.extra_summary["startup_time"] = time.perf_counter() - ctx.started
+    try:
+        with signals.training(trainer.request_stop):
+            result = trainer.run()
+    except signals.StopNow as e:
+        trainer.interrupted = True
+        _finish_loggers(loggers, trainer)
+        raise StoppedAtOnce(e.signum, ctx.checkpoint) from None
+    if trainer.failure is not None:
+        _log_traceback(run_dir, trainer.failure)
     return result
 
 
-def _restore(ckpt: dict[str, Any], s: Settings, algorithm: Algorithm, trainer: Trainer,
-             buffer: ReplayBuffer, train_collector: Collector, test_collector: Collector,
-             train_seed: int, test_seed: int) -> None:
+def _grouped(entries: list[str], limit: int = 3) -> str:
+    """Entries that differ only by sub-env index, once: ``envs.envs[0].sim`` ... ``envs[7]``
+    -> ``envs.envs[0-7].sim``."""
+    groups: dict[str, list[int]] = {}
+    for entry in entries:
+        indices = [int(i) for i in re.findall(r"envs\.envs\[(\d+)\]", entry)[:1]]
+        key = re.sub(r"(envs\.envs)\[\d+\]", r"\1[{}]", entry, count=1)
+        groups.setdefault(key, []).extend(indices)
+    parts = []
+    for key, indices in groups.items():
+        span = (f"{min(indices)}-{max(indices)}" if len(set(indices)) > 1 else
+                str(indices[0]) if indices else "")
+        parts.append(key.replace("[{}]", f"[{span}]") if "{}" in key else key)
+    more = f"; and {len(parts) - limit} more" if len(parts) > limit else ""
+    return "; ".join(parts[:limit]) + more
+
+
+def _finish_loggers(loggers: list[Logger], trainer: Trainer) -> None:
+    from rltrain.stats import flatten
+
+    info = trainer.info()
+    for logger in loggers:
+        with contextlib.suppress(Exception):
+            logger.finish(flatten(info))
+
+
+def _log_traceback(run_dir: Path, error: BaseException) -> None:
+    """The traceback of a failure, for whoever debugs it: in rltrain.log, not the console."""
+    from rltrain.errors import TrainingError
+
+    if isinstance(error, TrainingError):
+        return
+    try:
+        with open(run_dir / "rltrain.log", "a", encoding="utf-8") as f:
+            f.write("The run failed with this traceback:\n")
+            traceback.print_exception(error, file=f)
+    except OSError:
+        pass
+
+
+def _restore(ckpt: dict[str, Any], s: Settings, parts: Parts, trainer: Trainer) -> list[str]:
+    """Load a checkpoint into the built parts; returns what made the resume inexact."""
+    notes: list[str] = []
+    algorithm, buffer = parts.algorithm, parts.buffer
     algorithm.load_training_state(ckpt["algorithm"])
     old_max_epochs = ckpt["config"]["trainer"]["max_epochs"]
     trainer.load_state_dict(ckpt["trainer"])
@@ -329,50 +611,37 @@ def _restore(ckpt: dict[str, Any], s: Settings, algorithm: Algorithm, trainer: T
     if ckpt["buffer"] is not None:
         buffer.load_state_dict(ckpt["buffer"])
     elif algorithm.kind == "offpolicy":
-        log.warning("the checkpoint holds no replay buffer (trainer.checkpoint_buffer=false): "
-                    "resuming with an empty buffer, so results differ from an unbroken run")
-    exact = train_collector.load_state_dict(ckpt["collectors"]["train"], seed=train_seed)
-    exact &= test_collector.load_state_dict(ckpt["collectors"]["test"], seed=test_seed)
-    if not exact:
-        log.warning("these envs cannot be restored exactly (they run in other processes): "
-                    "resuming with fresh episodes from a seeded reset")
+        notes.append("the checkpoint holds no replay buffer (trainer.checkpoint_buffer=false): "
+                     "the buffer starts empty")
+    env_step = ckpt["trainer"]["env_step"]
+    for name, collector, seed in (("train", parts.train_collector, parts.train_seed),
+                                  ("test", parts.test_collector, parts.test_seed)):
+        problems = collector.load_state_dict(ckpt["collectors"][name],
+                                             seed=derived_seed(seed, env_step))
+        if problems and name == "train":
+            notes.append(f"the train envs' state could not be restored ({_grouped(problems)}): "
+                         "training continues with fresh episodes from a seeded reset")
+        elif problems:
+            notes.append(f"the test envs' state could not be restored ({_grouped(problems)})")
     set_rng_state(ckpt["rng"])
-    log.info(f"resumed at epoch {trainer.epoch}, env step {trainer.env_step:,}")
-
-
-@contextlib.contextmanager
-def _stop_on_signals(trainer: Trainer) -> Iterator[None]:
-    """First SIGINT/SIGTERM: finish the step in flight, save, stop. A second one: stop at
-    once (KeyboardInterrupt); checkpoints are atomic, so last.pt stays whole."""
-
-    def first(signum: int, frame: Any) -> None:
-        trainer.request_stop(signum)
-        print(f"\nrltrain: {signal.Signals(signum).name} received; finishing the current step "
-              "and saving (send it again to stop at once)", file=sys.stderr, flush=True)
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, second)
-
-    def second(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    if threading.current_thread() is not threading.main_thread():
-        yield  # signal handlers can only be set from the main thread
-        return
-    previous = {sig: signal.signal(sig, first) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    for note in notes:
+        log.warning(f"inexact resume: {note}; records from here on will differ from an "
+                    "unbroken run's")
+    log.info(f"resumed at epoch {trainer.epoch}, env step {trainer.env_step:,}"
+             + ("" if notes else " (exact)"))
+    return notes
 
 
 def _log_build(s: Settings, info: SpaceInfo, collector: Collector, trainer: Trainer,
                run_dir: Path) -> None:
     actions = f"Discrete({info.num_actions})" if info.discrete else f"Box{info.action_shape}"
     mode = "next-step" if collector.next_step_mode else "same-step"
-    log.info(f"env {s.env.id}: {s.env.num_train_envs} train / {s.env.num_test_envs} test envs "
-             f"({mode} autoreset), obs {info.obs_shape}, actions {actions}, "
-             f"reward threshold {info.reward_threshold}")
+    log.info(f"env {s.env.id}: {s.env.num_train_envs} train / {trainer.test_collector.num_envs} "
+             f"test envs ({mode} autoreset), obs {info.obs_shape}, actions {actions}, "
+             f"reward threshold {info.reward_threshold}, episodes of at most "
+             f"{info.max_episode_steps:,} steps")
+    if s.env.wrappers:
+        log.info(f"env wrappers: {', '.join(map(str, s.env.wrappers))}")
     log.info(f"algorithm {type(trainer.algorithm).__name__}: "
              f"{sum(p.numel() for p in trainer.algorithm.parameters()):,} parameters on "
              f"{s.device}, seed {s.seed}")

@@ -109,6 +109,12 @@ class InfoStats:
     timing: Timing = field(default_factory=Timing)
     #: the signal that interrupted the run (2 SIGINT, 15 SIGTERM), if any
     interrupt_signal: int | None = None
+    #: completed (every epoch, or stopped early at the stop score), interrupted or failed
+    status: str = "completed"
+    #: why the run failed (status failed), in one line
+    error: str | None = None
+    #: where the run was when it failed, e.g. "epoch 3 (env step 4,096)"
+    failed_at: str | None = None
 
 
 def mean_stats(records: list[Mapping[str, float]]) -> dict[str, float]:

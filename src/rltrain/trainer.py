@@ -34,7 +34,7 @@ from rltrain.algorithms.base import (
     OnPolicyAlgorithm,
     Progress,
 )
-from rltrain.collector import Collector, Policy
+from rltrain.collector import CollectionStopped, Collector, Policy
 from rltrain.config import (
     OfflineTrainerParams,
     OffPolicyTrainerParams,
@@ -44,6 +44,7 @@ from rltrain.config import (
     env_steps_per_collection,
 )
 from rltrain.data.buffers import ReplayBuffer
+from rltrain.errors import NonFiniteError, TrainingError
 from rltrain.loggers import Logger
 from rltrain.stats import Best, Episodes, EpochStats, InfoStats, Timing, flatten, mean_stats
 
@@ -73,9 +74,14 @@ class Trainer(Iterator[EpochStats]):
         reward_threshold: float | None,
         loggers: Sequence[Logger] = (),
         callbacks: Callbacks = Callbacks(),
+        test_seed: int = 0,
     ) -> None:
         self.algorithm, self.params, self.buffer = algorithm, params, buffer
         self.test_collector = test_collector
+        #: test step k resets the test envs with a seed derived from (test_seed, k), so a
+        #: test step's episodes depend on nothing else (an interrupted test step reruns
+        #: exactly, and test envs need no state carried between test steps)
+        self.test_seed, self.test_steps = test_seed, 0
         self.reward_threshold = reward_threshold
         self.stop_score: float | None = (
             reward_threshold if params.stop_score == "auto" else params.stop_score
@@ -92,6 +98,11 @@ class Trainer(Iterator[EpochStats]):
         self._partial: _EpochInProgress | None = None
         #: the signal that asked the run to stop, if any
         self.stop_signal: int | None = None
+        #: what ended the run early, if it failed (recorded by run(), said in the summary)
+        self.failure: BaseException | None = None
+        self.failure_at = ""
+        #: added to the message of a failure that is not a TrainingError (a crash)
+        self.crash_hint = ""
 
     # ------------------------------------------------------------------ progress
     def planned_env_steps(self) -> int:
@@ -108,14 +119,29 @@ class Trainer(Iterator[EpochStats]):
         collected episodes or None, the update stats, the time spent)."""
         raise NotImplementedError
 
-    def test_step(self) -> Episodes:
-        self.test_collector.reset()
+    def test_step(self, interruptible: bool = False) -> Episodes:
+        """``test_step_num_episodes`` deterministic episodes on freshly seeded test envs.
+
+        :param interruptible: a stop request ends the test step early (the epoch's own test
+            step, which a resume reruns; not a test inside a training step).
+        """
+        self.test_collector.reset(seed=derived_seed(self.test_seed, self.test_steps))
         policy = self.algorithm.policy(self.progress(), deterministic=True)
-        return self.test_collector.collect(
-            policy, n_episodes=self.params.test_step_num_episodes, quota=True
-        )
+        should_stop = (lambda: self.stop_signal is not None) if interruptible else None
+        try:
+            episodes = self.test_collector.collect(
+                policy, n_episodes=self.params.test_step_num_episodes, quota=True,
+                should_stop=should_stop,
+            )
+        except CollectionStopped:
+            raise Interrupted(self.stop_signal or 0) from None
+        self.test_steps += 1
+        return episodes
 
     def done(self) -> bool:
+        """Whether every epoch is done; an interrupted epoch (resumed) is not done yet."""
+        if self._partial is not None:
+            return False
         return self.epoch >= self.params.max_epochs or self.stopped_early
 
     def _reached_stop(self, episodes: Episodes) -> bool:
@@ -137,25 +163,29 @@ class Trainer(Iterator[EpochStats]):
             self._partial = _EpochInProgress()
         part = self._partial
         for logger in self.loggers:
-            logger.start_epoch(self.epoch, self.params.epoch_num_steps)
-            logger.advance(part.steps)
+            logger.start_epoch(self.epoch, self.params.epoch_num_steps, done=part.steps)
         self._early_test = None
         while part.steps < self.params.epoch_num_steps and self._early_test is None:
             if self.stop_signal is not None:
                 raise Interrupted(self.stop_signal)
             n, episodes, stats, spent = self.training_step()
+            updates = [{k: float(v) for k, v in dataclasses.asdict(s).items()} for s in stats]
+            self._check_finite(updates)
             part.steps += n
             part.training_steps += 1
             if episodes is not None:
                 part.collected.append(episodes)
-            part.updates += [{k: float(v) for k, v in dataclasses.asdict(s).items()}
-                             for s in stats]
+            part.updates += updates
             part.timing = _add(part.timing, spent)
             for logger in self.loggers:
                 logger.advance(n)
 
         t0 = time.perf_counter()
-        test = self._early_test if self._early_test is not None else self.test_step()
+        if self._early_test is None:
+            for logger in self.loggers:
+                logger.start_test(self.epoch, self.params.test_step_num_episodes)
+        test = self._early_test if self._early_test is not None else self.test_step(
+            interruptible=True)
         timing = replace(part.timing, test=part.timing.test + time.perf_counter() - t0)
         score = float(np.mean(test.returns)) if len(test.returns) else -math.inf
         is_best = self.best.score is None or score > self.best.score
@@ -199,6 +229,10 @@ class Trainer(Iterator[EpochStats]):
         After :meth:`request_stop` (SIGINT/SIGTERM), the step in flight finishes and the
         info says ``interrupted``; the on_stop callback can then save a checkpoint.
         """
+        plan = {"planned_env_steps": self.planned_env_steps(), "env_step": self.env_step,
+                "max_epochs": self.params.max_epochs}
+        for logger in self.loggers:
+            logger.start_run(plan)
         try:
             while not self.done():
                 if self.stop_signal is not None:
@@ -206,12 +240,35 @@ class Trainer(Iterator[EpochStats]):
                 next(self)
         except Interrupted:
             self.interrupted = True
+        except Exception as e:  # noqa: BLE001 - recorded, reported, and the run stops
+            self._fail(e)
         info = self.info()
         if self.callbacks.on_stop:
-            self.callbacks.on_stop(info)
+            try:
+                self.callbacks.on_stop(info)
+            except Exception as e:  # noqa: BLE001 - e.g. the disk filled up while saving
+                self._fail(e)
+                info = self.info()
         for logger in self.loggers:
             logger.finish(flatten(info))
         return info
+
+    def _fail(self, error: BaseException) -> None:
+        if self.failure is None:
+            self.failure = error
+            self.failure_at = f"epoch {self.epoch} (env step {self.env_step:,})"
+
+    def _check_finite(self, updates: list[dict[str, float]]) -> None:
+        """Stop at the first non-finite loss or parameter, before it can reach best/, final/
+        or a checkpoint. Statistics other than losses may be undefined (NaN) by design,
+        e.g. PPO's explained variance of constant returns."""
+        for record in updates:
+            for key, value in record.items():
+                if key.endswith("loss") and not math.isfinite(value):
+                    raise NonFiniteError(f"the update's {key} is {value}")
+        bad = self.algorithm.nonfinite_parameter() if updates else None
+        if bad is not None:
+            raise NonFiniteError(f"parameter {bad} is not finite after an update")
 
     def elapsed(self) -> float:
         return time.perf_counter() - self._start
@@ -228,6 +285,7 @@ class Trainer(Iterator[EpochStats]):
             "best_score": self.best.score,
             "best_epoch": self.best.epoch,
             "stopped_early": self.stopped_early,
+            "test_steps": self.test_steps,
             "elapsed": self.elapsed(),
             "totals": dataclasses.asdict(self.totals),
             "log_time": self.log_time,
@@ -249,6 +307,7 @@ class Trainer(Iterator[EpochStats]):
         self.gradient_step = state["gradient_step"]
         self.best = Best(score=state["best_score"], epoch=state["best_epoch"])
         self.stopped_early = state["stopped_early"]
+        self.test_steps = state["test_steps"]
         self._start = time.perf_counter() - state["elapsed"]
         self.totals = Timing(**state["totals"])
         self.log_time = state["log_time"]
@@ -281,7 +340,26 @@ class Trainer(Iterator[EpochStats]):
             reward_threshold=self.reward_threshold,
             timing=self.totals,
             interrupt_signal=self.stop_signal if self.interrupted else None,
+            status="failed" if self.failure is not None else (
+                "interrupted" if self.interrupted else "completed"),
+            error=None if self.failure is None else failure_text(self.failure) + (
+                "" if isinstance(self.failure, TrainingError) else self.crash_hint),
+            failed_at=self.failure_at or None,
         )
+
+
+def failure_text(error: BaseException) -> str:
+    """One line for a failure: a TrainingError's own message, else the exception's type
+    and first line (an env's bug, say), which the traceback in rltrain.log details."""
+    if isinstance(error, TrainingError):
+        return str(error)
+    first = (str(error).strip().splitlines() or [""])[0]
+    return f"{type(error).__name__}: {first}" if first else type(error).__name__
+
+
+def derived_seed(base: int, index: int) -> int:
+    """A 31-bit seed derived from ``(base, index)``, well apart from ``base + small``."""
+    return int(np.random.SeedSequence([base, index]).generate_state(1)[0]) & 0x7FFF_FFFF
 
 
 def _add(a: Timing, b: Timing) -> Timing:

@@ -61,6 +61,16 @@ class Algorithm(nn.Module, ABC):
     @abstractmethod
     def optimizers(self) -> dict[str, Adam]: ...
 
+    def nonfinite_parameter(self) -> str | None:
+        """The name of a parameter holding NaN or inf, or None. One reduction per optimiser
+        over its flat buffer (every trained parameter), so it is cheap after each update."""
+        if all(bool(torch.isfinite(o.flat).all()) for o in self.optimizers().values()):
+            return None
+        for name, p in self.named_parameters():
+            if not bool(torch.isfinite(p).all()):
+                return name
+        return "(an optimiser's buffer)"
+
     def training_state(self) -> dict[str, Any]:
         """Everything needed to continue training exactly (checkpoints)."""
         return {
