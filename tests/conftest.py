@@ -2,25 +2,111 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-RLTRAIN = Path(sys.executable).parent / "rltrain"
+BIN = Path(sys.executable).parent
+RLTRAIN = BIN / "rltrain"
+TESTS = Path(__file__).resolve().parent
+
+
+def cli_env(env: dict | None = None) -> dict:
+    """The environment of a CLI run: this directory on PYTHONPATH, so that ``fault_envs`` and
+    ``state_envs`` import as a user's own env package would; no HYDRA_FULL_ERROR."""
+    full_env = dict(os.environ)
+    full_env.pop("HYDRA_FULL_ERROR", None)
+    full_env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(TESTS), full_env.get("PYTHONPATH", "")) if p)
+    full_env.update(env or {})
+    return full_env
 
 
 def run_cli(*args: str, cwd: Path, timeout: float = 300, env: dict | None = None
             ) -> subprocess.CompletedProcess:
     """Run ``rltrain ARGS`` as a user would; no terminal, so no live progress bar."""
-    full_env = dict(os.environ)
-    full_env.pop("HYDRA_FULL_ERROR", None)
-    full_env.update(env or {})
     return subprocess.run([str(RLTRAIN), *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=full_env)
+                          timeout=timeout, env=cli_env(env))
+
+
+def run_tool(name: str, *args: str | Path, cwd: Path, timeout: float = 300,
+             env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run another console script (``rltrain-eval``, ``rltrain-export``) the same way."""
+    return subprocess.run([str(BIN / name), *map(str, args)], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout, env=cli_env(env))
+
+
+def signal_when(args: list[str], cwd: Path, when: Callable[[str], bool],
+                *signals: int, gap: float = 0.0, program: Path = RLTRAIN,
+                env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Start ``rltrain ARGS``; as soon as a line of its stdout satisfies ``when``, send
+    ``signals`` (``gap`` seconds apart); return the finished process with all its output."""
+    proc = subprocess.Popen([str(program), *args], cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=cli_env(env))
+    assert proc.stdout is not None
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if when(line):
+            for i, sig in enumerate(signals):
+                if i:
+                    time.sleep(gap)
+                proc.send_signal(sig)
+            break
+    out, err = proc.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, "".join(lines) + out, err)
+
+
+def learning_records(run_dir: Path) -> list[dict]:
+    """epochs.jsonl without the fields that measure time rather than learning."""
+    rows = read_jsonl(run_dir / "epochs.jsonl")
+    for row in rows:
+        for key in ("time", "timing"):
+            row.pop(key)
+        for part in ("train", "test"):
+            row[part].pop("steps_per_s")
+    return rows
+
+
+@contextlib.contextmanager
+def tmpfs(path: Path, size: str = "4m") -> Iterator[Path]:
+    """A real, small file system at ``path`` (tmpfs), for full-disk and read-only faults.
+    Needs root and the right to mount (CAP_SYS_ADMIN); skips, saying so, without them."""
+    path.mkdir(parents=True, exist_ok=True)
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}",
+                          f"rltrain-test-{uuid.uuid4().hex[:8]}", str(path)],
+                         capture_output=True, text=True)
+    if res.returncode != 0:
+        pytest.skip("needs a small real file system: mounting a tmpfs requires root and "
+                    f"CAP_SYS_ADMIN ({res.stderr.strip() or 'mount failed'})")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def remount(path: Path, options: str) -> None:
+    subprocess.run(["mount", "-o", f"remount,{options}", str(path)], check=True)
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 60, what: str = "") -> None:
+    end = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+SIGTERM, SIGINT, SIGKILL = signal.SIGTERM, signal.SIGINT, signal.SIGKILL
 
 
 def read_jsonl(path: Path) -> list[dict]:

@@ -1,0 +1,164 @@
+"""What a person reads: epoch lines that fit 120 columns and give the real rate, progress in
+logs that are not a terminal, quiet runs, --version, logging choices, TensorBoard's HParams,
+and exit handlers that still run."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import subprocess
+
+import pytest
+from rich.console import Console
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.plugins.hparams import plugin_data_pb2
+
+from conftest import RLTRAIN, cli_env
+from rltrain.loggers import LINE_WIDTH, ConsoleLogger
+
+SMOKE = ["experiment=smoke"]
+
+
+class Clock:
+    """A clock the test moves by hand: the logger's rate is then exact."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def record(**values) -> dict:
+    r = {"epoch": 3, "env_step": 6144, "train/return_mean": 23.4, "test/return_mean": 187.25,
+         "test/return_std": 12.1, "best/score": 187.25, "best/epoch": 3,
+         "update/pg_loss": -0.0123, "update/v_loss": 12.3, "update/entropy": 0.61,
+         "update/approx_kl": 0.012}
+    r.update(values)
+    return r
+
+
+def logger(clock: Clock, out: io.StringIO, **kwargs) -> ConsoleLogger:
+    console = Console(file=out, width=80, force_terminal=False, highlight=False)
+    return ConsoleLogger(50, console=console, clock=clock, **kwargs)
+
+
+def test_epoch_line_gives_the_real_rate_and_the_run_eta():
+    clock, out = Clock(), io.StringIO()
+    log = logger(clock, out, progress_interval_s=1e9)
+    log.start_run({"planned_env_steps": 102_400, "env_step": 4096})
+    log.start_epoch(3, 2048)
+    log.advance(2048)
+    clock.now += 1.0  # the epoch, test and saving included, took one second
+    line = log.epoch_line(record())
+    assert "2.0k sps" in line  # 2048 env steps over the epoch's 1 s, not collection speed
+    assert "6.1k/102.4k steps" in line
+    assert "eta 0:47" in line  # (102,400 - 6,144) steps left at 2,048 steps/s: 47 s
+    assert line.startswith("epoch   3/50")
+    assert "test 187.2±12.1" in line and "best 187.2 (3)" in line
+    assert line.endswith("eta 0:47 | pg -0.0123 vf 12.3")  # the losses that fit
+    assert len(line) <= LINE_WIDTH
+
+
+@pytest.mark.parametrize("big", [False, True])
+def test_epoch_lines_fit_120_columns_whatever_the_numbers(big):
+    clock, out = Clock(), io.StringIO()
+    log = logger(clock, out)
+    log.max_epochs = 10_000
+    log.start_run({"planned_env_steps": 9_999_000_000 if big else 0, "env_step": 0})
+    log.start_epoch(9999, 10**9)
+    log.advance(123_456)
+    clock.now += 1e-3
+    values = {"epoch": 9999, "env_step": 9_999_000_000, "train/return_mean": -1234567.8,
+              "test/return_mean": -9876543.2e3, "test/return_std": 1234567.8e3,
+              "best/score": -9876543.2e3, "best/epoch": 9999} if big else {
+        "epoch": 9999, "best/epoch": 9999}
+    line = log.epoch_line(record(**values))
+    assert len(line) <= LINE_WIDTH, (len(line), line)
+    assert "epoch 9999/10000" in line
+
+
+def test_progress_lines_when_stdout_is_not_a_terminal():
+    clock, out = Clock(), io.StringIO()
+    log = logger(clock, out, progress_interval_s=30.0)
+    log.start_run({"planned_env_steps": 100_000, "env_step": 0})
+    log.start_epoch(1, 10_000)
+    for _ in range(10):  # a training step every 5 s: a line at most every 30 s
+        clock.now += 5.0
+        log.advance(1000)
+    lines = out.getvalue().splitlines()
+    # 94,000 steps of the run left at 200 steps/s: 470 s
+    assert lines == ["  epoch 1/50: 6,000/10,000 steps, 200 steps/s, epoch eta 0:20, run eta 7:50"]
+
+
+def test_quiet_prints_nothing_and_still_writes_everything(tmp_path):
+    for name, flag in (("short", "-q"), ("key", "logger.quiet=true")):
+        run_dir = tmp_path / name
+        res = subprocess.run([str(RLTRAIN), *SMOKE, flag, f"hydra.run.dir={run_dir}"],
+                             cwd=tmp_path, capture_output=True, text=True, env=cli_env())
+        assert res.returncode == 0, res.stderr
+        assert res.stdout == "" and res.stderr == ""
+        assert json.loads((run_dir / "summary.json").read_text())["status"] == "completed"
+        assert "run directory" in (run_dir / "rltrain.log").read_text()
+
+
+def test_version_is_rltrains(cli):
+    import rltrain
+
+    res = cli("--version")
+    assert res.returncode == 0
+    assert res.stdout.startswith(f"rltrain {rltrain.__version__} (hydra-core ")
+
+
+def test_a_hydra_job_logging_choice_is_respected(cli, tmp_path):
+    run_dir = tmp_path / "run"
+    res = cli(*SMOKE, "hydra/job_logging=disabled", f"hydra.run.dir={run_dir}")
+    assert res.returncode == 0, res.stderr
+    assert "env CartPole-v1" not in res.stdout  # rltrain's own console logging replaced
+    assert not (run_dir / "rltrain.log").exists()
+    assert "epoch   2/2" in res.stdout  # epoch lines are the console logger's, not logging's
+
+
+def test_the_summary_names_the_whole_run_directory(cli, tmp_path):
+    run_dir = tmp_path / ("a-very-long-directory-name-" * 6) / "run"
+    res = cli(*SMOKE, f"hydra.run.dir={run_dir}", env={"COLUMNS": "60"})
+    assert res.returncode == 0, res.stderr
+    assert f"run directory: {run_dir}\n" in res.stdout
+    assert "…" not in res.stdout
+
+
+def test_tensorboard_has_the_config_and_hparams(cli, tmp_path):
+    run_dir = tmp_path / "run"
+    res = cli(*SMOKE, "algo.lr=0.0007", f"hydra.run.dir={run_dir}")
+    assert res.returncode == 0, res.stderr
+    acc = EventAccumulator(str(run_dir / "tb"))
+    acc.Reload()
+    content = acc.PluginTagToContent("hparams")
+    start = next(plugin_data_pb2.HParamsPluginData.FromString(c).session_start_info
+                 for c in content.values()
+                 if plugin_data_pb2.HParamsPluginData.FromString(c).HasField("session_start_info"))
+    assert start.hparams["algo.lr"].number_value == pytest.approx(0.0007)
+    assert start.hparams["env.id"].string_value == "CartPole-v1"
+    experiment = next(plugin_data_pb2.HParamsPluginData.FromString(c).experiment
+                      for c in content.values()
+                      if plugin_data_pb2.HParamsPluginData.FromString(c).HasField("experiment"))
+    assert {m.name.tag for m in experiment.metric_infos} == {"best/score", "test/return_mean"}
+    assert "config/text_summary" in acc.Tags()["tensors"]
+    text = acc.Tensors("config/text_summary")[0].tensor_proto.string_val[0].decode()
+    assert re.search(r"lr: 0\.0007", text)
+
+
+def test_atexit_handlers_run_at_the_end_of_a_run(cli, tmp_path):
+    """A single run ends without the interpreter's teardown, but after running the exit
+    handlers a user's package registered (here, at import through env.imports)."""
+    marker = tmp_path / "atexit.txt"
+    res = cli(*SMOKE, "env.imports=[fault_envs]", f"hydra.run.dir={tmp_path / 'run'}",
+              env={"RLTRAIN_TEST_ATEXIT_FILE": str(marker)})
+    assert res.returncode == 0, res.stderr
+    assert marker.read_text().startswith("atexit ran in pid ")
+    res = cli(*SMOKE, "env.imports=[fault_envs]", "trainer.max_epochs=0",
+              env={"RLTRAIN_TEST_ATEXIT_FILE": str(tmp_path / "on-error.txt")})
+    assert res.returncode == 2  # an error exit runs them too (the module was imported)
+    assert (tmp_path / "on-error.txt").exists() is False or (
+        tmp_path / "on-error.txt").read_text().startswith("atexit ran")

@@ -1,0 +1,312 @@
+"""Faults a user meets: a full disk, a torn record, Ctrl-C at start-up, a crashing env, an env
+that never ends an episode, a closed pipe, read-only places, broken YAML. Each ends in a
+short message (or goes on when it can), leaves nothing half-written, and no traceback.
+
+The full and read-only file systems are real: small tmpfs mounts (root only; the tests say
+so and skip elsewhere).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import (
+    RLTRAIN,
+    SIGINT,
+    SIGTERM,
+    cli_env,
+    learning_records,
+    read_jsonl,
+    remount,
+    run_tool,
+    signal_when,
+    tmpfs,
+)
+from rltrain.checkpoint import load_checkpoint
+
+DQN = ["algo=dqn", "experiment=smoke", "logger.tensorboard=false"]
+
+
+def no_traceback(res: subprocess.CompletedProcess) -> None:
+    assert "Traceback" not in res.stdout + res.stderr, res.stderr
+
+
+def fill(path: Path) -> Path:
+    """Fill the file system holding ``path`` to the last byte."""
+    filler = path / "filler"
+    with open(filler, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+    return filler
+
+
+# ---------------------------------------------------------------- a full disk
+def test_disk_full_while_checkpointing(cli, tmp_path):
+    """The replay buffer makes the checkpoint far larger than the 1 MB file system: the
+    run stops with one message, leaves no temporary file, writes summary.json, and the
+    directory can be reused once there is room."""
+    with tmpfs(tmp_path / "fs", "1m") as fs:
+        run_dir = fs / "run"
+        args = [*DQN, "buffer.size=50000", f"hydra.run.dir={run_dir}"]
+        res = cli(*args)
+        assert res.returncode == 1
+        no_traceback(res)
+        assert "could not write the checkpoint" in res.stderr
+        assert "No space left on device" in res.stderr
+        assert not list((run_dir / "checkpoints").glob(".*"))  # no half-written .tmp
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["status"] == "failed" and "No space left" in summary["error"]
+        remount(fs, "size=16m")
+        res = cli(*args)
+        assert res.returncode == 0, res.stderr
+        assert "replacing what an attempt without a checkpoint left" in res.stderr
+
+
+def test_disk_full_mid_run_then_resume_is_exact(cli, tmp_path):
+    """The disk fills up early in epoch 2: the run stops cleanly wherever the next
+    write fails (best policy, epoch record or checkpoint); once there is room again, the
+    resume from the last good checkpoint gives the unbroken run's records."""
+    args = ["algo=dqn", "trainer.max_epochs=4", "trainer.epoch_num_steps=2048",
+            "buffer.size=5000", "trainer.stop_score=null", "seed=4", "env.num_test_envs=2",
+            "trainer.test_step_num_episodes=2", "logger.tensorboard=false",
+            "logger.progress_interval_s=0"]
+    full = tmp_path / "full"
+    assert cli(*args, f"hydra.run.dir={full}").returncode == 0
+    with tmpfs(tmp_path / "fs", "8m") as fs:
+        run_dir = fs / "run"
+        filler: list[Path] = []
+        res = signal_when([*args, f"hydra.run.dir={run_dir}"], tmp_path,
+                          # epoch 2's first line comes after epoch 1's checkpoint
+                          lambda line: line.startswith("  epoch 2/4: ") and not filler.append(
+                              fill(fs)))
+        assert res.returncode == 1, res.stdout + res.stderr
+        no_traceback(res)
+        assert "No space left on device" in res.stderr
+        assert "the last good checkpoint is" in res.stderr
+        assert not list(run_dir.rglob(".*.tmp"))
+        filler[0].unlink()
+        res = cli(f"resume={run_dir}")
+        assert res.returncode == 0, res.stderr
+        assert learning_records(run_dir) == learning_records(full)
+
+
+def test_torn_last_record_is_dropped_and_its_epoch_redone(cli, tmp_path):
+    """What a full disk leaves when it cuts an epoch record short: a torn last line, and the
+    checkpoint before that epoch. The resume drops the line and redoes the epoch."""
+    run_dir = tmp_path / "run"
+    assert cli(*DQN, "trainer.max_epochs=3", f"hydra.run.dir={run_dir}").returncode == 0
+    unbroken = learning_records(run_dir)
+    ckpts = run_dir / "checkpoints"
+    newest = sorted(ckpts.glob("ckpt_*.pt"))
+    newest[-1].unlink()
+    (ckpts / "last.pt").unlink()
+    os.link(newest[-2], ckpts / "last.pt")
+    text = (run_dir / "epochs.jsonl").read_text()
+    (run_dir / "epochs.jsonl").write_text(text[: len(text) - len(text.splitlines()[-1]) // 2 - 1])
+    (run_dir / "summary.json").unlink()
+    res = cli(f"resume={run_dir}")
+    assert res.returncode == 0, res.stderr
+    assert "epochs.jsonl line 3 is a torn last record: dropped" in res.stdout
+    assert learning_records(run_dir) == unbroken
+
+
+# ---------------------------------------------------------------- signals at start-up
+@pytest.mark.parametrize("delay", [0.3, 1.2])
+def test_ctrl_c_in_the_first_seconds(tmp_path, delay):
+    proc = subprocess.Popen([str(RLTRAIN), "experiment=smoke"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=cli_env())
+    time.sleep(delay)
+    proc.send_signal(SIGINT)
+    out, err = proc.communicate(timeout=60)
+    if proc.returncode == 0:
+        pytest.skip("the run finished before the signal (a very fast machine)")
+    assert proc.returncode == 130, err
+    assert "Traceback" not in out + err
+    assert "SIGINT received before training began" in err or "interrupted" in err
+    assert len(err.strip().splitlines()) <= 3, err
+    assert not list(tmp_path.glob("outputs/*/*/checkpoints"))
+
+
+# ---------------------------------------------------------------- crashes and endless envs
+def test_env_crash_before_the_first_checkpoint_leaves_a_reusable_directory(cli, tmp_path):
+    run_dir = tmp_path / "run"
+    base = ["experiment=smoke", "env=gym", "env.id=Pendulum-v1", f"hydra.run.dir={run_dir}"]
+    res = cli(*base, "+env.kwargs.g=abc")
+    assert res.returncode == 1
+    no_traceback(res)
+    assert "the run failed in epoch 1" in res.stderr and "TypeError" in res.stderr
+    assert "the directory can be reused" in res.stderr
+    assert "Traceback (most recent call last)" in (run_dir / "rltrain.log").read_text()
+    res = cli(*base, "env.kwargs.g=9.81")
+    assert res.returncode == 0, res.stderr
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "completed"
+
+
+def test_env_without_a_time_limit_gets_one(cli, tmp_path):
+    run_dir = tmp_path / "run"
+    res = cli("experiment=smoke", "env=gym", "env.id=fault_envs:rltrain-test/Endless-v0",
+              f"hydra.run.dir={run_dir}")
+    assert res.returncode == 0, res.stderr
+    assert "registers no time limit: its episodes are cut at 10,000 steps" in res.stdout
+    assert read_jsonl(run_dir / "epochs.jsonl")[0]["test"]["length_mean"] == 10_000
+    res = cli("experiment=smoke", "env=gym", "env.id=fault_envs:rltrain-test/Endless-v0",
+              "env.max_episode_steps=50", f"hydra.run.dir={tmp_path / 'capped'}")
+    assert res.returncode == 0, res.stderr
+    assert read_jsonl(tmp_path / "capped" / "epochs.jsonl")[0]["test"]["length_mean"] == 50
+
+
+def test_a_long_test_step_stops_on_a_signal(tmp_path):
+    """Test episodes of 200,000 steps: the signal is answered within the test step, the
+    epoch's training is kept and its test step reruns on resume."""
+    run_dir = tmp_path / "run"
+    signalled: list[float] = []
+
+    def testing(line: str) -> bool:
+        if line.startswith("  epoch 1/2: testing"):
+            signalled.append(time.monotonic())
+            return True
+        return False
+
+    res = signal_when(["experiment=smoke", "env=gym", "env.id=fault_envs:rltrain-test/Endless-v0",
+                       "env.max_episode_steps=200000", "logger.progress_interval_s=0",
+                       f"hydra.run.dir={run_dir}"], tmp_path, testing, SIGTERM)
+    assert res.returncode == 143, res.stderr
+    assert time.monotonic() - signalled[0] < 15
+    partial = load_checkpoint(run_dir / "checkpoints" / "last.pt")["trainer"]["partial"]
+    assert partial is not None and partial["steps"] >= 512
+
+
+# ---------------------------------------------------------------- streams
+def test_a_closed_stdout_pipe_does_not_stop_training(tmp_path):
+    """``rltrain ... | head -1``: the reader goes away after one line; training goes on."""
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([str(RLTRAIN), "experiment=smoke", "trainer.max_epochs=4",
+                             "logger.progress_interval_s=0", f"hydra.run.dir={run_dir}"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=cli_env())
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.readline()
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0, err
+    assert "Traceback" not in err
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "completed"
+    assert len(read_jsonl(run_dir / "epochs.jsonl")) == 4
+
+
+# ---------------------------------------------------------------- places that cannot be written
+@pytest.fixture
+def read_only(tmp_path) -> tuple[Path, Path]:
+    """A read-only file system holding a finished run, and that run."""
+    with tmpfs(tmp_path / "ro", "16m") as fs:
+        run_dir = fs / "run"
+        res = subprocess.run([str(RLTRAIN), "experiment=smoke", f"hydra.run.dir={run_dir}"],
+                             cwd=tmp_path, capture_output=True, text=True, env=cli_env())
+        assert res.returncode == 0, res.stderr
+        remount(fs, "ro")
+        yield fs, run_dir
+
+
+def test_read_only_places_are_refused_in_one_line(cli, tmp_path, read_only):
+    fs, run_dir = read_only
+    cases = {
+        "run dir": ([f"hydra.run.dir={fs / 'new'}"], tmp_path, "Read-only file system"),
+        "cwd": ([], fs, "Read-only file system"),
+        "sweep dir": (["--multirun", "seed=0,1", f"hydra.sweep.dir={fs / 'sweep'}"], tmp_path,
+                      "hydra.sweep.dir"),
+        "resume": ([f"resume={run_dir}"], tmp_path, "is not writable"),
+    }
+    for name, (args, cwd, needle) in cases.items():
+        res = subprocess.run([str(RLTRAIN), "experiment=smoke", *args], cwd=cwd,
+                             capture_output=True, text=True, env=cli_env())
+        if name == "resume":
+            res = subprocess.run([str(RLTRAIN), *args], cwd=cwd, capture_output=True,
+                                 text=True, env=cli_env())
+        assert res.returncode == 2, (name, res.stderr)
+        assert needle in res.stderr, (name, res.stderr)
+        assert "Traceback" not in res.stderr, name
+        assert len(res.stderr.strip().splitlines()) <= 2, (name, res.stderr)
+
+
+def test_eval_and_export_of_a_read_only_run(tmp_path, read_only):
+    _, run_dir = read_only
+    res = run_tool("rltrain-export", run_dir, cwd=tmp_path)
+    assert res.returncode == 2 and "could not write" in res.stderr
+    assert "pass --out PATH" in res.stderr and "Traceback" not in res.stderr
+    res = run_tool("rltrain-export", run_dir, "--out", tmp_path / "p.onnx", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    res = run_tool("rltrain-eval", run_dir, "--episodes", "2", cwd=tmp_path)
+    assert res.returncode == 2 and "could not write" in res.stderr
+    assert "return " in res.stdout  # the result is printed, only not saved
+
+
+def test_a_run_dir_that_is_a_file(cli, tmp_path):
+    path = tmp_path / "file"
+    path.write_text("mine")
+    for target in (path, path / "sub"):
+        res = cli("experiment=smoke", f"hydra.run.dir={target}")
+        assert res.returncode == 2, res.stderr
+        assert "Traceback" not in res.stderr
+        assert str(path) in res.stderr
+    assert path.read_text() == "mine"
+
+
+# ---------------------------------------------------------------- broken files
+@pytest.mark.parametrize(("text", "needle"), [
+    ("# @package _global_\ntrainer:\n\tmax_epochs: 2\n", "TABs"),
+    ("# @package _global_\ntrainer: {max_epochs: [2\n", "line"),
+])
+def test_broken_yaml_in_a_config_dir_is_named_by_file_and_line(cli, tmp_path, text, needle):
+    (tmp_path / "mine" / "experiment").mkdir(parents=True)
+    (tmp_path / "mine" / "experiment" / "bad.yaml").write_text(text)
+    res = cli("--config-dir", str(tmp_path / "mine"), "experiment=bad")
+    assert res.returncode == 2
+    first = res.stderr.strip().splitlines()[0]
+    assert "experiment/bad.yaml, line" in first and needle in first, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_a_damaged_stored_config(tmp_path):
+    run_dir = tmp_path / "run"
+    res = subprocess.run([str(RLTRAIN), "experiment=smoke", f"hydra.run.dir={run_dir}"],
+                         cwd=tmp_path, capture_output=True, text=True, env=cli_env())
+    assert res.returncode == 0, res.stderr
+    (run_dir / ".hydra" / "config.yaml").write_text("algo: [unclosed\n")
+    for tool in ("rltrain-eval", "rltrain-export"):
+        res = run_tool(tool, run_dir, cwd=tmp_path)
+        assert res.returncode == 2
+        assert "config.yaml is damaged" in res.stderr and "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize("seed", ["-1", "99999999999", "abc"])
+def test_eval_seed_out_of_range(tmp_path, seed):
+    res = run_tool("rltrain-eval", tmp_path, "--seed", seed, cwd=tmp_path)
+    assert res.returncode == 2 and "--seed: must be an integer from 0 to" in res.stderr
+
+
+def test_a_buffer_too_big_for_memory_says_how_big(cli):
+    res = cli("algo=dqn", "buffer.size=100000000000")
+    assert res.returncode == 2
+    assert "buffer.size needs 4600.0 GB of memory" in res.stderr
+    assert "is available; lower buffer.size" in res.stderr
+
+
+def test_unwritable_parent_for_export_out(tmp_path, read_only):
+    fs, run_dir = read_only
+    copy = tmp_path / "copy"
+    shutil.copytree(run_dir, copy)
+    res = run_tool("rltrain-export", copy, "--out", fs / "x.onnx", cwd=tmp_path)
+    assert res.returncode == 2 and "could not write" in res.stderr
+    assert "Traceback" not in res.stderr

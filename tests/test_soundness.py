@@ -1,0 +1,361 @@
+"""Each silent wrong answer of the "sound before broad" issue, through the real CLI: a run
+that once exited 0 with a wrong result now gives the right one or a clear message."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import (
+    RLTRAIN,
+    SIGKILL,
+    SIGTERM,
+    cli_env,
+    learning_records,
+    read_jsonl,
+    run_tool,
+    signal_when,
+    wait_for,
+)
+from rltrain.checkpoint import load_checkpoint
+
+# four epochs; long test steps (60 episodes on 2 envs), so that a signal sent as a test step
+# begins lands inside it; a progress line after every training step shows where a run is
+LAST_EPOCH = {
+    "ppo": ["algo=ppo", "env=cartpole", "trainer.epoch_num_steps=4096"],
+    "dqn": ["algo=dqn", "env=cartpole", "trainer.epoch_num_steps=2048", "buffer.size=20000"],
+}
+COMMON = ["seed=1", "trainer.max_epochs=4", "trainer.stop_score=null", "env.num_test_envs=2",
+          "trainer.test_step_num_episodes=60", "logger.progress_interval_s=0",
+          "logger.tensorboard=false"]
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    """Every file under ``root`` (hidden ones included) with the hash of its bytes."""
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+# ---------------------------------------------------------------- 1. the last epoch
+@pytest.fixture(scope="module")
+def unbroken(tmp_path_factory) -> Callable[[str], Path]:
+    """The unbroken run of each algorithm, made once for both moments of interruption."""
+    runs: dict[str, Path] = {}
+
+    def get(algo: str) -> Path:
+        if algo not in runs:
+            cwd = tmp_path_factory.mktemp(f"unbroken-{algo}")
+            res = subprocess.run([str(RLTRAIN), *LAST_EPOCH[algo], *COMMON,
+                                  f"hydra.run.dir={cwd / 'full'}"], cwd=cwd,
+                                 capture_output=True, text=True, env=cli_env())
+            assert res.returncode == 0, res.stderr
+            runs[algo] = cwd / "full"
+        return runs[algo]
+
+    return get
+
+
+@pytest.mark.parametrize("moment", ["training", "test"])
+@pytest.mark.parametrize("algo", ["ppo", "dqn"])
+def test_sigterm_in_the_last_epoch_resumes_to_the_unbroken_run(cli, tmp_path, unbroken, algo,
+                                                               moment):
+    args = [*LAST_EPOCH[algo], *COMMON]
+    full, broken = unbroken(algo), tmp_path / "broken"
+
+    if moment == "training":  # the first training step of epoch 4 is done
+        def when(line: str) -> bool:
+            return line.startswith("  epoch 4/4: ") and "steps" in line
+    else:  # epoch 4's test step begins
+        def when(line: str) -> bool:
+            return line.startswith("  epoch 4/4: testing")
+    res = signal_when([*args, f"hydra.run.dir={broken}"], tmp_path, when, SIGTERM)
+    assert res.returncode == 143, res.stderr
+    assert f"rltrain resume={broken}" in res.stderr
+    partial = load_checkpoint(broken / "checkpoints" / "last.pt")["trainer"]["partial"]
+    assert partial is not None, "the signal should have landed inside epoch 4"
+    steps_done = partial["steps"] >= int(LAST_EPOCH[algo][2].split("=")[1])
+    assert steps_done == (moment == "test"), partial["steps"]
+    assert len(read_jsonl(broken / "epochs.jsonl")) == 3
+
+    res = cli(f"resume={broken}")
+    assert res.returncode == 0, res.stderr
+    assert learning_records(broken) == learning_records(full)
+    summary = json.loads((broken / "summary.json").read_text())
+    assert summary["epochs"] == 4 and summary["status"] == "completed"
+    assert summary["env_step"] == json.loads((full / "summary.json").read_text())["env_step"]
+    assert summary["resumes"][0]["exact"] is True
+
+
+# ---------------------------------------------------------------- 2. env state that is not plain
+CUSTOM = ["algo=ppo", "env=gym", "trainer.max_epochs=3", "trainer.epoch_num_steps=2048",
+          "trainer.collection_step_num_env_steps=256", "trainer.stop_score=null", "seed=2",
+          "env.num_test_envs=2", "trainer.test_step_num_episodes=4",
+          "logger.progress_interval_s=0", "logger.tensorboard=false"]
+
+
+def interrupt_in_epoch_2(args: list[str], run_dir: Path, cwd: Path
+                         ) -> subprocess.CompletedProcess:
+    res = signal_when([*args, f"hydra.run.dir={run_dir}"], cwd,
+                      lambda line: line.startswith("  epoch 2/3: "), SIGTERM)
+    assert res.returncode == 143, res.stderr
+    return res
+
+
+def test_custom_env_with_dict_state_resumes_exactly(cli, tmp_path):
+    """The state lives in a dict (the old snapshot skipped it silently): now it is saved, and
+    the resumed records equal an unbroken run's."""
+    args = [*CUSTOM, "env.id=state_envs:rltrain-test/DictState-v0"]
+    full, broken = tmp_path / "full", tmp_path / "broken"
+    assert cli(*args, f"hydra.run.dir={full}").returncode == 0
+    interrupt_in_epoch_2(args, broken, tmp_path)
+    res = cli(f"resume={broken}")
+    assert res.returncode == 0, res.stderr
+    assert "(exact)" in res.stdout and "inexact" not in res.stdout + res.stderr
+    assert learning_records(broken) == learning_records(full)
+    summary = json.loads((broken / "summary.json").read_text())
+    assert summary["env_state"] == {"exact": True, "not_captured": []}
+
+
+def test_env_state_that_cannot_be_saved_is_said_at_checkpoint_and_resume(cli, tmp_path):
+    """The state lives in C memory (ctypes): said when the first checkpoint is written and
+    again at the resume, on the console, in rltrain.log and in summary.json; the run goes on
+    from a seeded reset."""
+    args = [*CUSTOM, "env.id=state_envs:rltrain-test/OpaqueState-v0"]
+    run_dir = tmp_path / "run"
+    res = interrupt_in_epoch_2(args, run_dir, tmp_path)
+    at_checkpoint = "the envs' state cannot be saved exactly"
+    assert at_checkpoint in res.stdout and "sim (state_envs.c_double_Array_4)" in res.stdout
+    res = cli(f"resume={run_dir}")
+    assert res.returncode == 0, res.stderr
+    assert "inexact resume: the train envs' state could not be restored" in res.stdout
+    assert "fresh episodes from a seeded reset" in res.stdout
+    log = (run_dir / "rltrain.log").read_text()
+    assert at_checkpoint in log and "inexact resume" in log
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["env_state"]["exact"] is False
+    assert any("c_double_Array_4" in x for x in summary["env_state"]["not_captured"])
+    (resume,) = summary["resumes"]
+    assert resume["exact"] is False and resume["notes"]
+    assert [r["epoch"] for r in read_jsonl(run_dir / "epochs.jsonl")] == [1, 2, 3]
+
+
+# ---------------------------------------------------------------- 3. +key=value
+@pytest.mark.parametrize(("override", "named"), [
+    ("+trainer.max_epoch=1", "did you mean trainer.max_epochs?"),
+    ("+seeed=1", "did you mean seed?"),
+    ("+algo.lrr=1", "did you mean algo.lr?"),
+    ("+algo._target_=os.system", "unknown key algo._target_"),
+    ("+env.wrappers=[x]", "env.wrappers[0]: gymnasium.wrappers has no 'x'"),
+    ("+logger.foo.bar=1", "unknown key logger.foo"),
+])
+def test_added_keys_are_checked_against_the_schema(cli, tmp_path, override, named):
+    res = cli("experiment=smoke", override)
+    assert res.returncode == 2
+    assert named in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr and not list(tmp_path.glob("outputs/*/*"))
+
+
+def test_free_form_env_kwargs_need_no_plus(cli, tmp_path):
+    """``env.kwargs.KEY=VALUE`` (as the README shows) reaches the env's constructor: this
+    env's reward turns NaN at its 10th step, so the run stops there."""
+    ok = cli("experiment=smoke", "env=gym", "env.id=Pendulum-v1", "env.kwargs.g=9.81",
+             f"hydra.run.dir={tmp_path / 'pendulum'}")
+    assert ok.returncode == 0, ok.stderr
+    config = (tmp_path / "pendulum" / ".hydra" / "config.yaml").read_text()
+    assert "g: 9.81" in config
+    res = cli("experiment=smoke", "env=gym", "env.id=fault_envs:rltrain-test/NaNReward-v0",
+              "env.kwargs.nan_at=10", f"hydra.run.dir={tmp_path / 'nan'}")
+    assert res.returncode == 1 and "non-finite reward" in res.stderr
+
+
+# ---------------------------------------------------------------- 4. a refused run
+def test_refused_run_leaves_the_existing_run_byte_for_byte(cli, tmp_path):
+    run_dir = tmp_path / "run"
+    assert cli("experiment=smoke", f"hydra.run.dir={run_dir}").returncode == 0
+    before = tree_digest(run_dir)
+    res = cli("experiment=smoke", "seed=5", "env.num_test_envs=3", f"hydra.run.dir={run_dir}")
+    assert res.returncode == 2 and "already holds a run" in res.stderr
+    assert tree_digest(run_dir) == before  # same files, same bytes: .hydra/ included
+    res = run_tool("rltrain-eval", run_dir, "--episodes", "2", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert json.loads((run_dir / "eval.json").read_text())["seed"] == 10_000  # seed 0's
+
+
+# ---------------------------------------------------------------- 5. one run per directory
+def test_two_runs_into_one_directory_one_is_refused(tmp_path):
+    run_dir = tmp_path / "run"
+    args = ["experiment=smoke", "trainer.max_epochs=3", "trainer.epoch_num_steps=4096",
+            f"hydra.run.dir={run_dir}"]
+    procs = [subprocess.Popen([str(RLTRAIN), *args, f"seed={s}"], cwd=tmp_path,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=cli_env()) for s in (0, 1)]
+    results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
+    codes = sorted(code for code, _ in results)
+    assert codes == [0, 2], results
+    refused = next(err for code, err in results if code == 2)
+    assert "in use by another rltrain process" in refused or "already holds a run" in refused
+    assert [r["epoch"] for r in read_jsonl(run_dir / "epochs.jsonl")] == [1, 2, 3]
+
+
+def test_two_resumes_of_one_run_one_is_refused(cli, tmp_path):
+    run_dir = tmp_path / "run"
+    # epochs of ~0.4 s: the first resume still trains when the second has started up
+    assert cli("experiment=smoke", "trainer.epoch_num_steps=4096",
+               f"hydra.run.dir={run_dir}").returncode == 0
+    first = subprocess.Popen([str(RLTRAIN), f"resume={run_dir}", "trainer.max_epochs=12"],
+                             cwd=tmp_path,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=cli_env())
+    lock = run_dir / ".rltrain.lock"
+    wait_for(lambda: str(first.pid) in lock.read_text(), what="the first resume's lock")
+    second = subprocess.run([str(RLTRAIN), f"resume={run_dir}", "trainer.max_epochs=12"],
+                            cwd=tmp_path, capture_output=True, text=True, env=cli_env())
+    assert first.wait(timeout=300) == 0, first.stderr.read()
+    assert second.returncode == 2
+    assert f"in use by another rltrain process (pid {first.pid}" in second.stderr
+    assert [r["epoch"] for r in read_jsonl(run_dir / "epochs.jsonl")] == list(range(1, 13))
+
+
+def test_a_killed_run_leaves_no_stuck_lock(cli, tmp_path):
+    run_dir = tmp_path / "run"
+    res = signal_when(["experiment=smoke", "trainer.max_epochs=6", "logger.progress_interval_s=0",
+                       f"hydra.run.dir={run_dir}"], tmp_path,
+                      lambda line: line.startswith("epoch   2/6"), SIGKILL)
+    assert res.returncode == -9
+    res = cli(f"resume={run_dir}")
+    assert res.returncode == 0, res.stderr
+    assert [r["epoch"] for r in read_jsonl(run_dir / "epochs.jsonl")] == list(range(1, 7))
+
+
+# ---------------------------------------------------------------- 6. non-finite values
+@pytest.mark.parametrize("override", ["algo.lr=nan", "algo.lr=inf", "algo.clip_ratio=nan",
+                                      "algo.ent_coef=inf", "algo.vf_coef=-inf",
+                                      "trainer.stop_score=nan"])
+def test_non_finite_hyperparameters_are_refused_by_name(cli, override):
+    res = cli("experiment=smoke", override)
+    key = override.split("=")[0]
+    assert res.returncode == 2 and f"{key} must be a finite number" in res.stderr, res.stderr
+
+
+def _finite(path: Path) -> bool:
+    state = torch.load(path, weights_only=True)["state_dict"]
+    return all(bool(t.isfinite().all()) for t in state.values())
+
+
+def test_non_finite_env_reward_stops_the_run_and_keeps_the_last_good_checkpoint(cli, tmp_path):
+    run_dir = tmp_path / "run"
+    res = cli("algo=ppo", "env=gym", "env.id=fault_envs:rltrain-test/NaNReward-v0",
+              "env.kwargs.nan_at=300", "env.num_train_envs=4", "trainer.max_epochs=5",
+              "trainer.epoch_num_steps=1024", "trainer.collection_step_num_env_steps=256",
+              f"hydra.run.dir={run_dir}")
+    assert res.returncode == 1
+    assert "the run failed in epoch 2" in res.stderr and "non-finite reward" in res.stderr
+    assert "Traceback" not in res.stderr
+    assert f"rltrain resume={run_dir}" in res.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "failed" and "non-finite reward" in summary["error"]
+    assert load_checkpoint(run_dir / "checkpoints" / "last.pt")["trainer"]["epoch"] == 1
+    assert _finite(run_dir / "best" / "policy.pt")
+    assert not (run_dir / "final").exists()  # nothing trained on NaN is kept as a policy
+
+
+def test_exploding_weights_stop_the_run_and_save_no_nan_policy(cli, tmp_path):
+    run_dir = tmp_path / "run"
+    res = cli("experiment=smoke", "algo.lr=1e30", f"hydra.run.dir={run_dir}")
+    assert res.returncode == 1
+    assert "the run failed in epoch 1" in res.stderr and "nan" in res.stderr.lower()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "failed"
+    assert not (run_dir / "best").exists() and not (run_dir / "final").exists()
+    assert "the directory can be reused" in res.stderr
+    res = cli("experiment=smoke", f"hydra.run.dir={run_dir}")  # and so it can
+    assert res.returncode == 0, res.stderr
+    assert "replacing what an attempt without a checkpoint left" in res.stderr
+
+
+# ---------------------------------------------------------------- 7. impossible combinations
+@pytest.mark.parametrize(("args", "named"), [
+    (["algo=dqn", "trainer.batch_size=500", "buffer.size=100"], "trainer.batch_size=500"),
+    (["algo=dqn", "trainer.random_warmup_env_steps=100000"], "random_warmup_env_steps"),
+    (["algo=dqn", "trainer.update_step_num_gradient_steps_per_sample=0.001"],
+     "0 gradient steps per collection step"),
+    (["algo=dqn", "algo.target_update_interval=1000000"], "algo.target_update_interval"),
+])
+def test_settings_that_cannot_learn_are_refused(cli, args, named):
+    res = cli("experiment=smoke", *args)
+    assert res.returncode == 2 and named in res.stderr, res.stderr
+
+
+def test_episode_collection_fits_the_on_policy_buffer(cli, tmp_path):
+    """Collecting whole episodes once overflowed the rollout storage mid-run
+    (BufferFullError): its size now follows from the episodes' time limit."""
+    run_dir = tmp_path / "run"
+    res = cli("experiment=smoke", "trainer.collection_step_num_env_steps=null",
+              "trainer.collection_step_num_episodes=16", f"hydra.run.dir={run_dir}")
+    assert res.returncode == 0, res.stderr
+    rows = read_jsonl(run_dir / "epochs.jsonl")
+    assert len(rows) == 2 and all(r["train"]["n_episodes"] >= 16 for r in rows)
+
+
+# ---------------------------------------------------------------- 8. smaller ones
+@pytest.fixture(scope="module")
+def two_epoch_run(tmp_path_factory) -> Path:
+    cwd = tmp_path_factory.mktemp("two")
+    run_dir = cwd / "run"
+    res = subprocess.run([str(RLTRAIN), "experiment=smoke", f"hydra.run.dir={run_dir}"],
+                         cwd=cwd, capture_output=True, text=True, env=cli_env())
+    assert res.returncode == 0, res.stderr
+    return run_dir
+
+
+def test_resume_below_the_epochs_done_is_refused(cli, two_epoch_run):
+    res = cli(f"resume={two_epoch_run}", "trainer.max_epochs=1")
+    assert res.returncode == 2
+    assert "below the 2 epochs this run has done" in res.stderr
+
+
+def test_resume_of_a_finished_run_says_there_is_nothing_to_do(cli, two_epoch_run):
+    before = (two_epoch_run / "epochs.jsonl").read_bytes()
+    res = cli(f"resume={two_epoch_run}")
+    assert res.returncode == 0
+    assert "already complete (2 of 2 epochs); nothing to do" in res.stdout
+    assert (two_epoch_run / "epochs.jsonl").read_bytes() == before
+
+
+def test_export_refuses_to_overwrite_the_runs_weights(two_epoch_run, tmp_path):
+    weights = two_epoch_run / "best" / "policy.pt"
+    before = weights.read_bytes()
+    res = run_tool("rltrain-export", two_epoch_run, "--out", weights, cwd=tmp_path)
+    assert res.returncode == 2 and "refusing to overwrite" in res.stderr
+    assert weights.read_bytes() == before
+
+
+@pytest.mark.parametrize(("sig", "code"), [(SIGTERM, 143), (2, 130)])
+def test_a_second_signal_stops_at_once_and_says_how_to_resume(tmp_path, sig, code):
+    """Long training steps (8192 env steps), so that the second signal arrives in the step
+    that the first one lets finish."""
+    run_dir = tmp_path / "run"
+    res = signal_when(["experiment=smoke", "trainer.max_epochs=3",
+                       "trainer.epoch_num_steps=16384",
+                       "trainer.collection_step_num_env_steps=8192",
+                       "logger.progress_interval_s=0", f"hydra.run.dir={run_dir}"], tmp_path,
+                      lambda line: line.startswith("  epoch 2/3: "), sig, sig, gap=0.05)
+    assert res.returncode == code, res.stderr
+    assert "received again: stopped at once" in res.stderr
+    assert f"resume with: rltrain resume={run_dir}" in res.stderr
+    assert "Traceback" not in res.stderr
+    assert json.loads((run_dir / "summary.json").read_text())["interrupted"] is True
+    assert not list((run_dir / "checkpoints").glob(".*.tmp"))
+    start = time.monotonic()
+    res = subprocess.run([str(RLTRAIN), f"resume={run_dir}"], cwd=tmp_path,
+                         capture_output=True, text=True, env=cli_env())
+    assert res.returncode == 0, res.stderr
+    assert time.monotonic() - start < 120
+    assert [r["epoch"] for r in read_jsonl(run_dir / "epochs.jsonl")] == [1, 2, 3]
