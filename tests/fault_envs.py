@@ -7,6 +7,7 @@ tests name them as ``env.id=fault_envs:rltrain-test/...`` or ``env.imports=[faul
 * ``rltrain-test/Endless-v0``: never terminates and registers no time limit.
 * ``rltrain-test/Image-v0``: uint8 image observations (32, 32, 3).
 * ``rltrain-test/DictObs-v0``: Dict observations (``pos`` and ``vel``); time limit 20.
+* ``rltrain-test/Broken-v0``: its constructor raises RuntimeError.
 * :class:`ScaleReward`: a user's own wrapper with an argument.
 * Importing this module registers an ``atexit`` handler that writes the file named by
   ``RLTRAIN_TEST_ATEXIT_FILE`` (if set): a user's clean-up that must run at exit.
@@ -25,6 +26,7 @@ NAN_ID = "rltrain-test/NaNReward-v0"
 ENDLESS_ID = "rltrain-test/Endless-v0"
 IMAGE_ID = "rltrain-test/Image-v0"
 DICT_ID = "rltrain-test/DictObs-v0"
+BROKEN_ID = "rltrain-test/Broken-v0"
 
 
 class _Base(gym.Env):
@@ -80,6 +82,13 @@ class DictObsEnv(_Base):
         return {"pos": np.full(2, self.t % 3, np.float32), "vel": np.ones(2, np.float32)}
 
 
+class BrokenEnv(_Base):
+    """Its constructor raises, as a user's env with a bug might."""
+
+    def __init__(self) -> None:
+        raise RuntimeError("the simulator failed to start")
+
+
 class ScaleReward(gym.RewardWrapper):
     """Multiplies every reward by ``scale``."""
 
@@ -97,6 +106,7 @@ def _register() -> None:
         gym.register(id=ENDLESS_ID, entry_point=_Base)
         gym.register(id=IMAGE_ID, entry_point=ImageEnv, max_episode_steps=50)
         gym.register(id=DICT_ID, entry_point=DictObsEnv, max_episode_steps=20)
+        gym.register(id=BROKEN_ID, entry_point=BrokenEnv, max_episode_steps=20)
 
 
 def _write_marker() -> None:

@@ -154,6 +154,18 @@ def test_env_crash_before_the_first_checkpoint_leaves_a_reusable_directory(cli, 
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "completed"
 
 
+def test_an_env_that_cannot_be_made_is_one_line(cli, tmp_path):
+    res = cli("experiment=smoke", "env=gym", "env.id=fault_envs:rltrain-test/Broken-v0")
+    assert res.returncode == 1
+    assert res.stderr.strip() == ("rltrain: error: the run could not start: RuntimeError: the "
+                                  "simulator failed to start (HYDRA_FULL_ERROR=1 shows the "
+                                  "traceback)")
+    assert not list(tmp_path.glob("outputs/*/*"))
+    res = cli("experiment=smoke", "env=gym", "env.id=fault_envs:rltrain-test/Broken-v0",
+              env={"HYDRA_FULL_ERROR": "1"})
+    assert "Traceback" in res.stderr and "the simulator failed to start" in res.stderr
+
+
 def test_env_without_a_time_limit_gets_one(cli, tmp_path):
     run_dir = tmp_path / "run"
     res = cli("experiment=smoke", "env=gym", "env.id=fault_envs:rltrain-test/Endless-v0",
@@ -250,6 +262,17 @@ def test_eval_and_export_of_a_read_only_run(tmp_path, read_only):
     res = run_tool("rltrain-eval", run_dir, "--episodes", "2", cwd=tmp_path)
     assert res.returncode == 2 and "could not write" in res.stderr
     assert "return " in res.stdout  # the result is printed, only not saved
+
+
+def test_a_refused_run_never_removes_a_directory_it_did_not_make(cli, tmp_path):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    for run_dir, cwd in ((mine, tmp_path), (Path("."), mine)):
+        res = subprocess.run([str(RLTRAIN), "experiment=smoke", "trainer.max_epochs=0",
+                              f"hydra.run.dir={run_dir}"], cwd=cwd, capture_output=True,
+                             text=True, env=cli_env())
+        assert res.returncode == 2, res.stderr
+        assert mine.is_dir() and not list(mine.iterdir())
 
 
 def test_a_run_dir_that_is_a_file(cli, tmp_path):

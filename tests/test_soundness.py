@@ -295,10 +295,12 @@ def test_settings_that_cannot_learn_are_refused(cli, args, named):
 
 def test_episode_collection_fits_the_on_policy_buffer(cli, tmp_path):
     """Collecting whole episodes once overflowed the rollout storage mid-run
-    (BufferFullError): its size now follows from the episodes' time limit."""
+    (BufferFullError, when buffer.size / envs was below an env's episodes): its size now
+    follows from the episodes' time limit, and buffer.size (the replay size) plays no part."""
     run_dir = tmp_path / "run"
     res = cli("experiment=smoke", "trainer.collection_step_num_env_steps=null",
-              "trainer.collection_step_num_episodes=16", f"hydra.run.dir={run_dir}")
+              "trainer.collection_step_num_episodes=16", "buffer.size=80",
+              f"hydra.run.dir={run_dir}")
     assert res.returncode == 0, res.stderr
     rows = read_jsonl(run_dir / "epochs.jsonl")
     assert len(rows) == 2 and all(r["train"]["n_episodes"] >= 16 for r in rows)

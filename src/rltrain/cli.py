@@ -237,7 +237,7 @@ def task(cfg: Any) -> float | None:
                      started=STARTED if single else time.perf_counter())
     code, message = 0, None
     try:
-        with rundir.claim(run_dir):
+        with rundir.claim(run_dir, remove_empty=not (single and sweep.run_dir_existed)):
             info = run(cfg, ctx)
         code, message = _outcome(info, ctx, label)
     except (ConfigError, rundir.RunDirError) as e:
@@ -252,6 +252,15 @@ def task(cfg: Any) -> float | None:
                                             HydraConfig.instance().cfg, overrides)
     except StoppedAtOnce as e:
         code, message = _stopped_at_once(e, ctx)
+    except Exception as e:  # noqa: BLE001 - anything else before training: one line, no trace
+        if _full_error():
+            raise
+        from rltrain.trainer import failure_text
+
+        code, message = 1, (f"error: {label}the run could not start: {failure_text(e)} "
+                            "(HYDRA_FULL_ERROR=1 shows the traceback)")
+        if not single:
+            sweep.write_status(run_dir, "failed", failure_text(e))
     if message is not None:
         _say(message)
     if single:
@@ -352,6 +361,13 @@ def resume(args: list[str]) -> int:
             info = run(cfg, ctx, resume=ckpt)
         except ConfigError as e:
             return _error(str(e))
+        except Exception as e:  # noqa: BLE001 - before training: one line, no traceback
+            if _full_error():
+                raise
+            from rltrain.trainer import failure_text
+
+            return _error(f"resume={run_dir}: the run could not start: {failure_text(e)} "
+                          "(HYDRA_FULL_ERROR=1 shows the traceback)", 1)
         except signals.EarlyStop as e:
             _say(f"{signals.name(e.signum)} received before training resumed: stopped; the run "
                  f"is as it was: resume it again with: rltrain resume={run_dir}")

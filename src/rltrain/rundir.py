@@ -190,8 +190,13 @@ def lock_holder_pid(run_dir: Path) -> int | None:
 
 def remove_if_empty(run_dir: Path) -> None:
     """Drop a run directory that holds nothing but the lock (an error before the run was
-    accepted), and ``outputs/<algo>-<env>/`` if that was its only run."""
+    accepted), and ``outputs/<algo>-<env>/`` if that was its only run. Never the working
+    directory or one above it."""
     if not run_dir.is_dir():
+        return
+    here = Path.cwd().resolve()
+    if run_dir.resolve() == here or run_dir.resolve() in here.parents:
+        (run_dir / LOCK).unlink(missing_ok=True)
         return
     names = {p.name for p in run_dir.iterdir()}
     if names <= {LOCK}:
@@ -216,13 +221,14 @@ def write_hydra_snapshot(run_dir: Path, cfg: Any, hydra_cfg: Any, overrides: lis
 
 
 @contextlib.contextmanager
-def claim(run_dir: Path) -> Iterator[RunDirLock]:
+def claim(run_dir: Path, remove_empty: bool = True) -> Iterator[RunDirLock]:
     """Own a new run's directory for the run's lifetime.
 
     Refuses a directory that holds a run *before* writing anything into it (so a refused
     run changes nothing there), then takes the lock and checks again (two runs started
     together: the second finds the first's lock). A directory holding nothing but the lock
-    when the claim ends (an error before the run was accepted) is removed.
+    when the claim ends (an error before the run was accepted) is removed if
+    ``remove_empty`` (it was made for this run), else only the lock file.
     """
     ensure_dir(run_dir)
     _refuse_run(run_dir)
@@ -233,7 +239,10 @@ def claim(run_dir: Path) -> Iterator[RunDirLock]:
         yield lock
     finally:
         lock.release()
-        remove_if_empty(run_dir)
+        if remove_empty:
+            remove_if_empty(run_dir)
+        elif {p.name for p in run_dir.iterdir()} == {LOCK}:
+            (run_dir / LOCK).unlink(missing_ok=True)
 
 
 def _refuse_run(run_dir: Path) -> None:

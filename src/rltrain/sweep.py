@@ -27,8 +27,11 @@ from hydra.experimental.callback import Callback
 from rltrain import rundir, signals
 
 STOP_FILE = ".rltrain-stop"
-#: the sweep directory, in the sweep's main process (set by SweepCallback)
+#: the sweep directory, in the sweep's main process (set by HydraCallback)
 sweep_dir: Path | None = None
+#: whether a single run's directory existed before Hydra made it (set by HydraCallback):
+#: one the user made is never removed, even when a refused run leaves it empty
+run_dir_existed = False
 
 
 class JobFailed(CompactHydraException):
@@ -43,8 +46,10 @@ class HydraCallback(Callback):
         Hydra's own ``mkdir`` would end in a traceback)."""
         from hydra.core.hydra_config import HydraConfig
 
+        global run_dir_existed
         HydraConfig.instance().set_config(config)  # as run_job does next: ${hydra:...} resolves
         path = Path(str(config.hydra.run.dir)).absolute()
+        run_dir_existed = path.exists()
         try:
             rundir.ensure_dir(path)
         except rundir.RunDirError as e:
