@@ -59,6 +59,8 @@ def test_epoch_line_gives_the_real_rate_and_the_run_eta():
     assert "test 187.2±12.1" in line and "best 187.2 (3)" in line
     assert line.endswith("eta 0:47 | pg -0.0123 vf 12.3")  # the losses that fit
     assert len(line) <= LINE_WIDTH
+    # the trainer's record carries the same rate, measured by the trainer: it is what shows
+    assert "1.2k sps" in log.epoch_line(record(steps_per_s=1234.0))
 
 
 @pytest.mark.parametrize("big", [False, True])

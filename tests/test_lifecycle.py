@@ -36,8 +36,9 @@ def learning_records(run_dir: Path) -> list[dict]:
     for row in rows:
         for key in TIME_FIELDS:
             row.pop(key)
+        row.pop("steps_per_s")
         for part in ("train", "test"):
-            row[part].pop("steps_per_s")
+            row[part].pop("collect_steps_per_s")
     return rows
 
 

@@ -323,8 +323,10 @@ class ConsoleLogger(Logger):
     def epoch_line(self, r: dict[str, Any]) -> str:
         """The epoch's one line: the real rate (env steps over the epoch's wall time, test
         and saving included), where the run stands, its ETA, and the losses that fit."""
-        elapsed = self.clock() - self._epoch_start
-        sps = self._done / elapsed if elapsed > 0 and self._done else None
+        sps = r.get("steps_per_s")
+        if sps is None:  # a record from elsewhere: this logger's own count
+            elapsed = self.clock() - self._epoch_start
+            sps = self._done / elapsed if elapsed > 0 and self._done else None
         budget = f"/{_count(self._planned)}" if self._planned else ""
         line = "  ".join((
             f"epoch {r['epoch']:>3}/{self.max_epochs}",

@@ -41,7 +41,7 @@ class Episodes:
             return_min=float(np.min(self.returns)) if n else None,
             return_max=float(np.max(self.returns)) if n else None,
             length_mean=float(np.mean(self.lengths)) if n else None,
-            steps_per_s=self.n_steps / self.time if self.time > 0 else None,
+            collect_steps_per_s=self.n_steps / self.time if self.time > 0 else None,
         )
 
 
@@ -56,7 +56,8 @@ class CollectStats:
     return_min: float | None
     return_max: float | None
     length_mean: float | None
-    steps_per_s: float | None
+    #: env steps per second while collecting (not the run's rate: see EpochStats.steps_per_s)
+    collect_steps_per_s: float | None
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,9 @@ class EpochStats:
     timing: Timing
     #: training steps (collection + update) run in this epoch
     training_steps: int = 0
+    #: the run's real rate: env steps of the epoch over its wall time (collecting, updating
+    #: and testing), in this process (a resumed epoch counts from the resume)
+    steps_per_s: float | None = None
 
 
 @dataclass(frozen=True)

@@ -162,6 +162,7 @@ class Trainer(Iterator[EpochStats]):
             self.epoch += 1
             self._partial = _EpochInProgress()
         part = self._partial
+        epoch_start, env_step_before = time.perf_counter(), self.env_step
         for logger in self.loggers:
             logger.start_epoch(self.epoch, self.params.epoch_num_steps, done=part.steps)
         self._early_test = None
@@ -204,6 +205,7 @@ class Trainer(Iterator[EpochStats]):
             best=self.best,
             timing=timing,
             training_steps=part.training_steps,
+            steps_per_s=_rate(self.env_step - env_step_before, time.perf_counter() - epoch_start),
         )
         t0 = time.perf_counter()
         if is_best and self.callbacks.on_best:
@@ -360,6 +362,10 @@ def failure_text(error: BaseException) -> str:
 def derived_seed(base: int, index: int) -> int:
     """A 31-bit seed derived from ``(base, index)``, well apart from ``base + small``."""
     return int(np.random.SeedSequence([base, index]).generate_state(1)[0]) & 0x7FFF_FFFF
+
+
+def _rate(steps: int, seconds: float) -> float | None:
+    return steps / seconds if steps and seconds > 0 else None
 
 
 def _add(a: Timing, b: Timing) -> Timing:
