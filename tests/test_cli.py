@@ -10,13 +10,14 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from conftest import read_jsonl
+from rltrain.algorithms import ALGORITHMS, DISCRETE
 
 EPOCH_KEYS = {"epoch", "env_step", "gradient_step", "time", "train", "test", "update", "best",
               "timing"}
 SUMMARY_KEYS = {"best_score", "best_epoch", "solved", "stopped_early", "interrupted", "env_step",
                 "gradient_step", "wall_time", "reward_threshold"}
-UPDATE_KEYS = {"ppo": {"pg_loss", "v_loss", "entropy", "approx_kl", "clipfrac"},
-               "dqn": {"loss", "q_mean", "epsilon"}}
+#: the update stats each algorithm's console line shows must be in every epoch record
+UPDATE_KEYS = {name: {key for key, _ in spec.console} for name, spec in ALGORITHMS.items()}
 
 
 def check_run_dir(run_dir: Path, algo: str, epochs: int) -> None:
@@ -55,16 +56,19 @@ def check_run_dir(run_dir: Path, algo: str, epochs: int) -> None:
         assert all(torch.isfinite(t).all() for t in policy["state_dict"].values())
 
 
+#: every registered algorithm on an env it accepts (listed from the registry, so a new
+#: algorithm is smoke-run through the CLI without touching this file), plus a few more pairs
 SMOKE_CASES = [
-    ("ppo", ["env=cartpole"]),
-    ("dqn", ["env=cartpole"]),
-    ("ppo", ["env=gym", "env.id=Pendulum-v1"]),  # continuous actions, same-step autoreset
+    (name, ["env=cartpole"] if DISCRETE in spec.actions else ["env=pendulum"])
+    for name, spec in sorted(ALGORITHMS.items())
+] + [
+    ("ppo", ["env=pendulum", "env.normalize.obs=true", "env.normalize.reward=true"]),
     ("dqn", ["env=gym", "env.id=Acrobot-v1", "env.num_train_envs=2"]),
 ]
 
 
 @pytest.mark.parametrize(("algo", "env_args"), SMOKE_CASES,
-                         ids=[f"{a}-{e[-1]}" for a, e in SMOKE_CASES])
+                         ids=[f"{a}-{'-'.join(e)}" for a, e in SMOKE_CASES])
 def test_smoke_run_writes_complete_run_dir(cli, tmp_path, algo, env_args):
     run_dir = tmp_path / "run"
     res = cli("experiment=smoke", f"algo={algo}", *env_args, f"hydra.run.dir={run_dir}")
@@ -103,7 +107,8 @@ def test_cfg_job_prints_composed_config_with_tuned_values(cli):
 ERROR_CASES = {
     "misspelt key": (["trainer.max_epoch=5"], ["max_epoch", "trainer"]),
     "wrong type": (["trainer.batch_size=abc"], ["trainer.batch_size", "abc"]),
-    "unknown option": (["algo=ppp"], ["algo/ppp", "dqn", "ppo"]),
+    "unknown option": (["algo=ppp"], ["algo=ppp", "did you mean algo=ppo", "dqn", "sac"]),
+    "unknown env option": (["env=pendulm"], ["env=pendulm", "env=pendulum"]),
     "unknown top-level key": (["sead=3"], ["sead"]),
     "discrete algo on continuous env": (["algo=dqn", "env=gym", "env.id=Pendulum-v1"],
                                         ["algo=dqn", "discrete", "Pendulum-v1", "algo=ppo"]),

@@ -15,6 +15,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.plugins.hparams import plugin_data_pb2
 
 from conftest import RLTRAIN, cli_env
+from rltrain.algorithms import ALGORITHMS
 from rltrain.loggers import LINE_WIDTH, ConsoleLogger
 
 SMOKE = ["experiment=smoke"]
@@ -41,6 +42,7 @@ def record(**values) -> dict:
 
 def logger(clock: Clock, out: io.StringIO, **kwargs) -> ConsoleLogger:
     console = Console(file=out, width=80, force_terminal=False, highlight=False)
+    kwargs.setdefault("stats", ALGORITHMS["ppo"].console)
     return ConsoleLogger(50, console=console, clock=clock, **kwargs)
 
 

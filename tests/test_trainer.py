@@ -9,17 +9,16 @@ import numpy as np
 import pytest
 import torch
 
+from rltrain.algorithms.dqn import DQNConfig
+from rltrain.algorithms.ppo import PPOConfig
 from rltrain.collector import Collector, random_policy
 from rltrain.config import (
-    DQNConfig,
     EnvConfig,
     LoggerConfig,
     OfflineTrainerParams,
     OffPolicyTrainerParams,
     OnPolicyTrainerParams,
-    PPOConfig,
     ReplayBufferConfig,
-    check_algo,
     check_env,
     check_trainer,
 )
@@ -62,7 +61,7 @@ class Built:
             algo=algo, env=env, trainer=params, buffer=ReplayBufferConfig(size=buffer_size),
             logger=LoggerConfig(tensorboard=False, progress_bar=False), seed=seed,
             device=torch.device("cpu"), torch_threads=1)
-        check_algo(s.algo)
+        s.algo.check()
         check_env(s.env)
         check_trainer(s.trainer)
         seed_everything(seed)

@@ -15,6 +15,9 @@
   ``[t, length]``.
 
 Both have float32 Box observations and Discrete(2) actions, and ignore the action.
+
+* ``rltrain-test/Unbounded-v0``: like Counter, but with a Box action space whose first
+  dimension is unbounded (-inf, inf) and whose second is [-1, 1]; reward -|a| summed.
 """
 
 from __future__ import annotations
@@ -98,6 +101,29 @@ def terminating_length(seed: int, lengths: tuple[int, ...] = TERMINATING_LENGTHS
     return lengths[seed % len(lengths)]
 
 
+UNBOUNDED_ID = "rltrain-test/Unbounded-v0"
+
+
+class UnboundedEnv(gym.Env):
+    """Continuous actions, one dimension unbounded."""
+
+    def __init__(self) -> None:
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+        self.action_space = gym.spaces.Box(np.array([-np.inf, -1], np.float32),
+                                           np.array([np.inf, 1], np.float32))
+        self.t = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action: np.ndarray):
+        self.t += 1
+        obs = np.array([self.t, float(action[0])], np.float32)
+        return obs, -float(np.abs(action).sum()), False, False, {}
+
+
 def _register() -> None:
     # guarded: importing this module twice (e.g. as ``toy_envs`` and ``tests.toy_envs``)
     # must neither fail nor re-register
@@ -105,6 +131,8 @@ def _register() -> None:
         gym.register(id=COUNTER_ID, entry_point=CounterEnv, max_episode_steps=COUNTER_T)
     if TERMINATING_ID not in gym.registry:
         gym.register(id=TERMINATING_ID, entry_point=TerminatingEnv)
+    if UNBOUNDED_ID not in gym.registry:
+        gym.register(id=UNBOUNDED_ID, entry_point=UnboundedEnv, max_episode_steps=COUNTER_T)
 
 
 _register()

@@ -59,8 +59,12 @@ class Collector:
     Episodes span collection steps: the env is reset only by :meth:`reset`.
     """
 
-    def __init__(self, envs: VectorEnv, buffer: ReplayBuffer | None = None) -> None:
-        self.envs, self.buffer = envs, buffer
+    def __init__(self, envs: VectorEnv, buffer: ReplayBuffer | None = None, *,
+                 on_step: Callable[[np.ndarray, np.ndarray, np.ndarray | None], None] | None
+                 = None) -> None:
+        """:param on_step: called after every vector step with (rewards, episode ends, which
+            lanes hold a real transition or None for all): the reward scaler's statistics."""
+        self.envs, self.buffer, self.on_step = envs, buffer, on_step
         self.num_envs = envs.num_envs
         self.next_step_mode = autoreset_mode(envs) is AutoresetMode.NEXT_STEP
         self._obs: np.ndarray | None = None
@@ -174,6 +178,8 @@ class Collector:
                 done = terminated | truncated
                 any_done = bool(done.any())
                 valid = ~self._resetting if n_resetting else None
+                if self.on_step is not None:
+                    self.on_step(rew, done, valid)
                 final_obs = next_obs
                 if any_done and not self.next_step_mode:
                     final_obs = next_obs.copy()

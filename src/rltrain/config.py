@@ -28,6 +28,26 @@ class ConfigError(ValueError):
     """A user-facing configuration problem; the CLI prints it without a traceback."""
 
 
+@dataclass
+class NormalizeConfig:
+    """Observation normalisation and reward scaling (both off unless an env or tuned config
+    switches them on). Their statistics are part of the training state (exact resume) and
+    the observation statistics part of the saved policy (eval and export apply them)."""
+
+    #: normalise observations by a running mean and variance, updated from training
+    #: collection only (frozen while testing and in eval)
+    obs: bool = False
+    #: scale rewards by a running estimate of the discounted return's standard deviation
+    #: (training only; test returns are always the env's own)
+    reward: bool = False
+    #: clip normalised observations to [-clip_obs, clip_obs]
+    clip_obs: float = 10.0
+    #: clip scaled rewards to [-clip_reward, clip_reward]
+    clip_reward: float = 10.0
+    #: added to the variance before the square root
+    epsilon: float = 1e-8
+
+
 # --------------------------------------------------------------------------- env
 @dataclass
 class EnvConfig:
@@ -44,6 +64,9 @@ class EnvConfig:
     #: gymnasium wrappers (or the user's own), applied in order to every env of the run
     #: (train, test, eval, video): a dotted class name, or ``{name: ..., kwargs: {...}}``
     wrappers: list[Any] = field(default_factory=list)
+    #: the test score that counts as solved (the trainer's stop_score=auto stops there);
+    #: null: the env's registered reward_threshold. Set for envs that register none.
+    reward_threshold: float | None = None
     #: truncate episodes after this many steps (null: the env's registered limit; an env
     #: with none gets DEFAULT_MAX_EPISODE_STEPS, so that no episode runs forever)
     max_episode_steps: int | None = None
@@ -53,60 +76,24 @@ class EnvConfig:
     num_test_envs: int = 10
     #: auto (the env's native vector implementation when it has one, else sync), sync, async
     vectorization: str = "auto"
+    #: observation normalisation and reward scaling: ``env.normalize.obs=true``
+    normalize: NormalizeConfig = field(default_factory=NormalizeConfig)
 
 
 # --------------------------------------------------------------------------- algorithms
 @dataclass
-class PPOConfig:
-    """Proximal Policy Optimization (Schulman et al. 2017), on-policy."""
+class AlgoConfig:
+    """The base of every algorithm's schema. Each schema lives next to its algorithm's class
+    (``rltrain/algorithms/<name>.py``) and checks its own fields in :meth:`check`."""
 
-    name: str = "ppo"
-    #: hidden layer sizes of the actor and the critic (separate networks)
-    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
-    #: tanh or relu
-    activation: str = "tanh"
-    lr: float = 3e-4
-    #: anneal the learning rate linearly to 0 over the planned env steps
-    lr_annealing: bool = True
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    #: epsilon of the clipped surrogate objective
-    clip_ratio: float = 0.2
-    #: clip the value update around the old value by this much (null: no value clipping)
-    value_clip: float | None = None
-    #: normalise advantages per minibatch
-    normalize_advantage: bool = True
-    ent_coef: float = 0.0
-    vf_coef: float = 0.5
-    #: clip the global gradient norm (null: no clipping)
-    max_grad_norm: float | None = 0.5
-    #: initial log standard deviation of the Gaussian policy (continuous actions)
-    init_log_std: float = 0.0
+    name: str = MISSING
 
+    def check(self) -> None:
+        """Range checks of the fields; raises ConfigError naming the field."""
 
-@dataclass
-class DQNConfig:
-    """Deep Q-Network (Mnih et al. 2015) with double Q (van Hasselt et al. 2016), off-policy."""
-
-    name: str = "dqn"
-    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
-    activation: str = "relu"
-    lr: float = 1e-3
-    gamma: float = 0.99
-    #: n-step returns (1 = one-step TD)
-    n_step: int = 1
-    #: use the online network to pick the next action, the target network to value it
-    double_q: bool = True
-    #: copy the online network to the target every this many gradient steps
-    target_update_interval: int = 500
-    #: Huber loss threshold (smooth L1 beta)
-    huber_delta: float = 1.0
-    max_grad_norm: float | None = 10.0
-    #: epsilon-greedy exploration, annealed linearly from start to end over
-    #: exploration_fraction of the planned env steps
-    eps_start: float = 1.0
-    eps_end: float = 0.05
-    exploration_fraction: float = 0.2
+    def check_plan(self, gradient_steps: float) -> None:
+        """Checks against the run's planned number of gradient steps (e.g. a target network
+        that would never be updated)."""
 
 
 # --------------------------------------------------------------------------- trainers
@@ -114,6 +101,8 @@ class DQNConfig:
 class TrainerParams:
     """Parameters shared by all trainers (names follow Tianshou 2.0)."""
 
+    #: which trainer: set by the trainer's schema (``trainer/<name>.yaml``), never by hand
+    name: str = MISSING
     #: upper bound on the number of epochs
     max_epochs: int = 100
     #: env steps (online) or update steps (offline) per epoch
@@ -144,12 +133,14 @@ class OnlineTrainerParams(TrainerParams):
 
 @dataclass
 class OnPolicyTrainerParams(OnlineTrainerParams):
+    name: str = "onpolicy"
     #: passes over the collected data per update step
     update_step_num_repetitions: int = 10
 
 
 @dataclass
 class OffPolicyTrainerParams(OnlineTrainerParams):
+    name: str = "offpolicy"
     collection_step_num_env_steps: int | None = 16
     #: gradient steps per collected transition (round(u * n) per update step)
     update_step_num_gradient_steps_per_sample: float = 1.0
@@ -159,6 +150,7 @@ class OffPolicyTrainerParams(OnlineTrainerParams):
 
 @dataclass
 class OfflineTrainerParams(TrainerParams):
+    name: str = "offline"
     epoch_num_steps: int = 1000
 
 
@@ -199,33 +191,48 @@ class RunConfig:
     torch_threads: int = 1
 
 
-SCHEMAS: dict[str, type] = {
-    "algo/ppo": PPOConfig,
-    "algo/dqn": DQNConfig,
-    "env": EnvConfig,
-    "trainer/onpolicy": OnPolicyTrainerParams,
-    "trainer/offpolicy": OffPolicyTrainerParams,
-    "trainer/offline": OfflineTrainerParams,
-    "buffer/replay": ReplayBufferConfig,
-    "logger": LoggerConfig,
+#: the trainer schemas, by trainer name (``trainer=<name>``)
+TRAINER_SCHEMAS: dict[str, type[TrainerParams]] = {
+    "onpolicy": OnPolicyTrainerParams,
+    "offpolicy": OffPolicyTrainerParams,
+    "offline": OfflineTrainerParams,
 }
 
 
-#: the trainer each algorithm runs with (the algo YAML files select the same)
-ALGO_TRAINER = {"ppo": "onpolicy", "dqn": "offpolicy"}
+def algorithm_specs() -> dict[str, Any]:
+    """The registered algorithms (``rltrain.algorithms``), by name. Imported here, not at the
+    top: the algorithm modules import this one for their schemas' checks."""
+    from rltrain.algorithms import ALGORITHMS
+
+    return ALGORITHMS
+
+
+def schemas() -> dict[str, type]:
+    """Every schema by its ConfigStore path: ``algo/<name>`` for each registered algorithm,
+    ``trainer/<name>``, ``env``, ``buffer/replay``, ``logger``."""
+    out: dict[str, type] = {f"algo/{name}": spec.config
+                            for name, spec in algorithm_specs().items()}
+    out.update({f"trainer/{name}": schema for name, schema in TRAINER_SCHEMAS.items()})
+    out.update({"env": EnvConfig, "buffer/replay": ReplayBufferConfig, "logger": LoggerConfig})
+    return out
 
 
 def typed_run_config(raw: DictConfig) -> DictConfig:
     """Give a composed config read back from a run directory (``.hydra/config.yaml``)
     its schemas again, so it is checked and converts to the same dataclasses."""
+    specs = algorithm_specs()
     algo = raw.get("algo", {}).get("name")
-    if algo not in ALGO_TRAINER:
-        raise ConfigError(f"the stored config names no known algorithm (algo.name={algo!r})")
+    if algo not in specs:
+        raise ConfigError(f"the stored config names no known algorithm (algo.name={algo!r}; "
+                          f"rltrain has {', '.join(specs)})")
+    trainer = raw.get("trainer", {}).get("name") or specs[algo].trainers[0]
+    if trainer not in TRAINER_SCHEMAS:
+        raise ConfigError(f"the stored config names no known trainer (trainer.name={trainer!r})")
     schema = OmegaConf.structured(RunConfig)
     parts = {
-        "algo": SCHEMAS[f"algo/{algo}"],
+        "algo": specs[algo].config,
         "env": EnvConfig,
-        "trainer": SCHEMAS[f"trainer/{ALGO_TRAINER[algo]}"],
+        "trainer": TRAINER_SCHEMAS[trainer],
         "buffer": ReplayBufferConfig,
         "logger": LoggerConfig,
     }
@@ -252,7 +259,7 @@ def register_configs() -> None:
     register_resolvers()
     cs = ConfigStore.instance()
     cs.store(name="rltrain_schema", node=RunConfig)
-    for path, node in SCHEMAS.items():
+    for path, node in schemas().items():
         group, _, name = path.rpartition("/")
         cs.store(group=f"schema/{group}" if group else "schema", name=name, node=node)
 
@@ -265,14 +272,14 @@ MAX_SEED = 2**31 - 1
 DEFAULT_MAX_EPISODE_STEPS = 10_000
 
 
-def _positive(obj: Any, prefix: str, *names: str) -> None:
+def check_positive(obj: Any, prefix: str, *names: str) -> None:
     for name in names:
         value = getattr(obj, name)
         if value is not None and not value > 0:  # "not > 0" also refuses NaN
             raise ConfigError(f"{prefix}.{name} must be > 0, got {value}")
 
 
-def _unit_interval(obj: Any, prefix: str, *names: str) -> None:
+def check_unit_interval(obj: Any, prefix: str, *names: str) -> None:
     for name in names:
         value = getattr(obj, name)
         if not 0.0 <= value <= 1.0:
@@ -299,7 +306,7 @@ def check_seed(seed: Any, key: str = "seed") -> int:
 
 def check_trainer(params: TrainerParams) -> None:
     """Cross-field checks of the trainer params; raises ConfigError naming the fields."""
-    _positive(params, "trainer", "max_epochs", "epoch_num_steps", "batch_size",
+    check_positive(params, "trainer", "max_epochs", "epoch_num_steps", "batch_size",
               "test_step_num_episodes", "checkpoint_every")
     if params.keep_checkpoints < 0:
         raise ConfigError(f"trainer.keep_checkpoints must be >= 0, got {params.keep_checkpoints}")
@@ -314,10 +321,10 @@ def check_trainer(params: TrainerParams) -> None:
                 f"trainer.collection_step_num_episodes (got {n_steps} and {n_eps}); "
                 "set the other to null"
             )
-        _positive(params, "trainer", "collection_step_num_env_steps",
+        check_positive(params, "trainer", "collection_step_num_env_steps",
                   "collection_step_num_episodes")
     if isinstance(params, OnPolicyTrainerParams):
-        _positive(params, "trainer", "update_step_num_repetitions")
+        check_positive(params, "trainer", "update_step_num_repetitions")
     if isinstance(params, OffPolicyTrainerParams):
         if params.update_step_num_gradient_steps_per_sample < 0:
             raise ConfigError("trainer.update_step_num_gradient_steps_per_sample must be >= 0")
@@ -327,25 +334,26 @@ def check_trainer(params: TrainerParams) -> None:
             raise ConfigError("trainer.batch_size must be a number for off-policy training")
 
 
-def check_algo(algo: Any) -> None:
-    """Range checks of an algorithm's hyperparameters."""
-    _unit_interval(algo, "algo", "gamma")
-    _positive(algo, "algo", "lr")
-    if any(h <= 0 for h in algo.hidden_sizes):
-        raise ConfigError(f"algo.hidden_sizes must be positive, got {list(algo.hidden_sizes)}")
-    if algo.activation not in ("tanh", "relu"):
-        raise ConfigError(f"algo.activation must be tanh or relu, got {algo.activation!r}")
-    if isinstance(algo, PPOConfig):
-        _unit_interval(algo, "algo", "gae_lambda")
-        _positive(algo, "algo", "clip_ratio", "value_clip", "max_grad_norm")
-    if isinstance(algo, DQNConfig):
-        _unit_interval(algo, "algo", "eps_start", "eps_end", "exploration_fraction")
-        _positive(algo, "algo", "n_step", "target_update_interval", "huber_delta",
-                  "max_grad_norm")
+def check_network(cfg: Any, prefix: str = "algo") -> None:
+    """``hidden_sizes`` and ``activation`` of a schema with networks."""
+    if any(h <= 0 for h in cfg.hidden_sizes):
+        raise ConfigError(f"{prefix}.hidden_sizes must be positive, got {list(cfg.hidden_sizes)}")
+    from rltrain.nets import ACTIVATIONS
+
+    if cfg.activation not in ACTIVATIONS:
+        raise ConfigError(f"{prefix}.activation must be {' or '.join(ACTIVATIONS)}, got "
+                          f"{cfg.activation!r}")
+
+
+def check_noise_beta(cfg: Any, prefix: str = "algo") -> None:
+    """``noise_beta``, the colour of exploration noise: 0 (white) to 2 (red)."""
+    if not 0.0 <= cfg.noise_beta <= 2.0:
+        raise ConfigError(f"{prefix}.noise_beta must be in [0, 2] (0 white, 1 pink, 2 red), got "
+                          f"{cfg.noise_beta}")
 
 
 def check_env(env: EnvConfig) -> None:
-    _positive(env, "env", "num_train_envs", "num_test_envs", "max_episode_steps")
+    check_positive(env, "env", "num_train_envs", "num_test_envs", "max_episode_steps")
     for module in env.imports:
         if not isinstance(module, str) or not module.strip():
             raise ConfigError(f"env.imports must list module names, got {list(env.imports)}")
@@ -353,6 +361,7 @@ def check_env(env: EnvConfig) -> None:
         raise ConfigError(
             f"env.vectorization must be auto, sync or async, got {env.vectorization!r}"
         )
+    check_positive(env.normalize, "env.normalize", "clip_obs", "clip_reward", "epsilon")
 
 
 def env_steps_per_collection(params: OnlineTrainerParams, num_envs: int) -> int | None:
@@ -385,10 +394,11 @@ def _is_free_form(tp: Any) -> bool:
 
 def group_schemas(group: str, algos: list[str]) -> list[type]:
     """The schemas a top-level group may have, for the given algorithm names."""
+    specs = algorithm_specs()
     if group == "algo":
-        return [SCHEMAS[f"algo/{a}"] for a in algos]
+        return [specs[a].config for a in algos]
     if group == "trainer":
-        return list(dict.fromkeys(SCHEMAS[f"trainer/{ALGO_TRAINER[a]}"] for a in algos))
+        return list(dict.fromkeys(TRAINER_SCHEMAS[t] for a in algos for t in specs[a].trainers))
     return {"env": [EnvConfig], "buffer": [ReplayBufferConfig], "logger": [LoggerConfig]}.get(
         group, [])
 
@@ -396,7 +406,8 @@ def group_schemas(group: str, algos: list[str]) -> list[type]:
 def key_problem(key: str, algos: list[str] | None = None) -> str | None:
     """None if ``key`` (dotted) is a key of the run config's schemas for one of ``algos``
     (default: any algorithm), else a message that names it and what would be valid."""
-    algos = [a for a in (algos or ALGO_TRAINER) if a in ALGO_TRAINER] or list(ALGO_TRAINER)
+    specs = algorithm_specs()
+    algos = [a for a in (algos or specs) if a in specs] or list(specs)
     parts = key.split(".")
     head = parts[0]
     if head not in _TOP:
@@ -434,7 +445,7 @@ def _unknown(name: str, prefix: str, valid: list[str]) -> str:
 def check_known_keys(cfg: DictConfig) -> None:
     """Refuse, by name, any key of a composed run config that no schema knows."""
     algo = OmegaConf.select(cfg, "algo.name", default=None)
-    algos = [algo] if algo in ALGO_TRAINER else None
+    algos = [algo] if algo in algorithm_specs() else None
 
     def walk(node: Any, prefix: str) -> None:
         for key in node.keys() if isinstance(node, DictConfig) else []:
@@ -455,7 +466,7 @@ def _is_free_form_key(key: str, algos: list[str] | None) -> bool:
     head, _, rest = key.partition(".")
     if not rest:
         return False
-    for schema in group_schemas(head, algos or list(ALGO_TRAINER)):
+    for schema in group_schemas(head, algos or list(algorithm_specs())):
         tp = _field_types(schema).get(rest.split(".")[0])
         if tp is not None and _is_free_form(tp):
             return True
@@ -467,7 +478,7 @@ def free_form_prefixes() -> list[str]:
     ``env.kwargs.g=9.81`` without a ``+``, so the CLI adds one there."""
     out = []
     for group in ("algo", "trainer", "env", "buffer", "logger"):
-        for schema in group_schemas(group, list(ALGO_TRAINER)):
+        for schema in group_schemas(group, list(algorithm_specs())):
             for name, tp in _field_types(schema).items():
                 origin = typing.get_origin(tp)
                 if origin is dict or tp is dict:

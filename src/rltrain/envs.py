@@ -118,6 +118,31 @@ def max_episode_steps(cfg: EnvConfig) -> tuple[int, str]:
     return DEFAULT_MAX_EPISODE_STEPS, "rltrain's default for envs without a time limit"
 
 
+#: rltrain's extras, by the package of gymnasium's envs that needs them (pyproject.toml)
+EXTRAS = {"gymnasium.envs.mujoco": "mujoco", "gymnasium.envs.box2d": "box2d"}
+
+
+def needed_extra(spec: gym.envs.registration.EnvSpec) -> str | None:
+    """The rltrain extra an env needs, from the module of its entry point: gymnasium's own
+    advice (``pip install "gymnasium[mujoco]"``) would not install what rltrain pins."""
+    entry = spec.entry_point
+    module = entry.partition(":")[0] if isinstance(entry, str) else getattr(
+        entry, "__module__", None) or ""
+    for package, extra in EXTRAS.items():
+        if module == package or module.startswith(f"{package}."):
+            return extra
+    return None
+
+
+def missing_extra_message(env_id: str, extra: str, error: Exception) -> str:
+    """One line naming the pip install. Gymnasium raises DependencyNotInstalled when the
+    package itself is missing (its text is the wrong advice, so it is left out); a plain
+    ImportError means one of the package's own imports failed, which it names."""
+    what = "" if isinstance(error, gym.error.DependencyNotInstalled) else f" ({error})"
+    return (f"env {env_id} needs the {extra} extra, which is not installed{what}: "
+            f'pip install -e ".[{extra}]" (from a checkout) or pip install "rltrain[{extra}]"')
+
+
 @dataclass(frozen=True)
 class WrapperSpec:
     """One entry of ``env.wrappers``, resolved."""
@@ -218,8 +243,11 @@ def make_vector_env(cfg: EnvConfig, num_envs: int, *, render_mode: str | None = 
             envs = vector_cls(fns, autoreset_mode=AutoresetMode.SAME_STEP)
     except ConfigError:
         raise
-    except gym.error.DependencyNotInstalled as e:
-        if render_mode is not None:
+    except (gym.error.DependencyNotInstalled, ImportError) as e:
+        extra = needed_extra(spec)
+        if extra is not None:
+            raise ConfigError(missing_extra_message(cfg.id, extra, e)) from None
+        if render_mode is not None or not isinstance(e, gym.error.DependencyNotInstalled):
             raise  # rltrain-eval --video names the extra that renders
         raise ConfigError(f"env {cfg.id!r} needs a package that is not installed: {e}") from None
     except (gym.error.Error, TypeError, ValueError, AssertionError) as e:
@@ -228,9 +256,9 @@ def make_vector_env(cfg: EnvConfig, num_envs: int, *, render_mode: str | None = 
     for i, w in enumerate(wrappers):
         if w.vector:
             envs = _wrap(envs, w, i)
-    if isinstance(envs.single_action_space, gym.spaces.Box):
-        # The policy's raw action is stored for learning; the env sees it clipped to bounds.
-        envs = gym.wrappers.vector.ClipAction(envs)
+    # Continuous actions: the composition root wraps train and test envs in
+    # rltrain.actions.ScaleActions (the algorithm acts in [-1, 1]); eval and export use the
+    # deployable policy, which scales (and clips) to the env's bounds itself.
     return envs
 
 
@@ -241,8 +269,10 @@ def autoreset_mode(envs: VectorEnv) -> AutoresetMode:
     return mode
 
 
-def space_info(envs: VectorEnv, env_id: str, max_steps: int = DEFAULT_MAX_EPISODE_STEPS
-               ) -> SpaceInfo:
+def space_info(envs: VectorEnv, env_id: str, max_steps: int = DEFAULT_MAX_EPISODE_STEPS,
+               reward_threshold: float | None = None) -> SpaceInfo:
+    """:param reward_threshold: the config's (``env.reward_threshold``); None: the env's
+        registered one, if any."""
     obs_space, act_space = envs.single_observation_space, envs.single_action_space
     if isinstance(obs_space, (gym.spaces.Dict, gym.spaces.Tuple)):
         raise ConfigError(
@@ -277,7 +307,8 @@ def space_info(envs: VectorEnv, env_id: str, max_steps: int = DEFAULT_MAX_EPISOD
         action_shape=tuple(shape),
         action_low=low,
         action_high=high,
-        reward_threshold=_spec(env_id).reward_threshold,
+        reward_threshold=(_spec(env_id).reward_threshold if reward_threshold is None
+                          else float(reward_threshold)),
         env_id=env_id,
         max_episode_steps=max_steps,
     )

@@ -7,8 +7,9 @@ step does, but with a seed of their own (default ``10_000 + seed``, disjoint fro
 train and test seeds of the run). The result is printed and written to
 ``RUN_DIR/eval.json``.
 
-Weights: ``best/policy.pt`` and ``final/policy.pt`` hold the policy network alone;
-``last`` takes the policy network's entries out of ``checkpoints/last.pt``.
+Weights: ``best/policy.pt`` and ``final/policy.pt`` hold the deployable policy (observation
+normaliser, actor network, action scaling: see ``Algorithm.deployable``); ``last`` loads the
+algorithm's modules from ``checkpoints/last.pt`` and takes the same policy out of them.
 """
 
 from __future__ import annotations
@@ -108,6 +109,14 @@ class LoadedRun:
     algorithm: Any  # rltrain.algorithms.Algorithm
     weights: str
     weights_path: Path
+    #: raw observations -> the actions the env receives (``Algorithm.deployable()``), loaded
+    policy: Any = None
+
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        import torch
+
+        with torch.inference_mode():
+            return self.policy(torch.as_tensor(obs)).numpy()
 
 
 def load_run(run_dir: Path, weights: str, device: str | None = None) -> LoadedRun:
@@ -131,22 +140,24 @@ def load_run(run_dir: Path, weights: str, device: str | None = None) -> LoadedRu
     torch.set_num_threads(s.torch_threads)
     envs = make_vector_env(s.env, 1)
     try:
-        info = space_info(envs, s.env.id, max_episode_steps(s.env)[0])
+        info = space_info(envs, s.env.id, max_episode_steps(s.env)[0],
+                          s.env.reward_threshold)
     finally:
         envs.close()
     algorithm = build_algorithm(s, info)
-    policy = algorithm.policy_module()
+    policy = algorithm.deployable()
     policy.load_state_dict(_policy_state(path, weights, algorithm, info))
     algorithm.eval()
-    return LoadedRun(run_dir, s, info, algorithm, weights, path)
+    return LoadedRun(run_dir, s, info, algorithm, weights, path, policy.eval())
 
 
 def _policy_state(path: Path, weights: str, algorithm: Any, info: Any) -> dict[str, Any]:
-    """The policy network's state_dict from a weights file, checked against the network."""
+    """The deployable policy's state_dict from a weights file, checked against the policy
+    the run's config builds."""
 
     from rltrain.checkpoint import CheckpointError, load_checkpoint, load_policy
 
-    policy = algorithm.policy_module()
+    policy = algorithm.deployable()
     if weights == "last":
         # the full training state, checked (format, version) and loaded weights_only
         try:
@@ -158,8 +169,13 @@ def _policy_state(path: Path, weights: str, algorithm: Any, info: Any) -> dict[s
         except (KeyError, TypeError):
             raise UserError(f"{path} is not an rltrain checkpoint (no algorithm modules)"
                             ) from None
-        prefix = next(name for name, m in algorithm.named_modules() if m is policy) + "."
-        state = {k[len(prefix):]: v for k, v in modules.items() if k.startswith(prefix)}
+        expected = algorithm.state_dict()
+        problem = _mismatch(expected, modules)
+        if problem:
+            raise UserError(f"{path} does not fit the algorithm built from the run's config "
+                            f"({problem})")
+        algorithm.load_state_dict(modules)
+        return policy.state_dict()
     else:
         try:
             obj = load_policy(path)
@@ -167,23 +183,27 @@ def _policy_state(path: Path, weights: str, algorithm: Any, info: Any) -> dict[s
             raise UserError(short(e, 240)) from None
         state = obj["state_dict"]
         meta = obj.get("meta") or {}
-        algo = type(algorithm).__name__.lower()
+        algo = algorithm.cfg.name
         saved = (meta.get("algo", algo), meta.get("env_id", info.env_id))
         if saved != (algo, info.env_id):
             raise UserError(f"{path} holds {saved[0]} weights for {saved[1]}, but the run's "
                             f"config builds {algo} for {info.env_id}")
-    expected = policy.state_dict()
+    problem = _mismatch(policy.state_dict(), state)
+    if problem:
+        raise UserError(f"{path} does not fit the policy built from the run's config "
+                        f"({problem})")
+    return state
+
+
+def _mismatch(expected: dict[str, Any], state: dict[str, Any]) -> str:
+    """What keeps ``state`` from loading into a module whose state_dict is ``expected``."""
     missing = sorted(expected.keys() - state.keys())
     unexpected = sorted(state.keys() - expected.keys())
     wrong = sorted(k for k in expected.keys() & state.keys()
                    if tuple(state[k].shape) != tuple(expected[k].shape))
-    if missing or unexpected or wrong:
-        problems = [f"{label} {', '.join(keys[:3])}{', ...' if len(keys) > 3 else ''}"
-                    for label, keys in (("missing", missing), ("unexpected", unexpected),
-                                        ("wrong shape", wrong)) if keys]
-        raise UserError(f"{path} does not fit the policy network built from the run's config "
-                        f"({'; '.join(problems)})")
-    return state
+    return "; ".join(f"{label} {', '.join(keys[:3])}{', ...' if len(keys) > 3 else ''}"
+                     for label, keys in (("missing", missing), ("unexpected", unexpected),
+                                         ("wrong shape", wrong)) if keys)
 
 
 def default_seed(run_seed: int) -> int:
@@ -216,8 +236,9 @@ def make_video_env(env_cfg: Any, quotas: np.ndarray, folder: Path) -> Any:
 
 
 def evaluate(loaded: LoadedRun, episodes: int, seed: int, video: Path | None = None) -> Any:
-    """Run ``episodes`` deterministic episodes; returns the collector's :class:`Episodes`."""
-    from rltrain.algorithms import Progress
+    """Run ``episodes`` deterministic episodes of the deployable policy on the run's env (its
+    own action space: the policy scales its actions); returns the collector's
+    :class:`Episodes`."""
     from rltrain.collector import Collector, episode_quotas
     from rltrain.envs import make_vector_env
     from rltrain.run import seed_everything
@@ -232,8 +253,7 @@ def evaluate(loaded: LoadedRun, episodes: int, seed: int, video: Path | None = N
     try:
         collector = Collector(envs)
         collector.reset(seed=seed)
-        policy = loaded.algorithm.policy(Progress(0, 0, 1.0), deterministic=True)
-        return collector.collect(policy, n_episodes=episodes, quota=True)
+        return collector.collect(loaded.act, n_episodes=episodes, quota=True)
     finally:
         with warnings.catch_warnings():
             # after a failed render, RecordVideo notes that it had no frames to save
@@ -289,7 +309,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     lengths = [int(n) for n in result.lengths]
     report = {
         "run_dir": str(args.run_dir),
-        "algo": type(loaded.algorithm).__name__.lower(),
+        "algo": s.algo.name,
         "env_id": s.env.id,
         "weights": args.weights,
         "weights_path": str(loaded.weights_path),

@@ -1,12 +1,14 @@
 """``rltrain-export RUN_DIR``: a run's policy as an ONNX graph, checked against torch.
 
-The graph maps a batch of observations ``obs`` (float32, ``[batch, *obs_shape]``) to
-the deterministic actions ``action``: the argmax of the policy network's output for
-discrete actions (int64, ``[batch]``), the Gaussian mean clipped to the action bounds
-for continuous ones (float32, ``[batch, *action_shape]``), i.e. what the env receives
-when rltrain tests a policy. It is written with torch.onnx's TorchScript exporter
-(``dynamo=False``), which needs ``onnx`` but not ``onnxscript``; onnxruntime then runs
-it on random observations and the actions are compared with the torch policy's.
+The graph is the run's deployable policy (``Algorithm.deployable``), whatever the algorithm: a
+batch of raw observations ``obs`` (float32, ``[batch, *obs_shape]``) through the observation
+normaliser (when the run normalised observations), the actor network and its head, to the
+deterministic actions ``action`` the env receives: the argmax for discrete actions (int64,
+``[batch]``), the actor's output clipped to [-1, 1] and scaled to the env's bounds for
+continuous ones (float32, ``[batch, *action_shape]``). It is written with torch.onnx's
+TorchScript exporter (``dynamo=False``), which needs ``onnx`` but not ``onnxscript``;
+onnxruntime then runs it on random observations and the actions are compared with the torch
+policy's.
 """
 
 from __future__ import annotations
@@ -32,39 +34,12 @@ NUM_CHECK = 256
 RTOL, ATOL = 1e-4, 1e-5
 
 
-def deterministic_actor(loaded: LoadedRun) -> Any:
-    """The policy network wrapped to output actions, as an ``nn.Module`` on the CPU."""
-    import torch
-    from torch import nn
-
-    info = loaded.info
-
-    class DeterministicActor(nn.Module):
-        def __init__(self, policy: nn.Module) -> None:
-            super().__init__()
-            self.policy = policy
-            if not info.discrete:
-                self.register_buffer("low", torch.as_tensor(info.action_low).reshape(-1))
-                self.register_buffer("high", torch.as_tensor(info.action_high).reshape(-1))
-
-        def forward(self, obs: torch.Tensor) -> torch.Tensor:
-            # rltrain's policy networks output logits or Q-values (discrete) or the
-            # Gaussian mean (continuous); the env clips continuous actions to its bounds
-            out = self.policy(obs)
-            if info.discrete:
-                return out.argmax(-1)
-            out = torch.minimum(torch.maximum(out, self.low), self.high)
-            return out.reshape(-1, *info.action_shape)
-
-    return DeterministicActor(loaded.algorithm.policy_module()).cpu().eval()
-
-
 def export_onnx(loaded: LoadedRun, out: Path) -> None:
     """Write the deterministic actor to ``out`` (atomically), with run metadata."""
     import onnx
     import torch
 
-    actor = deterministic_actor(loaded)
+    actor = loaded.policy.cpu().eval()
     example = torch.zeros(2, *loaded.info.obs_shape)
     kwargs: dict[str, Any] = dict(
         input_names=["obs"],
@@ -85,7 +60,7 @@ def export_onnx(loaded: LoadedRun, out: Path) -> None:
     s, info = loaded.settings, loaded.info
     meta = {
         "producer": "rltrain-export",
-        "algo": type(loaded.algorithm).__name__.lower(),
+        "algo": loaded.settings.algo.name,
         "env_id": s.env.id,
         "weights": loaded.weights,
         "weights_path": str(loaded.weights_path),
@@ -117,11 +92,9 @@ def compare(loaded: LoadedRun, path: Path, obs: np.ndarray) -> tuple[bool, str]:
     """Run the ONNX graph with onnxruntime and compare with the torch policy's actions."""
     import onnxruntime as ort
 
-    from rltrain.algorithms import Progress
-
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     got = session.run(["action"], {"obs": obs})[0]
-    want = loaded.algorithm.act(obs, deterministic=True, progress=Progress(0, 0, 1.0))
+    want = loaded.act(obs)
     info = loaded.info
     n = len(obs)
     if got.shape != want.shape:
@@ -129,10 +102,9 @@ def compare(loaded: LoadedRun, path: Path, obs: np.ndarray) -> tuple[bool, str]:
     if info.discrete:
         same = int((got == want).sum())
         return same == n, f"argmax actions identical on {same}/{n}"
-    want = np.clip(want, info.action_low, info.action_high)
     close = np.isclose(got, want, rtol=RTOL, atol=ATOL).reshape(n, -1).all(-1)
     diff = float(np.abs(got - want).max())
-    return bool(close.all()), (f"clipped Gaussian means allclose on {int(close.sum())}/{n} "
+    return bool(close.all()), (f"actions allclose on {int(close.sum())}/{n} "
                                f"(max |diff| {diff:.1e}, rtol {RTOL:g}, atol {ATOL:g})")
 
 
@@ -185,9 +157,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(2)
     info = loaded.info
     action = (f"int64[batch] (argmax of {info.num_actions})" if info.discrete else
-              f"float32[batch, {', '.join(map(str, info.action_shape))}] (Gaussian mean, "
-              "clipped to the action bounds)")
-    print(f"exported the {type(loaded.algorithm).__name__.lower()} policy for {info.env_id} "
+              f"float32[batch, {', '.join(map(str, info.action_shape))}] (in the env's "
+              "bounds)")
+    print(f"exported the {loaded.settings.algo.name} policy for {info.env_id} "
           f"({args.weights} weights, {loaded.weights_path}) to {out} "
           f"(ONNX opset {OPSET}, {out.stat().st_size:,} bytes)")
     print(f"graph: obs float32[batch, {', '.join(map(str, info.obs_shape))}] -> action {action}")

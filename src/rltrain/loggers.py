@@ -11,7 +11,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -234,8 +234,12 @@ class ConsoleLogger(Logger):
     def __init__(self, max_epochs: int, progress_bar: bool = True, run_dir: Path | None = None,
                  console: Console | None = None, quiet: bool = False,
                  progress_interval_s: float = 30.0,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+                 clock: Callable[[], float] = time.perf_counter,
+                 stats: Sequence[tuple[str, str]] = ()) -> None:
+        """:param stats: the update stats the epoch line shows, as (name, short label), in
+            order, as many as fit (the algorithm's registry entry says which)."""
         self.console = console or Console(highlight=False)
+        self.stats = tuple(stats)
         self.clock = clock
         self.run_dir = run_dir
         self.max_epochs = max_epochs
@@ -338,11 +342,11 @@ class ConsoleLogger(Logger):
             f"eta {_duration(self._run_eta())}",
         ))
         losses = ""
-        for key in LOSS_KEYS:
+        for key, label in self.stats:
             value = r.get(f"update/{key}")
             if value is None:
                 continue
-            more = f"{losses} {SHORT.get(key, key)} {_fmt(value, '.3g')}"
+            more = f"{losses} {label} {_fmt(value, '.3g')}"
             if len(line) + 2 + len(more) > LINE_WIDTH:
                 break
             losses = more
@@ -386,9 +390,3 @@ class ConsoleLogger(Logger):
         if self.run_dir is not None:
             # on its own line, never cut or folded: it is what a user copies
             self.console.print(f"run directory: {self.run_dir}", soft_wrap=True)
-
-
-#: update stats shown on the console line, in this order, as many as fit (all go to the files)
-LOSS_KEYS = ("pg_loss", "v_loss", "entropy", "approx_kl", "loss", "q_mean", "epsilon")
-SHORT = {"pg_loss": "pg", "v_loss": "vf", "entropy": "ent", "approx_kl": "kl", "q_mean": "q",
-         "epsilon": "eps"}

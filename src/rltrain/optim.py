@@ -23,6 +23,28 @@ from typing import Any
 import torch
 
 
+def flatten_parameters(params: Iterable[torch.Tensor]) -> torch.Tensor:
+    """Move the parameters' data into one new flat tensor, in order, each parameter becoming
+    a view into it (their values are unchanged); returns the flat tensor."""
+    params = list(params)
+    with torch.no_grad():
+        flat = torch.cat([p.detach().reshape(-1) for p in params])
+    offset = 0
+    for p in params:
+        n = p.numel()
+        p.data = flat[offset : offset + n].view_as(p)
+        offset += n
+    return flat
+
+
+@torch.no_grad()
+def soft_update(target: torch.Tensor, source: torch.Tensor, tau: float) -> None:
+    """Polyak averaging, ``target <- (1 - tau) * target + tau * source``, in place. Over the
+    flat parameter buffers of a network and its target copy this is one kernel (instead of
+    one per parameter tensor, as a loop over ``parameters()`` would be)."""
+    target.lerp_(source, tau)
+
+
 class Adam:
     """Adam over a fixed list of parameters. ``lr`` may be changed between steps.
 
@@ -40,14 +62,12 @@ class Adam:
             raise ValueError("Adam's parameters must share one device and dtype")
         self.lr, self.betas, self.eps = lr, betas, eps
         self.steps = 0
-        with torch.no_grad():
-            self.flat = torch.cat([p.detach().reshape(-1) for p in self.params])
+        self.flat = flatten_parameters(self.params)
         self.grad = torch.zeros_like(self.flat)
         self._grad_views = []
         offset = 0
         for p in self.params:
             n = p.numel()
-            p.data = self.flat[offset : offset + n].view_as(p)
             self._grad_views.append(self.grad[offset : offset + n].view_as(p))
             offset += n
         self.exp_avg = torch.zeros_like(self.flat)

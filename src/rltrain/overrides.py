@@ -12,6 +12,7 @@ Keys under free-form mappings (``env.kwargs.g=9.81``) are turned into Hydra's ``
 from __future__ import annotations
 
 import argparse
+import difflib
 from pathlib import Path
 
 from rltrain.config import ConfigError, free_form_prefixes, key_problem
@@ -54,6 +55,34 @@ def _hydra_args(argv: list[str]) -> argparse.Namespace:
 def config_groups(*roots: Path) -> set[str]:
     """Names of the config groups (directories) under the config roots."""
     return {p.name for root in roots if root.is_dir() for p in root.iterdir() if p.is_dir()}
+
+
+def group_options(group: str, *roots: Path) -> list[str]:
+    """The options of a top-level config group: its YAML files' names under the roots."""
+    return sorted({p.stem for root in roots for p in (root / group).glob("*.y*ml")
+                   if p.suffix in (".yaml", ".yml")})
+
+
+def _check_option(override, roots: list[Path]) -> None:  # noqa: ANN001 - hydra's Override
+    """``algo=ppp``: refused in one line naming the options (Hydra's own message lists the
+    search path too, over a dozen lines)."""
+    group = override.key_or_group
+    if group in ("tuned", "schema") or override.is_delete():
+        return
+    options = group_options(group, *roots)
+    try:
+        values = ([str(v) for v in override.sweep_string_iterator()]
+                  if override.is_sweep_override() else [override.value()])
+    except Exception:  # noqa: BLE001 - a range or glob sweep: Hydra checks it
+        return
+    for value in values:
+        if not isinstance(value, str) or value not in options:
+            shown = "null" if value is None else value
+            close = difflib.get_close_matches(str(value), options, n=1, cutoff=0.6)
+            hint = f"; did you mean {group}={close[0]}?" if close else ""
+            none = f"; to choose none, leave {group} out" if value is None else ""
+            raise ConfigError(f"{group}={shown} is not an option of {group}{hint}{none} "
+                              f"(options: {', '.join(options)})")
 
 
 def check_yaml_files(config_dir: Path) -> None:
@@ -111,8 +140,11 @@ def prepare(argv: list[str], conf_root: Path) -> list[str]:
     rewritten: dict[str, str] = {}
     for override in parsed:
         key = override.key_or_group
-        if key.startswith("hydra") or "/" in key or (key in groups and "." not in key):
-            continue  # Hydra's own settings, or a group option (algo=ppo, hydra/launcher=...)
+        if key in groups and "." not in key:
+            _check_option(override, roots)
+            continue
+        if key.startswith("hydra") or "/" in key:
+            continue  # Hydra's own settings, or a nested group option (hydra/launcher=...)
         problem = key_problem(key, algos)
         if problem is not None:
             raise ConfigError(problem)

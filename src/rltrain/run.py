@@ -33,22 +33,23 @@ from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 import rltrain
 from rltrain import signals
-from rltrain.algorithms import DQN, PPO, Algorithm
+from rltrain.actions import ScaleActions
+from rltrain.algorithms import CONTINUOUS, DISCRETE, Algorithm, AlgoSpec
+from rltrain.algorithms import get as algorithm_spec
 from rltrain.checkpoint import save_checkpoint, save_policy
 from rltrain.collector import Collector, random_policy
 from rltrain.config import (
+    TRAINER_SCHEMAS,
+    AlgoConfig,
     ConfigError,
-    DQNConfig,
     EnvConfig,
     LoggerConfig,
     OfflineTrainerParams,
     OffPolicyTrainerParams,
     OnlineTrainerParams,
     OnPolicyTrainerParams,
-    PPOConfig,
     ReplayBufferConfig,
     TrainerParams,
-    check_algo,
     check_env,
     check_finite,
     check_known_keys,
@@ -61,6 +62,7 @@ from rltrain.data.buffers import ReplayBuffer
 from rltrain.envs import SpaceInfo, env_seeds, make_vector_env, max_episode_steps, space_info
 from rltrain.errors import SaveError
 from rltrain.loggers import ConsoleLogger, JsonlLogger, Logger, TensorBoardLogger
+from rltrain.normalize import ObsNormalizer, RewardScaler
 from rltrain.stats import EpochStats, InfoStats
 from rltrain.trainer import TRAINERS, Callbacks, OffPolicyTrainer, Trainer, derived_seed
 
@@ -71,7 +73,7 @@ log = logging.getLogger("rltrain")
 class Settings:
     """The run config as typed objects, checked."""
 
-    algo: PPOConfig | DQNConfig
+    algo: AlgoConfig
     env: EnvConfig
     trainer: TrainerParams
     buffer: ReplayBufferConfig
@@ -94,7 +96,7 @@ def settings(cfg: DictConfig) -> Settings:
         raise ConfigError(str(e).splitlines()[0]) from None
     for group, value in obj.items():
         check_finite(value, group)
-    check_algo(obj["algo"])
+    obj["algo"].check()
     check_env(obj["env"])
     check_trainer(obj["trainer"])
     if not obj["buffer"].size > 0:
@@ -163,15 +165,42 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def check_actions(spec: AlgoSpec, info: SpaceInfo) -> None:
+    """Refuse an action space the algorithm cannot act in, naming what would work."""
+    kind = DISCRETE if info.discrete else CONTINUOUS
+    if kind not in spec.actions:
+        from rltrain.algorithms import ALGORITHMS
+
+        fits = sorted(name for name, other in ALGORITHMS.items() if kind in other.actions)
+        space = (f"discrete actions (Discrete({info.num_actions}))" if info.discrete else
+                 f"continuous actions (Box, shape {info.action_shape})")
+        raise ConfigError(f"algo={spec.name} needs {' or '.join(spec.actions)} actions, but "
+                          f"{info.env_id} has {space}; use algo={' or algo='.join(fits)}")
+    if spec.bounded_actions and not info.discrete:
+        bounded = np.isfinite(info.action_low) & np.isfinite(info.action_high)
+        if not bounded.all():
+            raise ConfigError(
+                f"algo={spec.name} squashes its actions into the env's bounds, but {info.env_id}'s "
+                f"action space is unbounded in dimensions {np.flatnonzero(~bounded).tolist()}; "
+                "give the env finite bounds (e.g. env.wrappers=[{name: RescaleAction, kwargs: "
+                "{min_action: -1, max_action: 1}}] on a bounded copy of the space) or use "
+                "algo=ppo, which passes unbounded dimensions through unscaled")
+
+
 def build_algorithm(s: Settings, info: SpaceInfo) -> Algorithm:
-    if isinstance(s.algo, PPOConfig):
-        return PPO(s.algo, info, s.device)
-    if not info.discrete:
-        raise ConfigError(
-            f"algo=dqn needs a discrete action space, but {info.env_id} has continuous actions "
-            f"(Box, shape {info.action_shape}); use algo=ppo for continuous actions"
-        )
-    return DQN(s.algo, info, s.device, seed=s.seed)
+    """The registered algorithm for ``s.algo``, with the normalisers ``env.normalize`` asks
+    for attached."""
+    spec = algorithm_spec(s.algo.name)
+    check_actions(spec, info)
+    algorithm = spec.cls(s.algo, info, s.device, s.seed)
+    norm = s.env.normalize
+    obs_norm = ObsNormalizer(info.obs_dim, norm.clip_obs, norm.epsilon) if norm.obs else None
+    scaler = None
+    if norm.reward:
+        gamma = getattr(s.algo, "gamma", 0.99)
+        scaler = RewardScaler(s.env.num_train_envs, gamma, norm.clip_reward, norm.epsilon)
+    algorithm.set_normalizers(obs_norm, scaler)
+    return algorithm
 
 
 def _available_memory() -> int | None:
@@ -198,8 +227,7 @@ def build_buffer(s: Settings, algorithm: Algorithm, info: SpaceInfo) -> ReplayBu
     act_dtype = np.int64 if info.discrete else np.float32
     common = dict(num_lanes=m, obs_shape=info.obs_shape, act_shape=info.action_shape,
                   act_dtype=act_dtype, seed=s.seed)
-    if algorithm.kind == "onpolicy":
-        assert isinstance(s.trainer, OnlineTrainerParams)
+    if isinstance(s.trainer, OnPolicyTrainerParams):
         per_collection = env_steps_per_collection(s.trainer, m)
         if per_collection:
             capacity, what = per_collection // m, "the rollout"
@@ -215,7 +243,8 @@ def build_buffer(s: Settings, algorithm: Algorithm, info: SpaceInfo) -> ReplayBu
         if s.buffer.size < m:
             raise ConfigError(f"buffer.size={s.buffer.size} is smaller than "
                               f"env.num_train_envs={m}")
-        capacity, what, circular, n_step = s.buffer.size // m, "buffer.size", True, s.algo.n_step
+        capacity, what, circular = s.buffer.size // m, "buffer.size", True
+        n_step = getattr(s.algo, "n_step", 1)
     obs_bytes = 4 * info.obs_dim
     act_bytes = np.dtype(act_dtype).itemsize * max(1, int(np.prod(info.action_shape)))
     need = m * capacity * (2 * obs_bytes + act_bytes + 4 + 2)
@@ -262,24 +291,22 @@ def check_feasible(s: Settings, algorithm: Algorithm) -> None:
                 f"trainer.update_step_num_gradient_steps_per_sample={u} gives round({u} x "
                 f"{per_collection}) = 0 gradient steps per collection step: nothing would be "
                 "learnt; raise it or trainer.collection_step_num_env_steps")
-        if isinstance(s.algo, DQNConfig):
-            planned = u * run_steps
-            if s.algo.target_update_interval > planned:
-                raise ConfigError(
-                    f"algo.target_update_interval={s.algo.target_update_interval:,} is more than "
-                    f"the run's ~{planned:,.0f} gradient steps: the target network would never "
-                    "be updated; lower it or train longer")
+        s.algo.check_plan(u * run_steps)
 
 
-def check_pairing(s: Settings, algorithm: Algorithm) -> None:
+def check_pairing(s: Settings) -> None:
+    """The trainer must be one the algorithm runs with."""
+    spec = algorithm_spec(s.algo.name)
+    trainer = s.trainer.name
+    if TRAINER_SCHEMAS.get(trainer) is not type(s.trainer):
+        raise ConfigError(f"trainer.name={trainer!r} does not match the trainer's parameters; "
+                          "choose a trainer with trainer=<name>, not trainer.name")
     if isinstance(s.trainer, OfflineTrainerParams):
         raise ConfigError("the offline trainer needs a dataset; no offline algorithm ships yet")
-    expected = "onpolicy" if isinstance(s.trainer, OnPolicyTrainerParams) else "offpolicy"
-    if algorithm.kind != expected:
+    if trainer not in spec.trainers:
         raise ConfigError(
-            f"{type(algorithm).__name__} is {algorithm.kind} and runs with trainer="
-            f"{algorithm.kind}, not trainer={expected}; leave the trainer to the algorithm"
-        )
+            f"algo={spec.name} runs with trainer={' or trainer='.join(spec.trainers)}, not "
+            f"trainer={trainer}; leave the trainer to the algorithm")
 
 
 def _git(cwd: Path) -> dict[str, Any] | None:
@@ -351,16 +378,21 @@ def build_parts(s: Settings) -> Parts:
         train_envs.close()
         raise
     try:
-        info = space_info(train_envs, s.env.id, limit)
+        info = space_info(train_envs, s.env.id, limit, s.env.reward_threshold)
+        check_pairing(s)
         algorithm = build_algorithm(s, info)
-        check_pairing(s, algorithm)
         check_feasible(s, algorithm)
         buffer = build_buffer(s, algorithm, info)
     except BaseException:
         train_envs.close()
         test_envs.close()
         raise
-    train_collector, test_collector = Collector(train_envs, buffer), Collector(test_envs)
+    if not info.discrete:  # the algorithm acts in [-1, 1]; the envs scale to their bounds
+        train_envs, test_envs = ScaleActions(train_envs), ScaleActions(test_envs)
+    scaler = algorithm.reward_scaler
+    train_collector = Collector(train_envs, buffer,
+                                on_step=None if scaler is None else scaler.observe)
+    test_collector = Collector(test_envs)
     train_collector.reset(seed=train_seed)
     test_collector.reset(seed=test_seed)
     return Parts(info, algorithm, buffer, train_collector, test_collector, train_seed, test_seed)
@@ -468,18 +500,18 @@ def _train(cfg: DictConfig, s: Settings, ctx: RunContext, parts: Parts,
                         extra_summary=summary_extra)
     loggers: list[Logger] = [ConsoleLogger(s.trainer.max_epochs, s.logger.progress_bar, run_dir,
                                            quiet=s.logger.quiet,
-                                           progress_interval_s=s.logger.progress_interval_s),
+                                           progress_interval_s=s.logger.progress_interval_s,
+                                           stats=algorithm_spec(s.algo.name).console),
                              jsonl]
     if s.logger.tensorboard:
         purge = resume["trainer"]["env_step"] + 1 if resume else None
         loggers.append(TensorBoardLogger(run_dir / "tb", purge_step=purge,
                                          config=OmegaConf.to_container(cfg, resolve=True)))
-    algo_name = type(algorithm).__name__.lower()
-    meta = {"algo": algo_name, "env_id": s.env.id, "obs_shape": list(info.obs_shape),
+    meta = {"algo": s.algo.name, "env_id": s.env.id, "obs_shape": list(info.obs_shape),
             "discrete": info.discrete, "action_dim": info.action_dim}
     trainer: Trainer
     # an on-policy rollout is consumed within its training step: nothing to keep
-    save_buffer = algorithm.kind == "offpolicy" and s.trainer.checkpoint_buffer
+    save_buffer = isinstance(s.trainer, OffPolicyTrainerParams) and s.trainer.checkpoint_buffer
     warned_inexact = False
 
     def checkpoint() -> None:
@@ -515,7 +547,7 @@ def _train(cfg: DictConfig, s: Settings, ctx: RunContext, parts: Parts,
 
     def save(directory: str) -> None:
         try:
-            save_policy(run_dir / directory, algorithm.policy_module().state_dict(), meta)
+            save_policy(run_dir / directory, algorithm.deployable().state_dict(), meta)
         except OSError as e:
             raise SaveError(f"could not write {run_dir / directory / 'policy.pt'}: "
                             f"{e.strerror or e}") from None
@@ -610,7 +642,7 @@ def _restore(ckpt: dict[str, Any], s: Settings, parts: Parts, trainer: Trainer) 
         trainer.stopped_early = False  # the run is being extended
     if ckpt["buffer"] is not None:
         buffer.load_state_dict(ckpt["buffer"])
-    elif algorithm.kind == "offpolicy":
+    elif isinstance(s.trainer, OffPolicyTrainerParams):
         notes.append("the checkpoint holds no replay buffer (trainer.checkpoint_buffer=false): "
                      "the buffer starts empty")
     env_step = ckpt["trainer"]["env_step"]

@@ -483,9 +483,13 @@ class OffPolicyTrainer(OnlineTrainer):
         return super().__next__()
 
     def collect_warmup(self) -> Episodes:
+        """Uniformly random actions (in the env's bounds); the observations they meet count
+        towards the observation statistics, as any training collection's do."""
+        policy, observe = self.random_policy, self.algorithm.observe
+        if self.algorithm.obs_norm is not None:
+            policy = lambda obs: (observe(obs), self.random_policy(obs))[1]  # noqa: E731
         episodes = self.train_collector.collect(
-            self.random_policy, n_steps=self.params.random_warmup_env_steps
-        )
+            policy, n_steps=self.params.random_warmup_env_steps)
         self.env_step += episodes.n_steps
         return episodes
 

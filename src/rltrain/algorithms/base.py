@@ -10,14 +10,18 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
+from rltrain.actions import ActionScale
 from rltrain.collector import Policy
 from rltrain.data.buffers import Batch, Rollout
+from rltrain.envs import SpaceInfo
+from rltrain.noise import ColoredNoise
+from rltrain.normalize import ObsNormalizer, RewardScaler
 from rltrain.optim import Adam
 
 
@@ -32,12 +36,26 @@ class Progress:
 
 
 class Algorithm(nn.Module, ABC):
-    #: which trainer drives it: "onpolicy" or "offpolicy"
-    kind: ClassVar[str]
+    """Every algorithm is built as ``cls(cfg, info, device, seed)`` (see the registry).
 
-    def __init__(self, device: torch.device) -> None:
+    Observations and rewards pass through :meth:`_obs` and :meth:`_rew`, which apply the
+    normalisers the composition root attaches (:meth:`set_normalizers`) and are the identity
+    otherwise. Continuous actions are in the normalised space of :mod:`rltrain.actions`.
+    """
+
+    def __init__(self, cfg: Any, info: SpaceInfo, device: torch.device, seed: int) -> None:
         super().__init__()
-        self.device = device
+        self.cfg, self.info, self.device = cfg, info, device
+        self.obs_norm: ObsNormalizer | None = None
+        self.reward_scaler: RewardScaler | None = None
+        #: coloured exploration noise (made on first use: its shape is the number of envs)
+        self.noise: ColoredNoise | None = None
+        self._noise_seed = seed
+
+    def set_normalizers(self, obs_norm: ObsNormalizer | None,
+                        reward_scaler: RewardScaler | None) -> None:
+        self.obs_norm = None if obs_norm is None else obs_norm.to(self.device)
+        self.reward_scaler = reward_scaler  # updated from numpy, per env step: on the CPU
 
     def act(self, obs: np.ndarray, *, deterministic: bool, progress: Progress) -> np.ndarray:
         """Actions for a batch of observations."""
@@ -47,16 +65,32 @@ class Algorithm(nn.Module, ABC):
     def policy(self, progress: Progress, *, deterministic: bool = False) -> Policy:
         """:meth:`act` as a collector's policy. The collector runs it under
         ``torch.inference_mode()``, entered once per collection rather than once per step
-        (that context costs as much as a small layer)."""
-        return partial(self._act, deterministic=deterministic, progress=progress)
+        (that context costs as much as a small layer). A training policy (not deterministic)
+        also updates the observation statistics; a test policy never does."""
+        act = partial(self._act, deterministic=deterministic, progress=progress)
+        if deterministic or self.obs_norm is None:
+            return act
+        return lambda obs: (self.observe(obs), act(obs))[1]
+
+    def observe(self, obs: np.ndarray) -> None:
+        """Fold a batch of training observations into the observation statistics."""
+        if self.obs_norm is not None:
+            self.obs_norm.update(self._tensor(obs).flatten(1))
 
     @abstractmethod
     def _act(self, obs: np.ndarray, *, deterministic: bool, progress: Progress) -> np.ndarray:
         """:meth:`act`'s work; runs under ``torch.inference_mode()``."""
 
     @abstractmethod
-    def policy_module(self) -> nn.Module:
-        """The networks that act (saved alone to best/ and final/)."""
+    def actor(self) -> nn.Module:
+        """The network whose output the deployable policy's head turns into actions: logits
+        or Q-values (argmax), a Gaussian mean, or an action in [-1, 1]; its input is the
+        normalised, flattened observation."""
+
+    def deployable(self) -> DeployedPolicy:
+        """The policy as saved to best/ and final/, evaluated and exported: raw observation in,
+        the action the env receives out."""
+        return DeployedPolicy(self.obs_norm, self.actor(), self.info)
 
     @abstractmethod
     def optimizers(self) -> dict[str, Adam]: ...
@@ -71,17 +105,32 @@ class Algorithm(nn.Module, ABC):
                 return name
         return "(an optimiser's buffer)"
 
+    def exploration_noise(self, num_envs: int, beta: float) -> torch.Tensor | None:
+        """Standard normal noise for the training actions of ``num_envs`` envs, shape
+        ``(num_envs, action_dim)``: None for white noise (beta 0: the caller draws it with
+        torch, as it always has), else the next step of coloured streams, one per env and
+        action dimension (:mod:`rltrain.noise`), each ``max_episode_steps`` long."""
+        if beta == 0:
+            return None
+        if self.noise is None or self.noise.shape[0] != num_envs:
+            self.noise = ColoredNoise(beta, (num_envs, self.info.action_dim),
+                                      self.info.max_episode_steps, self._noise_seed)
+        return torch.from_numpy(self.noise()).to(self.device)
+
     def training_state(self) -> dict[str, Any]:
         """Everything needed to continue training exactly (checkpoints)."""
         return {
             "modules": self.state_dict(),
             "optimizers": {k: o.state_dict() for k, o in self.optimizers().items()},
+            "noise": None if self.noise is None else self.noise.state_dict(),
         }
 
     def load_training_state(self, state: dict[str, Any]) -> None:
         self.load_state_dict(state["modules"])
         for k, o in self.optimizers().items():
             o.load_state_dict(state["optimizers"][k])
+        noise = state.get("noise")
+        self.noise = None if noise is None else ColoredNoise.from_state_dict(noise)
 
     def _tensor(self, x: np.ndarray, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         if isinstance(x, np.ndarray) and x.flags.writeable:
@@ -92,10 +141,39 @@ class Algorithm(nn.Module, ABC):
                 x = np.ascontiguousarray(x)
         return torch.as_tensor(x, dtype=dtype, device=self.device)
 
+    def _obs(self, obs: np.ndarray) -> torch.Tensor:
+        """A batch of observations as the networks take them: flat, normalised."""
+        x = self._tensor(obs).flatten(1)
+        return x if self.obs_norm is None else self.obs_norm(x)
+
+    def _rew(self, rew: np.ndarray) -> np.ndarray:
+        """Rewards as the losses take them: scaled (training only)."""
+        return rew if self.reward_scaler is None else self.reward_scaler.scale(rew)
+
+
+class DeployedPolicy(nn.Module):
+    """Observation normaliser, actor network, head: raw observations ``(batch, *obs_shape)``
+    to the actions the env receives. Discrete: the argmax (int64, ``(batch,)``); continuous:
+    the actor's output clipped to [-1, 1] and scaled to the env's bounds (float32,
+    ``(batch, *action_shape)``)."""
+
+    def __init__(self, obs_norm: ObsNormalizer | None, actor: nn.Module, info: SpaceInfo) -> None:
+        super().__init__()
+        self.obs_norm, self.actor = obs_norm, actor
+        self.discrete, self.action_shape = info.discrete, tuple(info.action_shape)
+        self.scale = None if info.discrete else ActionScale(info.action_low, info.action_high)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        x = obs.to(torch.float32).flatten(1)
+        if self.obs_norm is not None:
+            x = self.obs_norm(x)
+        out = self.actor(x)
+        if self.scale is None:
+            return out.argmax(-1)
+        return self.scale(out.reshape(out.shape[0], -1)).reshape(-1, *self.action_shape)
+
 
 class OnPolicyAlgorithm(Algorithm):
-    kind = "onpolicy"
-
     @abstractmethod
     def update(
         self, rollout: Rollout, *, batch_size: int | None, repetitions: int, progress: Progress
@@ -104,8 +182,6 @@ class OnPolicyAlgorithm(Algorithm):
 
 
 class OffPolicyAlgorithm(Algorithm):
-    kind = "offpolicy"
-
     @abstractmethod
     def update(self, batch: Batch, *, progress: Progress) -> Any:
         """One gradient step on a sampled batch."""

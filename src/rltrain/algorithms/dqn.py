@@ -8,7 +8,7 @@ epsilon-greedy policy. Discrete actions only.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -17,11 +17,57 @@ import torch.nn.functional as F
 from torch import nn
 
 from rltrain.algorithms.base import OffPolicyAlgorithm, Progress, clip_and_step
-from rltrain.config import DQNConfig
+from rltrain.algorithms.registry import DISCRETE, AlgoSpec, register
+from rltrain.config import (
+    AlgoConfig,
+    ConfigError,
+    check_network,
+    check_positive,
+    check_unit_interval,
+)
 from rltrain.data.buffers import Batch
 from rltrain.envs import SpaceInfo
 from rltrain.nets import mlp
 from rltrain.optim import Adam
+
+
+@dataclass
+class DQNConfig(AlgoConfig):
+    """Deep Q-Network (Mnih et al. 2015) with double Q (van Hasselt et al. 2016), off-policy."""
+
+    name: str = "dqn"
+    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
+    activation: str = "relu"
+    lr: float = 1e-3
+    gamma: float = 0.99
+    #: n-step returns (1 = one-step TD)
+    n_step: int = 1
+    #: use the online network to pick the next action, the target network to value it
+    double_q: bool = True
+    #: copy the online network to the target every this many gradient steps
+    target_update_interval: int = 500
+    #: Huber loss threshold (smooth L1 beta)
+    huber_delta: float = 1.0
+    max_grad_norm: float | None = 10.0
+    #: epsilon-greedy exploration, annealed linearly from start to end over
+    #: exploration_fraction of the planned env steps
+    eps_start: float = 1.0
+    eps_end: float = 0.05
+    exploration_fraction: float = 0.2
+
+    def check(self) -> None:
+        check_network(self)
+        check_unit_interval(self, "algo", "gamma", "eps_start", "eps_end",
+                            "exploration_fraction")
+        check_positive(self, "algo", "lr", "n_step", "target_update_interval", "huber_delta",
+                       "max_grad_norm")
+
+    def check_plan(self, gradient_steps: float) -> None:
+        if self.target_update_interval > gradient_steps:
+            raise ConfigError(
+                f"algo.target_update_interval={self.target_update_interval:,} is more than the "
+                f"run's ~{gradient_steps:,.0f} gradient steps: the target network would never "
+                "be updated; lower it or train longer")
 
 
 @dataclass(frozen=True)
@@ -37,13 +83,12 @@ class QNetwork(nn.Module):
         self.net = mlp(info.obs_dim, cfg.hidden_sizes, info.action_dim, cfg.activation, 1.0)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.net(obs.flatten(1))
+        return self.net(obs)
 
 
 class DQN(OffPolicyAlgorithm):
     def __init__(self, cfg: DQNConfig, info: SpaceInfo, device: torch.device, seed: int) -> None:
-        super().__init__(device)
-        self.cfg = cfg
+        super().__init__(cfg, info, device, seed)
         self.num_actions = info.action_dim
         self.q = QNetwork(cfg, info)
         self.q_target = copy.deepcopy(self.q).requires_grad_(False)
@@ -53,7 +98,7 @@ class DQN(OffPolicyAlgorithm):
         # (testing) never shifts the training stream
         self.rng = np.random.default_rng(seed)
 
-    def policy_module(self) -> nn.Module:
+    def actor(self) -> nn.Module:
         return self.q
 
     def optimizers(self) -> dict[str, Adam]:
@@ -67,7 +112,7 @@ class DQN(OffPolicyAlgorithm):
         return cfg.eps_start + t * (cfg.eps_end - cfg.eps_start)
 
     def _act(self, obs: np.ndarray, *, deterministic: bool, progress: Progress) -> np.ndarray:
-        greedy = self.q(self._tensor(obs)).argmax(-1).cpu().numpy()
+        greedy = self.q(self._obs(obs)).argmax(-1).cpu().numpy()
         if deterministic:
             return greedy
         explore = self.rng.random(len(obs)) < self.epsilon(progress.fraction)
@@ -75,7 +120,7 @@ class DQN(OffPolicyAlgorithm):
 
     def update(self, batch: Batch, *, progress: Progress) -> DQNStats:
         cfg = self.cfg
-        obs, next_obs = self._tensor(batch.obs), self._tensor(batch.next_obs)
+        obs, next_obs = self._obs(batch.obs), self._obs(batch.next_obs)
         act = self._tensor(batch.act, torch.long)
         with torch.no_grad():
             next_q_target = self.q_target(next_obs)
@@ -84,7 +129,7 @@ class DQN(OffPolicyAlgorithm):
                 next_v = next_q_target.gather(1, next_act).squeeze(1)
             else:
                 next_v = next_q_target.max(-1).values
-            target = self._tensor(batch.rew) + self._tensor(batch.discount) * next_v
+            target = self._tensor(self._rew(batch.rew)) + self._tensor(batch.discount) * next_v
         q_sa = self.q(obs).gather(1, act.unsqueeze(1)).squeeze(1)
         loss = F.smooth_l1_loss(q_sa, target, beta=cfg.huber_delta)
         clip_and_step(loss, self.optim, cfg.max_grad_norm)
@@ -99,3 +144,10 @@ class DQN(OffPolicyAlgorithm):
     def load_training_state(self, state: dict[str, Any]) -> None:
         super().load_training_state(state)
         self.rng.bit_generator.state = state["rng"]
+
+
+register(AlgoSpec(
+    name="dqn", config=DQNConfig, cls=DQN, trainers=("offpolicy",), actions=(DISCRETE,),
+    console=(("loss", "loss"), ("q_mean", "q"), ("epsilon", "eps")),
+    paper="Mnih et al. 2015, Nature 518:529-533",
+))

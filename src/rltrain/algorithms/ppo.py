@@ -10,19 +10,54 @@ Discrete (categorical) and continuous (diagonal Gaussian) actions.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from torch import nn
 
 from rltrain.algorithms.base import OnPolicyAlgorithm, Progress, clip_and_step
-from rltrain.config import PPOConfig
+from rltrain.algorithms.registry import CONTINUOUS, DISCRETE, AlgoSpec, register
+from rltrain.config import AlgoConfig, check_network, check_positive, check_unit_interval
 from rltrain.data.buffers import Rollout
 from rltrain.data.returns import gae
 from rltrain.envs import SpaceInfo
-from rltrain.nets import mlp
+from rltrain.nets import CategoricalActor, GaussianActor, mlp
 from rltrain.optim import Adam
+
+
+@dataclass
+class PPOConfig(AlgoConfig):
+    """Proximal Policy Optimization (Schulman et al. 2017), on-policy."""
+
+    name: str = "ppo"
+    #: hidden layer sizes of the actor and the critic (separate networks)
+    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
+    #: tanh or relu
+    activation: str = "tanh"
+    lr: float = 3e-4
+    #: anneal the learning rate linearly to 0 over the planned env steps
+    lr_annealing: bool = True
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    #: epsilon of the clipped surrogate objective
+    clip_ratio: float = 0.2
+    #: clip the value update around the old value by this much (null: no value clipping)
+    value_clip: float | None = None
+    #: normalise advantages per minibatch
+    normalize_advantage: bool = True
+    ent_coef: float = 0.0
+    vf_coef: float = 0.5
+    #: clip the global gradient norm (null: no clipping)
+    max_grad_norm: float | None = 0.5
+    #: initial log standard deviation of the Gaussian policy (continuous actions, in the
+    #: normalised action space where the env's bounds are -1 and 1)
+    init_log_std: float = 0.0
+
+    def check(self) -> None:
+        check_network(self)
+        check_unit_interval(self, "algo", "gamma", "gae_lambda")
+        check_positive(self, "algo", "lr", "clip_ratio", "value_clip", "max_grad_norm")
 
 
 @dataclass(frozen=True)
@@ -36,74 +71,39 @@ class PPOStats:
     lr: float
 
 
-class PPOActor(nn.Module):
-    """The policy alone: observation in, action distribution parameters out."""
-
-    def __init__(self, cfg: PPOConfig, info: SpaceInfo) -> None:
-        super().__init__()
-        self.discrete = info.discrete
-        self.action_shape = info.action_shape
-        self.net = mlp(info.obs_dim, cfg.hidden_sizes, info.action_dim, cfg.activation, 0.01)
-        if not self.discrete:
-            self.log_std = nn.Parameter(torch.full((info.action_dim,), cfg.init_log_std))
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        """Logits (discrete) or the Gaussian mean (continuous); also the deterministic action."""
-        return self.net.forward(obs.flatten(1))  # no second module dispatch: per env step
-
-    def log_prob_entropy(self, obs: torch.Tensor, act: torch.Tensor
-                         ) -> tuple[torch.Tensor, torch.Tensor]:
-        """log pi(a|s) and the policy's entropy at s, written out rather than through
-        torch.distributions (whose bookkeeping costs more than this maths at PPO's sizes)."""
-        out = self(obs)
-        if self.discrete:
-            logp_all = out.log_softmax(-1)
-            logp = logp_all.gather(-1, act.unsqueeze(-1)).squeeze(-1)
-            return logp, -(logp_all.exp() * logp_all).sum(-1)
-        log_std = self.log_std.expand_as(out)
-        z = (act.reshape(out.shape) - out) * torch.exp(-log_std)
-        logp = (-0.5 * z.pow(2) - log_std - _HALF_LOG_2PI).sum(-1)
-        return logp, (0.5 + _HALF_LOG_2PI + log_std).sum(-1)
-
-
-_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
-
-
-def sample_categorical(logits: torch.Tensor) -> torch.Tensor:
-    """One action per row, drawn with probabilities softmax(logits), by the Gumbel-max trick:
-    argmax(logits + Gumbel noise), with -Gumbel noise = log(-log(U)). Four small ops, about
-    2.5x cheaper than softmax + torch.multinomial at the batch sizes of an env step."""
-    return (logits - torch.rand_like(logits).log_().neg_().log_()).argmax(-1)
-
-
 class PPO(OnPolicyAlgorithm):
-    def __init__(self, cfg: PPOConfig, info: SpaceInfo, device: torch.device) -> None:
-        super().__init__(device)
-        self.cfg = cfg
-        self.actor = PPOActor(cfg, info)
+    def __init__(self, cfg: PPOConfig, info: SpaceInfo, device: torch.device, seed: int) -> None:
+        super().__init__(cfg, info, device, seed)
         self.discrete = info.discrete
+        if info.discrete:
+            self.pi: CategoricalActor | GaussianActor = CategoricalActor(
+                info.obs_dim, cfg.hidden_sizes, info.action_dim, cfg.activation)
+        else:
+            self.pi = GaussianActor(info.obs_dim, cfg.hidden_sizes, info.action_dim,
+                                    cfg.activation, cfg.init_log_std)
         self.critic = mlp(info.obs_dim, cfg.hidden_sizes, 1, cfg.activation, 1.0)
         self.to(device)
         self.optim = Adam(self.parameters(), lr=cfg.lr, eps=1e-5)
 
-    def policy_module(self) -> nn.Module:
-        return self.actor
+    def actor(self) -> nn.Module:
+        return self.pi
 
     def optimizers(self) -> dict[str, Adam]:
         return {"optim": self.optim}
 
     def _act(self, obs: np.ndarray, *, deterministic: bool, progress: Progress) -> np.ndarray:
-        out = self.actor.forward(self._tensor(obs))  # no module dispatch: once per env step
-        if self.discrete:
-            act = out.argmax(-1) if deterministic else sample_categorical(out)
+        x = self._obs(obs)
+        if deterministic:
+            out = self.pi.forward(x)
+            act = out.argmax(-1) if self.discrete else out
         else:
-            std = self.actor.log_std.exp().expand_as(out)
-            act = out if deterministic else torch.normal(out, std)
-            act = act.reshape(len(obs), *self.actor.action_shape)
+            act = self.pi.sample(x)
+        if not self.discrete:
+            act = act.reshape(len(obs), *self.info.action_shape)
         return act.cpu().numpy()
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.critic(obs.flatten(1)).squeeze(-1)
+        return self.critic(obs).squeeze(-1)
 
     def update(
         self, rollout: Rollout, *, batch_size: int | None, repetitions: int, progress: Progress
@@ -113,20 +113,20 @@ class PPO(OnPolicyAlgorithm):
         with torch.no_grad():
             # V(s) and V(s') of every slot at once; s' is each transition's own next
             # observation, so truncated episodes bootstrap from their true final state.
-            both = self._tensor(np.concatenate([rollout.obs, rollout.next_obs]).reshape(
+            both = self._obs(np.concatenate([rollout.obs, rollout.next_obs]).reshape(
                 2 * lanes * t, -1))
             values, next_values = self.value(both).cpu().numpy().reshape(2, lanes, t)
-        adv = gae(rollout.rew, values, next_values, rollout.terminated, rollout.dones,
+        adv = gae(self._rew(rollout.rew), values, next_values, rollout.terminated, rollout.dones,
                   rollout.valid, cfg.gamma, cfg.gae_lambda)
         valid = rollout.valid
-        obs = self._tensor(rollout.obs[valid])
-        act_dtype = torch.long if self.actor.discrete else torch.float32
+        obs = self._obs(rollout.obs[valid])
+        act_dtype = torch.long if self.discrete else torch.float32
         act = self._tensor(rollout.act[valid], act_dtype)
         adv_t = self._tensor(adv[valid])
         old_v = self._tensor(values[valid])
         ret = adv_t + old_v
         with torch.no_grad():
-            old_logp, _ = self.actor.log_prob_entropy(obs, act)
+            old_logp, _ = self.pi.log_prob_entropy(obs, act)
 
         lr = cfg.lr * (1.0 - progress.fraction) if cfg.lr_annealing else cfg.lr
         self.optim.lr = lr
@@ -158,7 +158,7 @@ class PPO(OnPolicyAlgorithm):
         cfg = self.cfg
         if cfg.normalize_advantage and len(adv) > 1:
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-        logp, entropy_all = self.actor.log_prob_entropy(obs, act)
+        logp, entropy_all = self.pi.log_prob_entropy(obs, act)
         logratio = logp - old_logp
         ratio = logratio.exp()
         pg_loss = torch.max(
@@ -178,3 +178,11 @@ class PPO(OnPolicyAlgorithm):
             clipfrac = ((ratio - 1.0).abs() > cfg.clip_ratio).float().mean()
             # one small tensor: read out once per update, not once per minibatch
             return torch.stack((pg_loss, v_loss, entropy, approx_kl, clipfrac))
+
+
+register(AlgoSpec(
+    name="ppo", config=PPOConfig, cls=PPO, trainers=("onpolicy",),
+    actions=(DISCRETE, CONTINUOUS),
+    console=(("pg_loss", "pg"), ("v_loss", "vf"), ("entropy", "ent"), ("approx_kl", "kl")),
+    paper="Schulman et al. 2017, arXiv:1707.06347",
+))

@@ -1,0 +1,67 @@
+"""The algorithm registry: one :class:`AlgoSpec` per algorithm, declared next to its class.
+
+Everything else that depends on which algorithms exist derives from it: the config schemas
+Hydra knows (``algo/<name>``), the key checks, the trainer an algorithm may run with, the
+action spaces it accepts, the update stats the console shows, and how the composition root
+builds it. Adding an algorithm is one module in ``rltrain/algorithms/`` (its config schema,
+its class and a ``register(AlgoSpec(...))`` call) and one YAML file, ``conf/algo/<name>.yaml``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from rltrain.config import AlgoConfig, ConfigError
+
+if TYPE_CHECKING:
+    from rltrain.algorithms.base import Algorithm
+
+#: action space kinds an algorithm may accept
+DISCRETE, CONTINUOUS = "discrete", "continuous"
+
+
+@dataclass(frozen=True)
+class AlgoSpec:
+    """What rltrain needs to know of an algorithm."""
+
+    #: the config name: ``rltrain algo=<name>``
+    name: str
+    #: its config schema (a dataclass extending AlgoConfig, with its own ``check()``)
+    config: type[AlgoConfig]
+    #: the class; every algorithm is built as ``cls(cfg, info, device, seed)``
+    cls: type[Algorithm]
+    #: the trainers it can run with ("onpolicy", "offpolicy", "offline"); its YAML picks one
+    trainers: tuple[str, ...]
+    #: the action spaces it accepts: DISCRETE and/or CONTINUOUS (a Box)
+    actions: tuple[str, ...]
+    #: update stats the console's epoch line shows, in order: (stat name, short label)
+    console: tuple[tuple[str, str], ...] = ()
+    #: its actions are squashed into the env's bounds, which must then be finite
+    bounded_actions: bool = False
+    #: the paper, for --help and the README
+    paper: str = ""
+
+
+ALGORITHMS: dict[str, AlgoSpec] = {}
+
+
+def register(spec: AlgoSpec) -> AlgoSpec:
+    """Add ``spec`` to the registry (at the import of its module)."""
+    if spec.name in ALGORITHMS and ALGORITHMS[spec.name].cls is not spec.cls:
+        raise ValueError(f"two algorithms are registered as {spec.name!r}")
+    if spec.config.name != spec.name:  # the dataclass default of the schema's name field
+        raise ValueError(f"{spec.config.__name__}.name must default to {spec.name!r}")
+    unknown = set(spec.actions) - {DISCRETE, CONTINUOUS}
+    if unknown or not spec.actions:
+        raise ValueError(f"{spec.name}: actions must be among {DISCRETE}, {CONTINUOUS}")
+    ALGORITHMS[spec.name] = spec
+    return spec
+
+
+def get(name: str) -> AlgoSpec:
+    try:
+        return ALGORITHMS[name]
+    except KeyError:
+        raise ConfigError(f"algo={name!r} is not an rltrain algorithm; use one of "
+                          f"{', '.join(sorted(ALGORITHMS))}") from None

@@ -1,0 +1,172 @@
+"""SAC: Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and Applications"
+(arXiv:1812.05905), the version with automatic entropy tuning.
+
+A tanh-squashed Gaussian actor, twin Q critics with Polyak-averaged targets (the clipped double
+Q of Fujimoto et al. 2018: the smaller of the two target values), and a temperature alpha
+tuned so that the policy's entropy tracks a target (-|A| by default). Continuous actions in
+the normalised space of :mod:`rltrain.actions`.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+
+from rltrain.algorithms.base import OffPolicyAlgorithm, Progress, clip_and_step
+from rltrain.algorithms.registry import CONTINUOUS, AlgoSpec, register
+from rltrain.config import (
+    AlgoConfig,
+    check_network,
+    check_noise_beta,
+    check_positive,
+    check_unit_interval,
+)
+from rltrain.data.buffers import Batch
+from rltrain.envs import SpaceInfo
+from rltrain.nets import QCritics, SquashedGaussianActor
+from rltrain.optim import Adam, flatten_parameters, soft_update
+
+
+@dataclass
+class SACConfig(AlgoConfig):
+    """Soft Actor-Critic (Haarnoja et al. 2018), off-policy, continuous actions."""
+
+    name: str = "sac"
+    #: hidden layer sizes of the actor and of each critic
+    hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])
+    activation: str = "relu"
+    actor_lr: float = 3e-4
+    critic_lr: float = 3e-4
+    #: learning rate of log(alpha) (with autotune)
+    alpha_lr: float = 3e-4
+    gamma: float = 0.99
+    #: Polyak coefficient of the target critics: target <- (1 - tau) target + tau critic
+    tau: float = 0.005
+    #: n-step returns (1 = one-step TD)
+    n_step: int = 1
+    #: the entropy temperature at the start (and throughout, without autotune)
+    init_alpha: float = 1.0
+    #: tune alpha so that the policy's entropy tracks target_entropy
+    autotune: bool = True
+    #: the entropy target (null: -|A|, the number of action dimensions, negated)
+    target_entropy: float | None = None
+    #: update the actor (and alpha) every this many gradient steps
+    policy_delay: int = 1
+    #: update the target critics every this many gradient steps
+    target_update_interval: int = 1
+    #: clip the global gradient norm of each network (null: no clipping)
+    max_grad_norm: float | None = None
+    #: colour of the policy's sampling noise along time while collecting: 0 white (i.i.d.,
+    #: the usual), 1 pink, 2 red (rltrain.noise; Eberhard et al. 2023)
+    noise_beta: float = 0.0
+
+    def check(self) -> None:
+        check_network(self)
+        check_unit_interval(self, "algo", "gamma", "tau")
+        check_positive(self, "algo", "actor_lr", "critic_lr", "alpha_lr", "tau", "n_step",
+                       "init_alpha", "policy_delay", "target_update_interval", "max_grad_norm")
+        check_noise_beta(self)
+
+
+@dataclass(frozen=True)
+class SACStats:
+    critic_loss: float
+    actor_loss: float
+    alpha_loss: float
+    alpha: float
+    #: the policy's entropy estimate, -mean log pi(a|s) over the batch
+    entropy: float
+    q_mean: float
+
+
+class SAC(OffPolicyAlgorithm):
+    def __init__(self, cfg: SACConfig, info: SpaceInfo, device: torch.device, seed: int) -> None:
+        super().__init__(cfg, info, device, seed)
+        d = info.action_dim
+        self.pi = SquashedGaussianActor(info.obs_dim, cfg.hidden_sizes, d, cfg.activation)
+        self.critic = QCritics(info.obs_dim, d, cfg.hidden_sizes, cfg.activation, n=2)
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.log_alpha = nn.Parameter(torch.tensor(math.log(cfg.init_alpha)),
+                                      requires_grad=cfg.autotune)
+        self.to(device)
+        self.actor_optim = Adam(self.pi.parameters(), lr=cfg.actor_lr)
+        self.critic_optim = Adam(self.critic.parameters(), lr=cfg.critic_lr)
+        self.alpha_optim = Adam([self.log_alpha], lr=cfg.alpha_lr) if cfg.autotune else None
+        # the target critics' parameters as one flat tensor, in the same order as the critic
+        # optimiser's flat buffer: a Polyak update is then one kernel
+        self.critic_target_flat = flatten_parameters(self.critic_target.parameters())
+        self.target_entropy = (-float(d) if cfg.target_entropy is None
+                               else float(cfg.target_entropy))
+        self._policy_stats = (math.nan, math.nan, math.nan)
+
+    def actor(self) -> nn.Module:
+        return self.pi
+
+    def optimizers(self) -> dict[str, Adam]:
+        optims = {"actor": self.actor_optim, "critic": self.critic_optim}
+        if self.alpha_optim is not None:
+            optims["alpha"] = self.alpha_optim
+        return optims
+
+    def _act(self, obs: np.ndarray, *, deterministic: bool, progress: Progress) -> np.ndarray:
+        x = self._obs(obs)
+        if deterministic:
+            act = self.pi(x)
+        else:
+            act = self.pi.sample(x, self.exploration_noise(len(obs), self.cfg.noise_beta))[0]
+        return act.reshape(len(obs), *self.info.action_shape).cpu().numpy()
+
+    def update(self, batch: Batch, *, progress: Progress) -> SACStats:
+        cfg = self.cfg
+        obs, next_obs = self._obs(batch.obs), self._obs(batch.next_obs)
+        act = self._tensor(batch.act).reshape(len(obs), -1)
+        alpha = self.log_alpha.detach().exp()
+
+        # critics: regress both onto the soft TD target of the smaller target critic
+        with torch.no_grad():
+            next_act, next_logp = self.pi.sample(next_obs)
+            next_q = self.critic_target(next_obs, next_act).min(0).values
+            target = (self._tensor(self._rew(batch.rew))
+                      + self._tensor(batch.discount) * (next_q - alpha * next_logp))
+        q = self.critic(obs, act)
+        critic_loss = (q - target).pow(2).mean(1).sum()
+        clip_and_step(critic_loss, self.critic_optim, cfg.max_grad_norm)
+
+        # actor and temperature, every policy_delay gradient steps
+        if progress.gradient_step % cfg.policy_delay == 0:
+            self.critic.requires_grad_(False)  # the actor's loss needs no critic gradients
+            new_act, logp = self.pi.sample(obs)
+            actor_loss = (alpha * logp - self.critic(obs, new_act).min(0).values).mean()
+            clip_and_step(actor_loss, self.actor_optim, cfg.max_grad_norm)
+            self.critic.requires_grad_(True)
+            # temperature: loss -log(alpha) * (log pi + target), whose gradient with respect to
+            # log(alpha) is -(mean log pi + target), written out (no autograd pass): entropy
+            # above target (-log pi > target) gives a positive gradient, so alpha decreases
+            gap = logp.detach().mean() + self.target_entropy
+            alpha_loss = -self.log_alpha.detach() * gap
+            if self.alpha_optim is not None:
+                self.alpha_optim.zero_grad()
+                self.alpha_optim.grad.copy_(-gap.reshape(1))
+                self.alpha_optim.step()
+            self._policy_stats = (float(actor_loss.detach()), float(alpha_loss.detach()),
+                                  float(-logp.detach().mean()))
+
+        if (progress.gradient_step + 1) % cfg.target_update_interval == 0:
+            soft_update(self.critic_target_flat, self.critic_optim.flat, cfg.tau)
+        actor_loss_v, alpha_loss_v, entropy = self._policy_stats
+        return SACStats(float(critic_loss.detach()), actor_loss_v, alpha_loss_v, float(alpha),
+                        entropy, float(q.detach().mean()))
+
+
+register(AlgoSpec(
+    name="sac", config=SACConfig, cls=SAC, trainers=("offpolicy",), actions=(CONTINUOUS,),
+    console=(("critic_loss", "q_loss"), ("actor_loss", "pi"), ("alpha", "alpha"),
+             ("entropy", "ent")),
+    bounded_actions=True,
+    paper="Haarnoja et al. 2018, arXiv:1812.05905",
+))
