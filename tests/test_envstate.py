@@ -6,6 +6,7 @@ import collections
 import ctypes
 import enum
 import io
+import json
 import random
 import threading
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.wrappers import NormalizeObservation, RecordEpisodeStatistics
 from gymnasium.wrappers.vector import ClipAction
 
+from conftest import read_jsonl, run_cli
 from rltrain.envstate import FORMAT, Snapshot, restore, snapshot
 from state_envs import DICT_STATE_ID, OPAQUE_STATE_ID, PROTOCOL_STATE_ID
 
@@ -359,3 +361,37 @@ def test_odd_state_cannot_run_code(monkeypatch: pytest.MonkeyPatch) -> None:
     assert restore(Holder(), odd) == ["envs.x: malformed state (tag ('os.system',))"]
     assert restore(Holder(), {"format": "pickle", "root": None})
     assert not called
+
+
+# ------------------------------------------------------------------------ Box2D: said, not hidden
+SAC_LANDER = ["algo=sac", "env=lunarlander_continuous", "algo.hidden_sizes=[32,32]",
+              "buffer.size=1000", "trainer.epoch_num_steps=100",
+              "trainer.random_warmup_env_steps=50", "trainer.max_epochs=1",
+              "trainer.test_step_num_episodes=2", "env.num_test_envs=2",
+              "env.max_episode_steps=50", "trainer.stop_score=null", "logger.tensorboard=false"]
+
+
+def test_box2d_world_is_reported_and_the_resume_says_it_is_inexact(tmp_path) -> None:
+    """Box2D's world lives in C with no API to read it: the checkpoint says so, the resume
+    says it is not exact (console, rltrain.log, summary.json) and goes on from a reset."""
+    pytest.importorskip("Box2D", reason="needs the box2d extra: pip install -e '.[box2d]'")
+    run_dir = tmp_path / "run"
+    res = run_cli(*SAC_LANDER, f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    at_checkpoint = "the envs' state cannot be saved exactly"
+    assert at_checkpoint in res.stdout + res.stderr
+    assert "world (Box2D.Box2D.b2World)" in res.stdout + res.stderr
+    res = run_cli(f"resume={run_dir}", "trainer.max_epochs=2", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    said = res.stdout + res.stderr
+    assert "inexact resume: the train envs' state could not be restored" in said
+    assert "(exact)" not in said
+    log = (run_dir / "rltrain.log").read_text()
+    assert at_checkpoint in log and "inexact resume" in log
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["env_state"]["exact"] is False
+    assert any(x.startswith("train envs: ") and x.endswith(".world (Box2D.Box2D.b2World)")
+               for x in summary["env_state"]["not_captured"])
+    (resume,) = summary["resumes"]
+    assert resume["exact"] is False and any("b2World" in n for n in resume["notes"])
+    assert [r["epoch"] for r in read_jsonl(run_dir / "epochs.jsonl")] == [1, 2]

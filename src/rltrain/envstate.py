@@ -13,10 +13,19 @@ where ``vars()`` cannot see it (ctypes data, C/SWIG/pybind11 objects, ``__slots_
 other processes) are *reported* in :attr:`Snapshot.not_captured`, never silently dropped, so
 the caller can say that a resume is not exact.
 
+A few C-backed types whose library offers an API to read and write their state as numbers
+are captured through it: a small table keyed by exact type (:func:`_c_state_types`). Today it
+holds MuJoCo's ``MjData`` (see :func:`_mjdata_capture` for what is captured and why). MuJoCo's
+``MjModel`` is the compiled model, configuration rather than state (gymnasium's MuJoCo envs
+never write to it), so it is skipped like a spec; an env of one's own that changes it while it
+runs (domain randomisation of masses, say) would resume with the model as its constructor built
+it, and that is not detected. Box2D's world has no such API: it is reported.
+
 Encoding: a packed value is a bool/int/float/str/None as is, or a tuple ``(tag, ...)``. A
 mutable object met a second time is packed as ``("alias", first_path)``; that keeps aliasing
 and stops reference cycles. Restoring imports and constructs nothing named by the state: enum
-members, object types and bit generators are looked up through the live objects or fixed tables.
+members, object types, bit generators and C-backed types are looked up through the live objects
+or fixed tables.
 """
 
 from __future__ import annotations
@@ -25,7 +34,9 @@ import collections
 import enum
 import functools
 import random
+import sys
 import types
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,10 +110,11 @@ def _found(live: Any) -> str:
 
 
 def _is_constant(value: Any) -> bool:
-    """Configuration, e.g. SyncVectorEnv.env_fns (a list of functions)."""
+    """Configuration, e.g. SyncVectorEnv.env_fns (a list of functions), MuJoCo's MjModel."""
+    constant = _CONSTANT + _c_constant_types()
     if isinstance(value, list) and value:
-        return all(isinstance(v, _CONSTANT) for v in value)
-    return isinstance(value, _CONSTANT)
+        return all(isinstance(v, constant) for v in value)
+    return isinstance(value, constant)
 
 
 def _has_protocol(value: Any) -> bool:
@@ -174,6 +186,130 @@ def _bit_generator(state: Any) -> type:
     return _BIT_GENERATORS[name]
 
 
+# ------------------------------------------------------------------- C-backed state (MuJoCo)
+class _NotCapturable(Exception):
+    """A C-backed value of a known type whose state cannot be captured in this configuration."""
+
+
+@dataclass(frozen=True)
+class _CState:
+    """A C-backed type whose library reads and writes its state as plain numbers."""
+
+    #: the name in the file; restore finds the entry by it and checks the live type
+    name: str
+    #: value -> plain data (dicts, arrays); raises _NotCapturable with the reason
+    capture: Callable[[Any], dict[str, Any]]
+    #: (live value, unpacked data) -> problems; writes nothing when there are any
+    restore: Callable[[Any, dict[str, Any]], list[str]]
+
+
+#: mjtNum arrays of mjData beyond the integration state, at sizes fixed by the model (MuJoCo's
+#: MJDATA_POINTERS in mjxmacro.h; the arena's contact and constraint arrays are not among them).
+#: mj_step computes them from the state *before* its last integration, so mj_forward after a
+#: restore would give other numbers; envs read some of them between steps (Ant-v5 and the
+#: reacher read body positions, Humanoid-v5 xipos, before stepping), so they are restored as
+#: saved. Names this MuJoCo lacks are left out of the capture.
+_MJDATA_DERIVED = (
+    # position stage
+    "xpos", "xquat", "xmat", "xipos", "xiquat", "ximat", "xanchor", "xaxis", "geom_xpos",
+    "geom_xquat", "geom_xmat", "site_xpos", "site_xquat", "site_xmat", "cam_xpos", "cam_xmat",
+    "light_xpos", "light_xdir", "subtree_com", "cdof", "cinert", "flexvert_xpos",
+    "flexelem_aabb", "flexelem_krot", "flexvert_hessian", "flexedge_hessian", "flexedge_J",
+    "flexedge_length", "bvh_aabb_dyn", "flexvert_lambda", "ten_J", "ten_length", "wrap_xpos",
+    "actuator_length", "actuator_moment", "crb", "M", "qLD", "qLDiagInv",
+    # velocity stage
+    "flexedge_velocity", "ten_velocity", "actuator_velocity", "cvel", "cdof_dot", "qfrc_bias",
+    "qfrc_spring", "qfrc_damper", "qfrc_gravcomp", "qfrc_fluid", "qfrc_adhesion",
+    "qfrc_passive", "subtree_linvel", "subtree_angmom", "qH", "qHDiagInv", "qDeriv", "qLU",
+    # acceleration stage, sensors, energy
+    "actuator_force", "qfrc_actuator", "qfrc_smooth", "qacc_smooth", "qfrc_constraint",
+    "qfrc_inverse", "cacc", "cfrc_int", "cfrc_ext", "qacc", "act_dot", "sensordata", "energy",
+)
+
+
+def _mujoco() -> Any:
+    """The mujoco module if something imported it (an env holding its objects did), else None:
+    envstate never imports it, so that rltrain runs without the mujoco extra."""
+    return sys.modules.get("mujoco")
+
+
+def _mjdata_capture(data: Any) -> dict[str, Any]:
+    """The state of an ``MjData``, read with MuJoCo's own API.
+
+    ``mj_getState(..., mjSTATE_INTEGRATION)`` is MuJoCo's full integration state: time, qpos,
+    qvel, act, history buffers, plugin and plastic state, the warm start of the solver and
+    the user inputs (ctrl, applied forces, equality activations, mocap poses, userdata), all
+    that the next ``mj_step`` reads. The derived arrays (``_MJDATA_DERIVED``) come with it, as
+    saved. Not restored: the arena's contact and constraint arrays and counters (``ncon``,
+    ``efc_*``: rebuilt by the next step before use), solver statistics, timers and warnings.
+    """
+    mujoco = _mujoco()
+    sleep = getattr(mujoco.mjtEnableBit, "mjENBL_SLEEP", 0)
+    if int(data.model.opt.enableflags) & int(sleep):
+        # asleep bodies keep stale kinematics and sleep counters that no mjtState holds
+        raise _NotCapturable("the model lets bodies sleep, and no MuJoCo state holds that")
+    spec = int(mujoco.mjtState.mjSTATE_INTEGRATION)
+    state = np.empty(mujoco.mj_stateSize(data.model, spec), dtype=np.float64)
+    mujoco.mj_getState(data.model, data, state, spec)
+    derived = {name: np.array(getattr(data, name), copy=True)
+               for name in _MJDATA_DERIVED if hasattr(data, name)}
+    return {"spec": spec, "state": state, "derived": derived}
+
+
+def _mjdata_problems(data: Any, saved: dict[str, Any]) -> list[str]:
+    """Why ``saved`` cannot be written into the live ``data`` (e.g. another model)."""
+    mujoco = _mujoco()
+    spec = int(mujoco.mjtState.mjSTATE_INTEGRATION)
+    state, derived = saved.get("state"), saved.get("derived")
+    if saved.get("spec") != spec or not isinstance(state, np.ndarray) or not isinstance(
+            derived, dict):
+        return [f"not a MuJoCo integration state of this MuJoCo {mujoco.__version__} "
+                f"(state spec {saved.get('spec')!r}, expected {spec})"]
+    size = mujoco.mj_stateSize(data.model, spec)
+    if state.dtype != np.float64 or state.shape != (size,):
+        return [f"the saved state has {state.size} numbers, the live model's has {size}: "
+                "a different model"]
+    problems = []
+    for name in sorted(set(derived) | {n for n in _MJDATA_DERIVED if hasattr(data, n)}):
+        live, value = getattr(data, name, None), derived.get(name)
+        if name not in _MJDATA_DERIVED or not isinstance(live, np.ndarray):
+            problems.append(f"{name}: not a derived array of the live MjData")
+        elif not isinstance(value, np.ndarray):
+            problems.append(f"{name}: missing from the saved state")
+        elif value.shape != live.shape or value.dtype != live.dtype:
+            problems.append(f"{name}: saved {value.dtype}{list(value.shape)}, the live model's "
+                            f"is {live.dtype}{list(live.shape)}: a different model")
+    return problems
+
+
+def _mjdata_restore(data: Any, saved: dict[str, Any]) -> list[str]:
+    """Write a captured state back (all or nothing). No ``mj_forward`` afterwards: it would
+    recompute the derived arrays from the restored qpos, which is not what the interrupted env
+    held (see ``_MJDATA_DERIVED``); the next ``mj_step`` recomputes them anyway."""
+    if problems := _mjdata_problems(data, saved):
+        return problems
+    mujoco = _mujoco()
+    mujoco.mj_setState(data.model, data, saved["state"], saved["spec"])
+    for name, value in saved["derived"].items():
+        getattr(data, name)[...] = value  # views of the C arrays: written in place
+    return []
+
+
+_MJDATA = _CState("mujoco.MjData", _mjdata_capture, _mjdata_restore)
+
+
+def _c_state_types() -> dict[type, _CState]:
+    """The fixed table of C-backed types captured through their library, by exact type."""
+    data_type = getattr(_mujoco(), "MjData", None)
+    return {data_type: _MJDATA} if isinstance(data_type, type) else {}
+
+
+def _c_constant_types() -> tuple[type, ...]:
+    """C-backed configuration, skipped like a spec: MuJoCo's compiled model."""
+    model_type = getattr(_mujoco(), "MjModel", None)
+    return (model_type,) if isinstance(model_type, type) else ()
+
+
 class _Packer:
     """One walk over live envs: packs values, remembers first paths, collects the gaps."""
 
@@ -205,6 +341,8 @@ class _Packer:
         return self._pack_new(value, path)
 
     def _pack_new(self, value: Any, path: str) -> Any:
+        if (c_state := _c_state_types().get(type(value))) is not None:
+            return self._pack_c_state(c_state, value, path)
         if isinstance(value, np.ndarray):
             if value.dtype.hasobject:
                 return self.uncaptured(path, value, "object array")
@@ -250,6 +388,13 @@ class _Packer:
         packed = self.pack(value, path)
         return ("skipped",) if packed is _SKIP else packed  # keeps the positions of the others
 
+    def _pack_c_state(self, c_state: _CState, value: Any, path: str) -> tuple:
+        try:
+            data = c_state.capture(value)
+        except _NotCapturable as e:
+            return self.uncaptured(path, value, str(e))
+        return ("cstate", c_state.name, self.pack(data, f"{path}.<{c_state.name} state>"))
+
     def _pack_space(self, space: gym.spaces.Space, path: str) -> tuple:
         """A space is configuration, except for its RNG (which sample() draws from)."""
         rng = space._np_random  # the np_random property would create one
@@ -287,7 +432,7 @@ class _Restorer:
             "randomstate": self._randomstate, "random": self._random, "space": self._space,
             "protocol": self._protocol, "dict": self._dict, "list": self._list,
             "tuple": self._tuple, "deque": self._deque, "set": self._set,
-            "dtype": self._dtype_value, "object": self._object,
+            "dtype": self._dtype_value, "object": self._object, "cstate": self._c_state,
         }
 
     def problem(self, path: str, message: str) -> object:
@@ -398,6 +543,20 @@ class _Restorer:
                 self.problem(f"{path}.{key}", "the live space has no such sub-space")
             else:
                 self.unpack(packed, live_children[key], f"{path}.{key}")
+        return live
+
+    def _c_state(self, path: str, live: Any, name: str, packed: Any) -> Any:
+        c_state = _c_state_types().get(type(live))
+        if c_state is None or c_state.name != name:
+            return self.problem(path, f"expected a {name}, the live value is {_found(live)}")
+        self.restored[path] = live
+        data = self.unpack(packed, _MISSING, f"{path}.<{name} state>")
+        if data is _KEEP:  # the problem is recorded
+            return _KEEP
+        if not isinstance(data, dict):
+            return self.problem(path, f"malformed {name} state")
+        for problem in c_state.restore(live, data):
+            self.problem(path, f"{problem}; left as it is")
         return live
 
     def _protocol(self, path: str, live: Any, name: str, packed: Any) -> Any:
