@@ -5,9 +5,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -46,24 +48,61 @@ def run_tool(name: str, *args: str | Path, cwd: Path, timeout: float = 300,
 
 
 def signal_when(args: list[str], cwd: Path, when: Callable[[str], bool],
-                *signals: int, gap: float = 0.0, program: Path = RLTRAIN,
-                env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+                *signals: int, gap: float = 0.0, ack: str | None = None,
+                program: Path = RLTRAIN, env: dict | None = None,
+                timeout: float = 300) -> subprocess.CompletedProcess:
     """Start ``rltrain ARGS``; as soon as a line of its stdout satisfies ``when``, send
-    ``signals`` (``gap`` seconds apart); return the finished process with all its output."""
+    ``signals`` (``gap`` seconds apart); return the finished process with all its output.
+
+    :param ack: before each further signal, wait for a stderr line containing this (the
+        process saying it took the previous one): signals of one kind that arrive before
+        Python runs its handler count once, which a loaded machine makes likely.
+    """
     proc = subprocess.Popen([str(program), *args], cwd=cwd, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=cli_env(env))
-    assert proc.stdout is not None
-    lines = []
-    for line in proc.stdout:
-        lines.append(line)
-        if when(line):
-            for i, sig in enumerate(signals):
-                if i:
-                    time.sleep(gap)
-                proc.send_signal(sig)
-            break
-    out, err = proc.communicate(timeout=timeout)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, "".join(lines) + out, err)
+    streams: dict[str, queue.Queue] = {"out": queue.Queue(), "err": queue.Queue()}
+    readers = [threading.Thread(target=_pump, args=(pipe, streams[name]), daemon=True)
+               for name, pipe in (("out", proc.stdout), ("err", proc.stderr))]
+    for reader in readers:
+        reader.start()
+    out: list[str] = []
+    err: list[str] = []
+    deadline = time.monotonic() + timeout
+
+    def next_line(name: str, into: list[str]) -> str | None:
+        line = streams[name].get(timeout=max(0.0, deadline - time.monotonic()))
+        if line is not None:
+            into.append(line)
+        return line
+
+    try:
+        while (line := next_line("out", out)) is not None:
+            if when(line):
+                for i, sig in enumerate(signals):
+                    if i and ack is not None:
+                        while (seen := next_line("err", err)) is not None and ack not in seen:
+                            pass
+                    if i:
+                        time.sleep(gap)
+                    proc.send_signal(sig)
+                break
+        proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+    except (queue.Empty, subprocess.TimeoutExpired):
+        proc.kill()
+        proc.wait()
+    for reader in readers:
+        reader.join()
+    for name, into in (("out", out), ("err", err)):
+        while (line := streams[name].get()) is not None:
+            into.append(line)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, "".join(out), "".join(err))
+
+
+def _pump(pipe, lines: queue.Queue) -> None:  # noqa: ANN001 - a text pipe
+    """Read a pipe line by line into a queue; None marks its end."""
+    for line in pipe:
+        lines.put(line)
+    lines.put(None)
 
 
 def learning_records(run_dir: Path) -> list[dict]:

@@ -348,7 +348,8 @@ def test_a_second_signal_stops_at_once_and_says_how_to_resume(tmp_path, sig, cod
                        "trainer.epoch_num_steps=16384",
                        "trainer.collection_step_num_env_steps=8192",
                        "logger.progress_interval_s=0", f"hydra.run.dir={run_dir}"], tmp_path,
-                      lambda line: line.startswith("  epoch 2/3: "), sig, sig, gap=0.05)
+                      lambda line: line.startswith("  epoch 2/3: "), sig, sig,
+                      ack="received; finishing the current step")
     assert res.returncode == code, res.stderr
     assert "received again: stopped at once" in res.stderr
     assert f"resume with: rltrain resume={run_dir}" in res.stderr

@@ -116,13 +116,15 @@ def training(request_stop: Callable[[int], None]) -> Iterator[None]:
         raise StopNow(signum)
 
     def first(signum: int, frame: Any) -> None:
+        # the second handler first: a signal that arrives while this one runs (the message
+        # below tells the user to send one) must stop at once, not be taken as the first again
+        _set(second)
+        if in_sweep_worker():
+            _set(signal.SIG_IGN, (signal.SIGINT,))
         record(signum)
         request_stop(signum)
         print(f"\nrltrain: {name(signum)} received; finishing the current step and saving "
               "(send it again to stop at once)", file=sys.stderr, flush=True)
-        _set(second)
-        if in_sweep_worker():
-            _set(signal.SIG_IGN, (signal.SIGINT,))
 
     if not _main_thread():
         yield  # handlers can only be set from the main thread
