@@ -4,8 +4,11 @@
 written as plainly as possible: the ceiling for any collector; (c) rltrain's collector
 alone (PPO policy, transitions written to the buffer); (d) rltrain's whole PPO training
 loop with the RL-Zoo3 hyperparameters (8 envs x 32 steps, 20 passes of minibatch 256), no
-testing. Then DQN gradient steps per second: the update alone, and with buffer sampling.
-One torch thread, as in the peer comparison.
+testing. Then DQN gradient steps per second: the update alone, and with buffer sampling. Then
+SAC's gradient steps per second on Pendulum-v1 (batch 256, 64x64 and 256x256 networks) against
+the plain-PyTorch floor: the same losses written the textbook way (nn.Linear critics,
+torch.optim.Adam, a parameter loop for the Polyak update), as CleanRL's sac_continuous_action.py
+does. One torch thread, as in the peer comparison.
 
     .venv/bin/python scripts/bench_throughput.py [--envs 8] [--steps 200000] [--peers]
 """
@@ -87,11 +90,13 @@ def ppo_training_loop(steps: int) -> tuple[float, float, float]:
     return trainer.env_step / seconds, collect / seconds, update / seconds
 
 
-def dqn_gradient_steps(batch_size: int, n: int = 2000) -> tuple[float, float]:
-    b = build(["algo=dqn", "env=cartpole", f"trainer.batch_size={batch_size}"])
+def gradient_steps(overrides: list[str], batch_size: int, n: int) -> tuple[float, float]:
+    """An off-policy algorithm's update on batches from its buffer after 5,000 random env
+    steps: gradient steps per second (update alone on one batch, with buffer sampling)."""
+    b = build([*overrides, f"trainer.batch_size={batch_size}"])
     b.train_collector.collect(b.trainer.random_policy, n_steps=5000)
     batch = b.buffer.sample(batch_size)
-    for i in range(100):
+    for i in range(50):
         b.algorithm.update(batch, progress=Progress(0, i, 0.5))
     t0 = time.perf_counter()
     for i in range(n):
@@ -101,6 +106,84 @@ def dqn_gradient_steps(batch_size: int, n: int = 2000) -> tuple[float, float]:
     for i in range(n):
         b.algorithm.update(b.buffer.sample(batch_size), progress=Progress(0, i, 0.5))
     return alone, n / (time.perf_counter() - t0)
+
+
+def dqn_gradient_steps(batch_size: int, n: int = 2000) -> tuple[float, float]:
+    return gradient_steps(["algo=dqn", "env=cartpole"], batch_size, n)
+
+
+def sac_gradient_steps(hidden: int, batch_size: int = 256, n: int = 1000) -> tuple[float, float]:
+    """rltrain's SAC update (Pendulum-v1, hidden x hidden networks)."""
+    return gradient_steps(["algo=sac", "env=pendulum", f"algo.hidden_sizes=[{hidden},{hidden}]"],
+                          batch_size, n)
+
+
+def plain_sac_gradient_steps(hidden: int, batch_size: int = 256, n: int = 1000) -> float:
+    """The floor: SAC's update in plain PyTorch (two nn.Sequential critics and their targets,
+    a squashed Gaussian actor, torch.optim.Adam, autograd for alpha, a loop of lerp_ for the
+    Polyak update), on one fixed batch of Pendulum-sized tensors."""
+    from torch import nn
+
+    obs_dim, act_dim = 3, 1
+
+    def net(i: int, o: int) -> nn.Sequential:
+        return nn.Sequential(nn.Linear(i, hidden), nn.ReLU(), nn.Linear(hidden, hidden),
+                             nn.ReLU(), nn.Linear(hidden, o))
+
+    actor, q1, q2 = net(obs_dim, 2 * act_dim), net(obs_dim + act_dim, 1), net(obs_dim + act_dim, 1)
+    q1_t, q2_t = net(obs_dim + act_dim, 1), net(obs_dim + act_dim, 1)
+    q1_t.load_state_dict(q1.state_dict())
+    q2_t.load_state_dict(q2.state_dict())
+    log_alpha = torch.zeros(1, requires_grad=True)
+    a_opt = torch.optim.Adam(actor.parameters(), lr=3e-4)
+    q_opt = torch.optim.Adam([*q1.parameters(), *q2.parameters()], lr=1e-3)
+    al_opt = torch.optim.Adam([log_alpha], lr=3e-4)
+    obs, next_obs = torch.randn(batch_size, obs_dim), torch.randn(batch_size, obs_dim)
+    act, rew = torch.rand(batch_size, act_dim) * 2 - 1, torch.randn(batch_size)
+    done = torch.zeros(batch_size)
+
+    def sample(o: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mean, log_std = actor(o).chunk(2, -1)
+        log_std = -5 + 3.5 * (torch.tanh(log_std) + 1)
+        normal = torch.distributions.Normal(mean, log_std.exp())
+        u = normal.rsample()
+        a = torch.tanh(u)
+        return a, (normal.log_prob(u) - torch.log(1 - a.pow(2) + 1e-6)).sum(-1)
+
+    def step() -> None:
+        alpha = log_alpha.exp().item()
+        with torch.no_grad():
+            na, nlogp = sample(next_obs)
+            x = torch.cat([next_obs, na], -1)
+            nq = torch.min(q1_t(x), q2_t(x)).squeeze(-1) - alpha * nlogp
+            target = rew + 0.99 * (1 - done) * nq
+        x = torch.cat([obs, act], -1)
+        q_loss = ((q1(x).squeeze(-1) - target) ** 2).mean() + (
+            (q2(x).squeeze(-1) - target) ** 2).mean()
+        q_opt.zero_grad()
+        q_loss.backward()
+        q_opt.step()
+        a, logp = sample(obs)
+        x = torch.cat([obs, a], -1)
+        a_loss = (alpha * logp - torch.min(q1(x), q2(x)).squeeze(-1)).mean()
+        a_opt.zero_grad()
+        a_loss.backward()
+        a_opt.step()
+        al_loss = (-log_alpha.exp() * (logp.detach() - act_dim)).mean()
+        al_opt.zero_grad()
+        al_loss.backward()
+        al_opt.step()
+        with torch.no_grad():
+            for p, tp in zip([*q1.parameters(), *q2.parameters()],
+                             [*q1_t.parameters(), *q2_t.parameters()], strict=True):
+                tp.lerp_(p, 0.005)
+
+    for _ in range(50):
+        step()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        step()
+    return n / (time.perf_counter() - t0)
 
 
 def sb3_ppo_loop(steps: int) -> float:
@@ -122,11 +205,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--envs", type=int, default=8)
     parser.add_argument("--steps", type=int, default=200_000)
+    parser.add_argument("--only-sac", action="store_true",
+                        help="time SAC's update only (skip the CartPole measurements)")
     parser.add_argument("--peers", action="store_true",
                         help="also time Stable-Baselines3's PPO loop (needs the bench extra)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     m, n = args.envs, args.steps
+    if args.only_sac:
+        sac_report()
+        return
     a = raw_env(m, n)
     b = env_plus_policy(m, n)
     b_multinomial = env_plus_policy(m, n, "multinomial")
@@ -147,6 +235,16 @@ def main() -> None:
         alone, sampled = dqn_gradient_steps(bs)
         print(f"DQN gradient steps/s, batch {bs:>3}, tuned net: update alone {alone:,.0f}, "
               f"with buffer sampling {sampled:,.0f}")
+    sac_report()
+
+
+def sac_report() -> None:
+    for hidden in (64, 256):
+        alone, sampled = sac_gradient_steps(hidden)
+        floor = plain_sac_gradient_steps(hidden)
+        print(f"SAC gradient steps/s, batch 256, {hidden}x{hidden}: rltrain update alone "
+              f"{alone:,.0f}, with buffer sampling {sampled:,.0f}; plain PyTorch floor "
+              f"{floor:,.0f} (rltrain / floor = {alone / floor:.2f})")
 
 
 if __name__ == "__main__":

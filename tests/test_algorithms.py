@@ -69,6 +69,9 @@ def test_key_checks_follow_each_algorithms_schema():
     problem = key_problem("algo.actor_lr", ["ppo"])
     assert problem is not None and "unknown key algo.actor_lr" in problem
     assert "did you mean algo.target_noise" in key_problem("algo.target_nois", ["td3"])
+    # a key of another algorithm's schema names this one's nearest keys
+    assert ("did you mean algo.actor_lr, algo.alpha_lr or algo.critic_lr?"
+            in key_problem("algo.lr", ["sac"]))
     assert key_problem("env.normalize.obs") is None
     assert "did you mean env.normalize.reward" in key_problem("env.normalize.rewards")
 

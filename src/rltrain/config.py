@@ -437,8 +437,13 @@ def key_problem(key: str, algos: list[str] | None = None) -> str | None:
 def _unknown(name: str, prefix: str, valid: list[str]) -> str:
     full = f"{prefix}.{name}" if prefix else name
     close = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)
+    if not close:  # algo.lr for SAC: actor_lr, critic_lr, alpha_lr
+        close = [v for v in valid if v.startswith(f"{name}_") or v.endswith(f"_{name}")][:3]
     where = f"{prefix} has" if prefix else "top-level keys are"
-    hint = f"; did you mean {prefix + '.' if prefix else ''}{close[0]}?" if close else ""
+    dot = f"{prefix}." if prefix else ""
+    names = [f"{dot}{c}" for c in close]
+    options = " or ".join(filter(None, (", ".join(names[:-1]), names[-1]))) if names else ""
+    hint = f"; did you mean {options}?" if names else ""
     return f"unknown key {full}{hint} ({where}: {', '.join(valid)})"
 
 
