@@ -281,3 +281,31 @@ def test_config_stats_fields_are_dataclasses():
         assert set(spec.actions) <= {DISCRETE, CONTINUOUS}
 
 
+
+
+def tuned_pairs() -> list[tuple[str, str]]:
+    pairs = []
+    for path in sorted((CONF / "tuned").glob("*.yaml")):
+        algo = next(a for a in ALGORITHMS if path.stem.startswith(f"{a}_"))
+        pairs.append((algo, path.stem[len(algo) + 1:]))
+    return pairs
+
+
+@pytest.mark.parametrize(("algo", "env"), tuned_pairs())
+def test_every_tuned_config_composes_and_passes_the_checks(algo, env):
+    """Each conf/tuned/<algo>_<env>.yaml names a registered algorithm and a shipped env, is
+    picked up by `algo=<algo> env=<env>`, and yields settings that pass every check."""
+    from hydra import compose, initialize_config_dir
+
+    from rltrain.config import register_configs
+    from rltrain.run import settings
+
+    assert (CONF / "env" / f"{env}.yaml").exists()
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("config", overrides=[f"algo={algo}", f"env={env}"])
+    raw = yaml.safe_load((CONF / "tuned" / f"{algo}_{env}.yaml").read_text())
+    assert cfg.algo.name == algo and cfg.env.name == env
+    s = settings(cfg)
+    if "trainer" in raw:  # the tuned values are the ones composed
+        assert s.trainer.max_epochs == raw["trainer"].get("max_epochs", s.trainer.max_epochs)
