@@ -15,7 +15,7 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from conftest import RLTRAIN, read_jsonl
+from conftest import RLTRAIN, learning_records, read_jsonl
 from rltrain.checkpoint import load_checkpoint
 
 #: fields that measure time, not learning
@@ -133,6 +133,25 @@ def test_extend_finished_run(cli, tmp_path, finished_run):
     assert res.returncode == 0, res.stderr
     assert [r["epoch"] for r in read_jsonl(run_dir / "epochs.jsonl")] == [1, 2, 3, 4]
     assert json.loads((run_dir / "summary.json").read_text())["epochs"] == 4
+
+
+def test_a_run_stopped_at_its_stop_score_goes_on_with_a_higher_one(cli, tmp_path):
+    """A run that stopped early at its stop score, resumed with trainer.stop_score raised (or
+    null), trains on to the end and its records equal an unbroken run's with that stop score;
+    the same stop score leaves it complete."""
+    args = ["experiment=smoke", "trainer.max_epochs=3", "trainer.test_step_num_episodes=2"]
+    stopped, whole = tmp_path / "stopped", tmp_path / "whole"
+    assert cli(*args, "trainer.stop_score=0", f"hydra.run.dir={stopped}").returncode == 0
+    assert [r["epoch"] for r in read_jsonl(stopped / "epochs.jsonl")] == [1]
+    res = cli(f"resume={stopped}", "trainer.stop_score=0")
+    assert res.returncode == 0 and "already complete" in res.stdout
+    res = cli(f"resume={stopped}", "trainer.stop_score=null")
+    assert res.returncode == 0, res.stderr
+    assert cli(*args, "trainer.stop_score=null", f"hydra.run.dir={whole}").returncode == 0
+    assert learning_records(stopped) == learning_records(whole)
+    assert json.loads((stopped / "summary.json").read_text())["stopped_early"] is False
+    res = cli(f"resume={stopped}", "trainer.stop_score=abc")
+    assert res.returncode == 2 and "trainer.stop_score='abc' is not a number" in res.stderr
 
 
 def test_resume_refuses_other_overrides(cli, finished_run):

@@ -12,6 +12,7 @@ import atexit
 import contextlib
 import io
 import logging
+import math
 import os
 import sys
 import time
@@ -56,6 +57,9 @@ rltrain --hydra-help.
 USER_GROUPS = ("algo", "env", "buffer", "logger", "experiment")
 #: the only override a resume accepts: extending the run
 RESUME_OVERRIDABLE = "trainer.max_epochs"
+#: a run that stopped early at its stop score may go on with a higher one (or none)
+RESUME_STOP_SCORE = "trainer.stop_score"
+_UNSET = object()
 
 
 def conf_dir() -> Path:
@@ -292,7 +296,7 @@ def resume(args: list[str]) -> int:
     from rltrain.config import ConfigError, register_configs, typed_run_config
     from rltrain.run import RunContext, StoppedAtOnce, completed_epochs, run
 
-    run_dir, max_epochs = None, None
+    run_dir, max_epochs, stop_score = None, None, _UNSET
     for arg in args:
         key, _, value = arg.partition("=")
         if key == "resume":
@@ -302,12 +306,20 @@ def resume(args: list[str]) -> int:
                 max_epochs = int(value)
             except ValueError:
                 return _error(f"{RESUME_OVERRIDABLE}={value!r} is not an integer")
+        elif key == RESUME_STOP_SCORE:
+            try:
+                stop_score = None if value in ("null", "none", "None") else float(value)
+            except ValueError:
+                return _error(f"{RESUME_STOP_SCORE}={value!r} is not a number or null")
+            if stop_score is not None and not math.isfinite(stop_score):
+                return _error(f"{RESUME_STOP_SCORE} must be a finite number or null, got {value}")
         elif arg in ("-q", "--quiet"):
             continue
         else:
             return _error(f"{arg!r} cannot change on resume: a resumed run keeps the config "
-                          f"stored in its checkpoint (only {RESUME_OVERRIDABLE}=N may extend it);"
-                          " start a new run to change anything else")
+                          f"stored in its checkpoint (only {RESUME_OVERRIDABLE}=N and "
+                          f"{RESUME_STOP_SCORE}=X|null may extend it); start a new run to change "
+                          "anything else")
     assert run_dir is not None
     if not run_dir.is_dir():
         return _error(f"resume={run_dir}: no such run directory")
@@ -346,8 +358,15 @@ def resume(args: list[str]) -> int:
                     "more")
             cfg.trainer.max_epochs = max_epochs
         new_max = int(cfg.trainer.max_epochs)
+        raised = False  # a stop score moved past the best score reached lets an early stop go on
+        if stop_score is not _UNSET:
+            old_stop = cfg.trainer.stop_score
+            cfg.trainer.stop_score = stop_score
+            best = state["best_score"]
+            raised = stop_score != old_stop and (stop_score is None or best is None
+                                                 or best < stop_score)
         finished = state["partial"] is None and (
-            done >= new_max or (state["stopped_early"] and new_max <= old_max))
+            done >= new_max or (state["stopped_early"] and new_max <= old_max and not raised))
         if finished:
             why = (f"it stopped early at epoch {done}, reaching the stop score"
                    if state["stopped_early"] and done < new_max else f"{done} of {new_max} epochs")

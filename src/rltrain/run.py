@@ -638,8 +638,11 @@ def _restore(ckpt: dict[str, Any], s: Settings, parts: Parts, trainer: Trainer) 
     algorithm.load_training_state(ckpt["algorithm"])
     old_max_epochs = ckpt["config"]["trainer"]["max_epochs"]
     trainer.load_state_dict(ckpt["trainer"])
-    if s.trainer.max_epochs > old_max_epochs:
-        trainer.stopped_early = False  # the run is being extended
+    best = trainer.best.score
+    reached = trainer.stop_score is not None and best is not None and best >= trainer.stop_score
+    if s.trainer.max_epochs > old_max_epochs or not reached:
+        # the run is being extended, or its stop score was raised (or dropped) past its best
+        trainer.stopped_early = False
     if ckpt["buffer"] is not None:
         buffer.load_state_dict(ckpt["buffer"])
     elif isinstance(s.trainer, OffPolicyTrainerParams):
