@@ -19,7 +19,6 @@ from conftest import RLTRAIN, learning_records, read_jsonl
 from rltrain.checkpoint import load_checkpoint
 
 #: fields that measure time, not learning
-TIME_FIELDS = ("time", "timing")
 
 # long enough epochs that a signal sent right after epoch 1's line lands mid-epoch 2
 RUNS = {
@@ -29,17 +28,6 @@ RUNS = {
 }
 COMMON = ["trainer.stop_score=null", "seed=1", "logger.progress_bar=false",
           "env.num_test_envs=5", "trainer.test_step_num_episodes=5"]
-
-
-def learning_records(run_dir: Path) -> list[dict]:
-    rows = read_jsonl(run_dir / "epochs.jsonl")
-    for row in rows:
-        for key in TIME_FIELDS:
-            row.pop(key)
-        row.pop("steps_per_s")
-        for part in ("train", "test"):
-            row[part].pop("collect_steps_per_s")
-    return rows
 
 
 def interrupt_after_first_epoch(args: list[str], cwd: Path, sig: int

@@ -228,11 +228,17 @@ def task(cfg: Any) -> float | None:
             return None
     _set_console_level(cfg)
 
+    # what an earlier attempt left, before this one logs anything: a warning while the run is
+    # built opens rltrain.log, which is this attempt's own and must survive its acceptance
+    stale = rundir.leftovers(run_dir)
+
     def accept() -> None:
-        note = rundir.failed_attempt_note(run_dir)
+        note = rundir.failed_attempt_note(run_dir, stale)
         if note is not None:
             _say(f"note: {note}")
-        rundir.remove_leftovers(run_dir)
+        rundir.remove_leftovers(run_dir, stale)
+        if "rltrain.log" in stale:
+            rundir.reopen_logs(run_dir)
         rundir.write_hydra_snapshot(run_dir, cfg, HydraConfig.instance().cfg, overrides)
 
     shown = [o[2:] if o.startswith("++") else o for o in overrides]

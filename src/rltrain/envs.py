@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import logging
 import os
 import sys
 from collections.abc import Callable
@@ -143,6 +144,32 @@ def missing_extra_message(env_id: str, extra: str, error: Exception) -> str:
             f'pip install -e ".[{extra}]" (from a checkout) or pip install "rltrain[{extra}]"')
 
 
+_mujoco_warnings: set[str] | None = None
+
+
+def route_mujoco_warnings() -> None:
+    """MuJoCo prints its warnings to the console, once per env (HalfCheetah's model uses a
+    deprecated attribute: 11 identical lines for 1 train and 10 test envs), and appends them to
+    MUJOCO_LOG.TXT in the working directory. Send each distinct one to rltrain's log once
+    instead (console and rltrain.log). Without the mujoco package this does nothing: making the
+    env then reports the missing extra."""
+    global _mujoco_warnings
+    if _mujoco_warnings is not None:
+        return
+    try:
+        import mujoco
+    except ImportError:
+        return
+    _mujoco_warnings = set()
+
+    def warn(message: str) -> None:
+        if message not in _mujoco_warnings:
+            _mujoco_warnings.add(message)
+            logging.getLogger("rltrain").warning(f"MuJoCo: {message}")
+
+    mujoco.set_mju_user_warning(warn)
+
+
 @dataclass(frozen=True)
 class WrapperSpec:
     """One entry of ``env.wrappers``, resolved."""
@@ -222,6 +249,8 @@ def make_vector_env(cfg: EnvConfig, num_envs: int, *, render_mode: str | None = 
     """
     import_env_modules(cfg)
     spec = _spec(cfg.id)
+    if needed_extra(spec) == "mujoco":
+        route_mujoco_warnings()
     wrappers = resolve_wrappers(list(cfg.wrappers))
     limit, _ = max_episode_steps(cfg)
     mode = cfg.vectorization

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shutil
 import socket
@@ -70,8 +71,9 @@ def leftovers(run_dir: Path) -> list[str]:
     return sorted(name for name in OWN if (run_dir / name).exists())
 
 
-def remove_leftovers(run_dir: Path) -> None:
-    for name in leftovers(run_dir):
+def remove_leftovers(run_dir: Path, names: list[str] | None = None) -> None:
+    """Remove rltrain's files from a failed attempt (``names``: only these ones)."""
+    for name in leftovers(run_dir) if names is None else names:
         path = run_dir / name
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
@@ -79,9 +81,19 @@ def remove_leftovers(run_dir: Path) -> None:
             path.unlink()
 
 
-def failed_attempt_note(run_dir: Path) -> str | None:
-    """A note for replacing a failed attempt's leftovers, or None if there are none."""
-    found = leftovers(run_dir)
+def reopen_logs(run_dir: Path) -> None:
+    """Close the log file handlers writing into ``run_dir`` (a removed rltrain.log): each
+    opens its file afresh at its next message, rather than writing to the deleted one."""
+    for handler in logging.getLogger().handlers:
+        if (isinstance(handler, logging.FileHandler)
+                and Path(handler.baseFilename).parent == run_dir.resolve()):
+            handler.close()
+
+
+def failed_attempt_note(run_dir: Path, found: list[str] | None = None) -> str | None:
+    """A note for replacing a failed attempt's leftovers (``found``, default: all of them),
+    or None if there are none."""
+    found = leftovers(run_dir) if found is None else found
     if not found:
         return None
     error = _summary(run_dir).get("error")
