@@ -1,0 +1,13 @@
+"""``rltrain-report RUN_OR_SWEEP_DIR... [--out DIR]``: compare runs with honest statistics.
+
+Finds run directories under the inputs (``runs``), groups them by config minus the seed,
+computes final-score tables, learning curves and probabilities of improvement with rliable's
+stratified bootstrap over seeds (``stats``), draws them (``plots``) and writes ``runs.csv``,
+``report.md`` and a self-contained ``report.html`` (``render``, ``compose``). ``cli`` holds the
+command. Needs the ``report`` extra (rliable, matplotlib); this package imports neither until
+it runs.
+"""
+
+from rltrain.report.cli import main
+
+__all__ = ["main"]

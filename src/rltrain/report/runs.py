@@ -1,0 +1,303 @@
+"""Finding run directories, reading them, and grouping them by config minus the seed.
+
+A run directory holds ``.hydra/config.yaml`` and ``epochs.jsonl`` (a sweep job that failed
+before its first epoch holds ``summary.json`` instead of ``epochs.jsonl``, and is listed as
+failed). Runs are grouped per task (the env id) by their whole config, less the seed and the
+keys that only concern logging and checkpoint bookkeeping; a group is named by the keys that
+tell the groups of a task apart.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+#: keys that say nothing about what was trained: runs differing only in these are seeds of
+#: one group
+BOOKKEEPING = ("seed", "logger.", "trainer.checkpoint_every", "trainer.keep_checkpoints",
+               "trainer.checkpoint_buffer")
+#: config groups chosen by name on the command line (``algo=dqn`` sets ``algo.name``)
+CONFIG_GROUPS = ("algo", "env", "trainer", "buffer")
+
+
+class DamagedRun(Exception):
+    """A run directory that cannot be read: skipped with a warning naming it."""
+
+
+@dataclasses.dataclass
+class Run:
+    """One run as the report sees it: its flattened config, summary and test returns."""
+
+    path: Path
+    config: dict[str, Any]
+    overrides: list[str]
+    summary: dict[str, Any] | None
+    #: env step and test ``return_mean`` of each epoch, in order
+    steps: list[float]
+    scores: list[float]
+
+    @property
+    def status(self) -> str:
+        return str(self.summary.get("status", "unknown")) if self.summary else "unknown"
+
+    @property
+    def usable(self) -> bool:
+        """Counted in the statistics: not failed, and tested at least once."""
+        return self.status != "failed" and bool(self.scores)
+
+    @property
+    def stopped_early(self) -> bool:
+        """Stopped at the reward threshold (``trainer.stop_score``) before ``max_epochs``."""
+        return bool(self.summary and self.summary.get("stopped_early"))
+
+    @property
+    def seed(self) -> Any:
+        return self.config.get("seed")
+
+    @property
+    def algo(self) -> str:
+        return str(self.config.get("algo.name", "?"))
+
+    @property
+    def env_id(self) -> str:
+        return str(self.config.get("env.id", "?"))
+
+    @property
+    def threshold(self) -> float | None:
+        value = (self.summary or {}).get("reward_threshold")
+        return float(value) if _is_number(value) else None
+
+    def final_score(self, last: int) -> float:
+        """The mean of the last ``last`` test returns (fewer if the run has fewer). A run that
+        stopped early at its stop score is carried forward, as its curve is: the tests it
+        skipped would be taken to score what its last one did, so its final score is that."""
+        if self.stopped_early:
+            return float(self.scores[-1])
+        return float(sum(self.scores[-last:]) / len(self.scores[-last:]))
+
+
+@dataclasses.dataclass
+class Group:
+    """Runs of one task with the same config but for the seed."""
+
+    task: str
+    name: str
+    config: dict[str, Any]
+    runs: list[Run]
+
+    @property
+    def usable(self) -> list[Run]:
+        return [r for r in self.runs if r.usable]
+
+
+def find_runs(path: Path) -> list[Path]:
+    """The run directories at or under ``path``, in natural order (sweep job 2 before 10)."""
+    if _is_run_dir(path):
+        return [path]
+    found = []
+    for root, dirs, _ in os.walk(path):
+        here = Path(root)
+        if _is_run_dir(here):
+            found.append(here)
+            dirs.clear()
+        else:
+            dirs[:] = [d for d in dirs if not d.startswith(".")]
+    return sorted(found, key=natural)
+
+
+def _is_run_dir(path: Path) -> bool:
+    return (path / ".hydra" / "config.yaml").is_file() and (
+        (path / "epochs.jsonl").is_file() or (path / "summary.json").is_file())
+
+
+def natural(text: object) -> list:
+    """A sort key that orders the numbers inside ``text`` by value (job 2 before job 10)."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(text))]
+
+
+def load_run(path: Path, warn: Any = print) -> Run:
+    """Read one run directory; raise :class:`DamagedRun` when it cannot be used at all.
+
+    :param warn: called with a message for what is odd but survivable (a torn last line of
+        ``epochs.jsonl``, left by a kill or a full disk, is dropped as a resume would).
+    """
+    try:
+        raw = yaml.safe_load((path / ".hydra" / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError, UnicodeDecodeError) as e:
+        raise DamagedRun(f".hydra/config.yaml cannot be read ({_first_line(e)})") from None
+    if not isinstance(raw, dict) or "env" not in raw:
+        raise DamagedRun(".hydra/config.yaml is not an rltrain config")
+    config = flatten(raw)
+    summary = _read_summary(path, warn)
+    steps: list[float] = []
+    scores: list[float] = []
+    epochs = path / "epochs.jsonl"
+    if epochs.is_file():
+        steps, scores = _read_epochs(epochs, warn)
+    if not scores and (summary or {}).get("status") != "failed":
+        raise DamagedRun("epochs.jsonl is missing" if not epochs.is_file() else
+                         "epochs.jsonl is empty" if not epochs.stat().st_size else
+                         "epochs.jsonl holds no test returns")
+    return Run(path, config, _read_overrides(path), summary, steps, scores)
+
+
+def _read_epochs(path: Path, warn: Any) -> tuple[list[float], list[float]]:
+    text = path.read_text(errors="replace")
+    lines = text.splitlines()
+    steps: list[float] = []
+    scores: list[float] = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            step = record["env_step"]
+            score = (record.get("test") or {}).get("return_mean")
+        except (ValueError, KeyError, TypeError, AttributeError):
+            if number == len(lines) and not text.endswith("\n"):
+                warn(f"{path}: ignoring its torn last line {number} (the run was cut off "
+                     "while writing it)")
+                break
+            raise DamagedRun(f"epochs.jsonl line {number} is not an epoch record") from None
+        if not _is_number(step) or (steps and step <= steps[-1]):
+            raise DamagedRun(f"epochs.jsonl line {number}: env_step {step!r} does not follow "
+                             f"{steps[-1] if steps else 'the start'}")
+        if _is_number(score) and math.isfinite(score):
+            steps.append(float(step))
+            scores.append(float(score))
+    return steps, scores
+
+
+def _read_summary(path: Path, warn: Any) -> dict | None:
+    file = path / "summary.json"
+    if not file.is_file():
+        return None
+    try:
+        summary = json.loads(file.read_text())
+    except (OSError, ValueError, UnicodeDecodeError) as e:
+        warn(f"{file} cannot be read ({_first_line(e)}); its status is taken as unknown")
+        return None
+    return summary if isinstance(summary, dict) else None
+
+
+def _read_overrides(path: Path) -> list[str]:
+    try:
+        overrides = yaml.safe_load((path / ".hydra" / "overrides.yaml").read_text())
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        return []
+    return [str(o) for o in overrides] if isinstance(overrides, list) else []
+
+
+def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
+    """``{"algo": {"lr": 1e-3}}`` -> ``{"algo.lr": 1e-3}``; lists become tuples (hashable)."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            flat.update(flatten(value, f"{name}."))
+        else:
+            flat[name] = _frozen(value)
+    return flat
+
+
+def _frozen(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        return tuple(_frozen(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _frozen(v)) for k, v in value.items()))
+    return value
+
+
+def show(value: Any) -> str:
+    """A config value as one writes it on the command line."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, tuple):
+        return "[" + ", ".join(show(v) for v in value) + "]"
+    return str(value)
+
+
+def group_runs(runs: Sequence[Run]) -> tuple[list[Group], list[str]]:
+    """Group ``runs`` per task by config minus the seed; return the groups and the keys that
+    name them (empty when each task has a single group)."""
+    by_task: dict[str, dict[tuple, list[Run]]] = {}
+    for run in runs:
+        key = tuple(sorted((k, v) for k, v in run.config.items() if not _bookkeeping(k)))
+        by_task.setdefault(run.env_id, {}).setdefault(key, []).append(run)
+    configs = {task: [dict(k) for k in groups] for task, groups in by_task.items()}
+    keys = naming_keys(configs, _overridden(runs))
+    groups = []
+    for task, by_config in by_task.items():
+        for key, members in by_config.items():
+            config = dict(key)
+            groups.append(Group(task, group_name(config, keys, single=len(runs) == len(members)),
+                                config, sorted(members, key=lambda r: natural(r.path))))
+    return groups, keys
+
+
+def group_name(config: dict[str, Any], keys: Sequence[str], single: bool = False) -> str:
+    if keys:
+        return ", ".join(f"{k}={show(config.get(k))}" for k in keys)
+    algo = show(config.get("algo.name", "?"))
+    return f"{algo} on {show(config.get('env.id', '?'))}" if single else algo
+
+
+def naming_keys(configs: dict[str, list[dict[str, Any]]], overridden: set[str]) -> list[str]:
+    """The keys that tell the groups of each task apart: of the keys that differ within a
+    task, ``algo.name`` and those set on a command line; then, while two groups of a task
+    still look alike, the differing key that separates most of them."""
+    differing = {k for groups in configs.values() for k in _differing(groups)}
+    keys = [k for k in sorted(differing) if k == "algo.name" or k in overridden]
+    rest = sorted(differing - set(keys))
+    while rest and _names_clash(configs, keys):
+        best = max(rest, key=lambda k: _distinct(configs, [*keys, k]))
+        keys.append(best)
+        rest.remove(best)
+    return sorted(keys, key=lambda k: (k != "algo.name", k))
+
+
+def _differing(groups: list[dict[str, Any]]) -> set[str]:
+    keys = set().union(*groups) if groups else set()
+    return {k for k in keys if len({show(g.get(k, "<unset>")) for g in groups}) > 1}
+
+
+def _distinct(configs: dict[str, list[dict[str, Any]]], keys: Iterable[str]) -> int:
+    keys = list(keys)
+    return sum(len({tuple(show(g.get(k)) for k in keys) for g in groups})
+               for groups in configs.values())
+
+
+def _names_clash(configs: dict[str, list[dict[str, Any]]], keys: list[str]) -> bool:
+    return _distinct(configs, keys) < sum(len(groups) for groups in configs.values())
+
+
+def _overridden(runs: Iterable[Run]) -> set[str]:
+    """Config keys set on the command line of any run (``algo=dqn`` counts as algo.name)."""
+    keys = set()
+    for run in runs:
+        for override in run.overrides:
+            key = override.split("=", 1)[0].lstrip("+~")
+            keys.add(f"{key}.name" if key in CONFIG_GROUPS else key)
+    return keys
+
+
+def _bookkeeping(key: str) -> bool:
+    return any(key == b or (b.endswith(".") and key.startswith(b)) for b in BOOKKEEPING)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]

@@ -1,0 +1,291 @@
+"""rltrain-report: real sweeps through the real command, and hand-made runs for exact numbers.
+
+The sweep is made once by the real CLI (3 seeds x 2 learning rates, 3 smoke epochs each, in
+one multirun process). Hand-made runs copy one of its runs and rewrite ``epochs.jsonl``,
+``summary.json`` and the config, so that every number the report prints can be worked out
+by hand.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+from conftest import run_cli, run_tool
+from rltrain.report import cli, compose, stats
+from rltrain.report.runs import group_runs, load_run
+
+TOOL = "rltrain-report"
+REPS = ["--reps", "100"]
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """multirun/<job>/ of 3 seeds x algo.lr in {1e-3, 3e-3}, 3 epochs each."""
+    root = tmp_path_factory.mktemp("report")
+    res = run_cli("-q", "--multirun", "experiment=smoke", "seed=0,1,2", "algo.lr=1e-3,3e-3",
+                  "trainer.max_epochs=3", f"hydra.sweep.dir={root / 'sweep'}", cwd=root)
+    assert res.returncode == 0, res.stdout + res.stderr
+    return root / "sweep"
+
+
+def make_run(template: Path, dest: Path, scores: list[float], seed: int = 0,
+             config: dict[str, Any] | None = None, summary: dict[str, Any] | None = None,
+             overrides: list[str] | None = None, step: int = 512) -> Path:
+    """A copy of a real run whose test returns are ``scores`` (one epoch each, ``step`` env
+    steps apart) and whose config and summary carry the given dotted keys and fields."""
+    shutil.copytree(template, dest, ignore=shutil.ignore_patterns(
+        "checkpoints", "tb", "best", "final", ".rltrain.lock"))
+    cfg = yaml.safe_load((dest / ".hydra" / "config.yaml").read_text())
+    for key, value in {"seed": seed, **(config or {})}.items():
+        *parents, last = key.split(".")
+        node = cfg
+        for p in parents:
+            node = node[p]
+        node[last] = value
+    (dest / ".hydra" / "config.yaml").write_text(yaml.safe_dump(cfg))
+    if overrides is not None:
+        (dest / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
+    first = json.loads((template / "epochs.jsonl").read_text().splitlines()[0])
+    lines = []
+    for i, score in enumerate(scores, 1):
+        first.update(epoch=i, env_step=i * step)
+        first["test"]["return_mean"] = score
+        lines.append(json.dumps(first))
+    (dest / "epochs.jsonl").write_text("".join(line + "\n" for line in lines))
+    full = json.loads((template / "summary.json").read_text())
+    full.update({"best_score": max(scores, default=None), "env_step": len(scores) * step,
+                 "stopped_early": False, "solved": False, **(summary or {})})
+    (dest / "summary.json").write_text(json.dumps(full))
+    return dest
+
+
+def groups_of(*paths: Path):
+    groups, keys = group_runs([load_run(p) for p in paths])
+    return sorted(groups, key=lambda g: g.name), keys
+
+
+def assert_one_line_error(res, *needles: str) -> None:
+    assert res.returncode == 2, res.stdout + res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{TOOL}: error: "), res.stderr
+    assert "Traceback" not in res.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+def test_sweep_report(sweep: Path) -> None:
+    """The whole command on a real sweep: default directory, every file, HTML offline."""
+    res = run_tool(TOOL, sweep, *REPS, cwd=sweep.parent)
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = sweep / "report"
+    assert "6 runs in 2 groups on 1 task" in res.stdout
+    assert "algo.lr=0.001 (3 seeds: 0, 1, 2); algo.lr=0.003 (3 seeds: 0, 1, 2)" in res.stdout
+    assert str(out / "report.html") in res.stdout
+    for name in ("runs.csv", "report.md", "report.html", "curves_CartPole-v1.png",
+                 "curves_CartPole-v1.svg"):
+        assert (out / name).stat().st_size > 0, name
+    assert (out / "curves_CartPole-v1.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "<svg" in (out / "curves_CartPole-v1.svg").read_text()
+    rows = list(csv.DictReader((out / "runs.csv").open()))
+    assert len(rows) == 6
+    assert {r["group"] for r in rows} == {"algo.lr=0.001", "algo.lr=0.003"}
+    assert {r["status"] for r in rows} == {"completed"} and {r["in_statistics"] for r in rows} \
+        == {"yes"}
+    assert all(r["env_steps"] == "1536" and float(r["final_score"]) > 0 for r in rows)
+    page = (out / "report.html").read_text()
+    assert not re.search(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:)?//""", page, re.I)
+    assert 'src="data:image/png;base64,' in page and "<script" not in page
+    md = (out / "report.md").read_text()
+    for text in ("## CartPole-v1", "| algo.lr=0.001 | 3 |", "| algo.lr=0.001 | algo.lr=0.003 |",
+                 "Reference score: 475 (reward threshold)", "IQM", "optimality gap"):
+        assert text in md, text
+    # never over an earlier report without --force; told in one line, before any work
+    assert_one_line_error(run_tool(TOOL, sweep, cwd=sweep.parent), "not empty", "--force")
+
+
+def test_iqm_and_metrics_against_hand_computation(sweep: Path, tmp_path: Path) -> None:
+    finals = [100, 0, 5, 1, 4, 2, 6, 3]
+    runs = [make_run(sweep / "0", tmp_path / f"r{i}", [50, f + 1, f, f - 1], seed=i)
+            for i, f in enumerate(finals)]
+    (group,), keys = groups_of(*runs)
+    assert keys == [] and group.name == "ppo on CartPole-v1"
+    table = stats.task_table([group], last=3, gamma=5.0, reps=200)[group.name]
+    # sorted: 0 1 2 3 4 5 6 100; IQM drops 2 of 8 at each end: (2+3+4+5)/4
+    # optimality gap below 5: 5 - mean(5 0 5 1 4 2 5 3) = 5 - 25/8
+    np.testing.assert_allclose(table.point, [121 / 8, 3.5, 3.5, 5 - 25 / 8])
+    assert np.all(table.ci[0] <= table.point + 1e-12) and np.all(table.point <= table.ci[1] + 1e-12)
+    # --last 1: the final score is the last test return alone (f - 1)
+    last1 = stats.task_table([group], last=1, gamma=None, reps=50)[group.name]
+    np.testing.assert_allclose(last1.point[:3], [113 / 8, 2.5, 2.5])
+    assert np.isnan(last1.point[3])
+    out = tmp_path / "out"
+    out.mkdir()
+    compose.build([load_run(r) for r in runs], out, compose.Settings(3, 100))
+    assert "| ppo on CartPole-v1 | 8 | 15.1" in (out / "report.md").read_text()
+
+
+def test_probability_of_improvement_equals_rliables() -> None:
+    from rliable import metrics
+
+    rng = np.random.default_rng(0)
+    for _ in range(100):
+        n, m, tasks = rng.integers(1, 6, size=3)
+        x = rng.integers(0, 4, size=(n, tasks)).astype(float)
+        y = rng.integers(0, 4, size=(m, tasks)).astype(float)
+        assert stats.probability_of_improvement(x, y) == pytest.approx(
+            metrics.probability_of_improvement(x, y))
+
+
+def test_early_stop_is_carried_forward(sweep: Path, tmp_path: Path) -> None:
+    runs = [make_run(sweep / "0", tmp_path / "a", [10, 20, 30, 40], seed=0),
+            make_run(sweep / "0", tmp_path / "b", [10, 20, 30, 60], seed=1),
+            make_run(sweep / "0", tmp_path / "solved", [100, 480], seed=2,
+                     summary={"stopped_early": True, "solved": True})]
+    (group,), _ = groups_of(*runs)
+    at = np.array([512, 1024, 1536, 2048])
+    curve = stats.curve(group, at, reps=50)
+    np.testing.assert_allclose(curve.mean, [40, (40 + 480) / 3, (60 + 480) / 3, (100 + 480) / 3])
+    assert (curve.carried, curve.short) == (1, 0)
+    # a run that ends early without having reached the threshold is not carried forward
+    short = make_run(sweep / "0", tmp_path / "short", [0, 0], seed=3)
+    (group,), _ = groups_of(*runs[:2], short)
+    curve = stats.curve(group, at, reps=50)
+    np.testing.assert_allclose(curve.mean, [20 / 3, 40 / 3, 30, 50])
+    assert (curve.carried, curve.short) == (0, 1)
+    out = tmp_path / "out"
+    out.mkdir()
+    compose.build([load_run(r) for r in runs], out, compose.Settings(3, 50))
+    assert ("1 of 3 runs stopped early at the reward threshold; their curves are carried "
+            "forward") in (out / "report.md").read_text()
+
+
+def test_group_names(sweep: Path, tmp_path: Path) -> None:
+    runs = []
+    for lr in (0.001, 0.003):
+        for envs in (4, 8):
+            for seed in (0, 1):
+                runs.append(make_run(
+                    sweep / "0", tmp_path / f"{lr}-{envs}-{seed}", [1, 2], seed=seed,
+                    config={"algo.lr": lr, "env.num_train_envs": envs,
+                            "logger.quiet": bool(seed)},   # logging never splits a group
+                    overrides=["experiment=smoke", f"algo.lr={lr}",
+                               f"env.num_train_envs={envs}", f"seed={seed}"]))
+    groups, keys = groups_of(*runs)
+    assert keys == ["algo.lr", "env.num_train_envs"]
+    assert [g.name for g in groups] == [
+        "algo.lr=0.001, env.num_train_envs=4", "algo.lr=0.001, env.num_train_envs=8",
+        "algo.lr=0.003, env.num_train_envs=4", "algo.lr=0.003, env.num_train_envs=8"]
+    assert all(len(g.runs) == 2 for g in groups)
+    # a key that differs but was set by no command line still names the groups it separates
+    other = make_run(runs[0], tmp_path / "gamma", [1], config={"algo.gamma": 0.9})
+    groups, keys = groups_of(runs[0], other)
+    assert keys == ["algo.gamma"]
+    assert [g.name for g in groups] == ["algo.gamma=0.9", "algo.gamma=0.99"]
+
+
+def test_damaged_failed_and_torn_runs(sweep: Path, tmp_path: Path) -> None:
+    """Damaged: skipped with a warning naming it. Failed: in runs.csv, not in the statistics.
+    Torn last line: dropped, the run kept."""
+    extra = tmp_path / "extra"
+    damaged = make_run(sweep / "0", extra / "damaged", [1, 2, 3])
+    lines = (damaged / "epochs.jsonl").read_text().splitlines()
+    (damaged / "epochs.jsonl").write_text(f"{lines[0]}\n{{not json\n{lines[2]}\n")
+    failed = make_run(sweep / "0", extra / "failed", [5], seed=7, summary={
+        "status": "failed", "error": "the update's v_loss is nan"})
+    torn = make_run(sweep / "1", extra / "torn", [1, 2], seed=8)
+    with (torn / "epochs.jsonl").open("a") as f:
+        f.write('{"epoch": 3, "env_st')
+    res = run_tool(TOOL, sweep, extra, "--out", tmp_path / "out", *REPS, cwd=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"skipping {damaged}: epochs.jsonl line 2 is not an epoch record" in res.stderr
+    assert "ignoring its torn last line 3" in res.stderr and "Traceback" not in res.stderr
+    assert "7 runs in 2 groups on 1 task (1 skipped)" in res.stdout
+    rows = {Path(r["run_dir"]).name: r for r in csv.DictReader((tmp_path / "out" /
+                                                               "runs.csv").open())}
+    assert "damaged" not in rows and len(rows) == 8
+    assert (rows["failed"]["status"], rows["failed"]["in_statistics"]) == ("failed", "no")
+    assert rows["torn"]["final_score"] == "1.5"
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert f"failed, listed in runs.csv and left out of the statistics: `{failed}`" in md
+    assert f"skipped, cannot be read: `{damaged}`" in md
+
+
+def test_bad_inputs(sweep: Path, tmp_path: Path) -> None:
+    assert_one_line_error(run_tool(TOOL, tmp_path / "nowhere", cwd=tmp_path),
+                          "nowhere does not exist")
+    (tmp_path / "empty").mkdir()
+    assert_one_line_error(run_tool(TOOL, tmp_path / "empty", cwd=tmp_path), "no runs under")
+    bad = make_run(sweep / "0", tmp_path / "bad" / "empty-epochs", [1])
+    (bad / "epochs.jsonl").write_text("")
+    failed = make_run(sweep / "0", tmp_path / "bad" / "failed", [1],
+                      summary={"status": "failed"})
+    res = run_tool(TOOL, tmp_path / "bad", cwd=tmp_path)
+    assert f"warning: skipping {bad}: epochs.jsonl is empty" in res.stderr
+    res.stderr = res.stderr.split("\n", 1)[1]
+    assert_one_line_error(res, "no usable runs", "1 cannot be read and 1 failed")
+    assert not (tmp_path / "bad" / "report").exists() and failed.exists()
+    assert_one_line_error(run_tool(TOOL, sweep, "--reference", "Nope-v0=1", "--out",
+                                   tmp_path / "out", cwd=tmp_path), "--reference names Nope-v0")
+    res = run_tool(TOOL, sweep, "--reference", "CartPole-v1", cwd=tmp_path)
+    assert res.returncode == 2 and "expected ENV_ID=SCORE" in res.stderr
+
+
+def test_missing_extra(sweep: Path, tmp_path: Path) -> None:
+    shadow = tmp_path / "shadow" / "rliable"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('hidden by the test')\n")
+    res = run_tool(TOOL, sweep, "--out", tmp_path / "out", cwd=tmp_path,
+                   env={"PYTHONPATH": str(shadow.parent)})
+    assert_one_line_error(res, "rliable", 'pip install -e ".[report]"')
+    assert not (tmp_path / "out").exists()
+
+
+def test_across_tasks(sweep: Path, tmp_path: Path) -> None:
+    """Several tasks: normalised by threshold or --reference, aggregates and profiles; a task
+    whose threshold cannot normalise is reported alone and the report says so."""
+    runs = []
+    for env_id, threshold, scores in (("CartPole-v1", 400.0, (100, 200, 300, 400)),
+                                      ("Acrobot-v1", -100.0, (-400, -300, -200, -100)),
+                                      ("Pendulum-v1", -200.0, (-900, -800, -700, -600))):
+        for i, lr in enumerate((0.001, 0.003)):
+            for seed in (0, 1):
+                score = scores[2 * i + seed]
+                runs.append(load_run(make_run(
+                    sweep / "0", tmp_path / f"{env_id}-{lr}-{seed}", [score] * 3, seed=seed,
+                    config={"env.id": env_id, "algo.lr": lr},
+                    summary={"reward_threshold": threshold},
+                    overrides=[f"algo.lr={lr}", f"seed={seed}"])))
+    out = tmp_path / "out"
+    out.mkdir()
+    acrobot = cli._reference("Acrobot-v1=-500:-100")
+    assert acrobot == ("Acrobot-v1", stats.Reference(-100.0, -500.0, "--reference"))
+    compose.build(runs, out, compose.Settings(3, 100, dict([acrobot])))
+    md = (out / "report.md").read_text()
+    assert "Pendulum-v1 has reference -200 (reward threshold), which cannot scale scores" in md
+    # normalised: CartPole 100/400 .. 400/400, Acrobot (x + 500) / 400: 0.25 .. 1 for both
+    assert "| algo.lr=0.001 | 2 x 2 | 0.375 [" in md and "| algo.lr=0.003 | 2 x 2 | 0.875 [" in md
+    for name in ("performance_profiles.png", "performance_profiles.svg",
+                 "curves_Acrobot-v1.png", "curves_Pendulum-v1.svg"):
+        assert (out / name).stat().st_size > 0, name
+    assert cli._reference("mypkg.envs:MyEnv-v0=250") == (
+        "mypkg.envs:MyEnv-v0", stats.Reference(250.0, 0.0, "--reference"))
+
+
+def test_force_replaces_only_report_files(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in ("report.md", "curves_X.png", "notes.txt"):
+        (out / name).write_text("x")
+    with pytest.raises(cli.UserError, match="not empty"):
+        cli.output_dir(out, [tmp_path], force=False)
+    cli.make_output_dir(cli.output_dir(out, [tmp_path], force=True), force=True)
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
