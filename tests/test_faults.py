@@ -134,9 +134,14 @@ def test_ctrl_c_in_the_first_seconds(tmp_path, delay):
         pytest.skip("the run finished before the signal (a very fast machine)")
     assert proc.returncode == 130, err
     assert "Traceback" not in out + err
-    assert "SIGINT received before training began" in err or "interrupted" in err
     assert len(err.strip().splitlines()) <= 3, err
-    assert not list(tmp_path.glob("outputs/*/*/checkpoints"))
+    # a loaded machine may deliver the signal only once training has begun: then the run is
+    # interrupted with a checkpoint, as any run is; before that, nothing is written
+    if "interrupted" in err:
+        assert list(tmp_path.glob("outputs/*/*/checkpoints/last.pt")), err
+    else:
+        assert "SIGINT received before training began" in err
+        assert not list(tmp_path.glob("outputs/*/*/checkpoints"))
 
 
 # ---------------------------------------------------------------- crashes and endless envs
