@@ -249,6 +249,20 @@ def test_missing_extra(sweep: Path, tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists()
 
 
+def test_broken_extra(sweep: Path, tmp_path: Path) -> None:
+    """An installed rliable whose import raises something else than ImportError (as arch 7 does
+    under pandas 3) is named in one line too, not a traceback."""
+    shadow = tmp_path / "shadow" / "rliable"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("")
+    (shadow / "library.py").write_text("raise TypeError('broken by the test')\n")
+    res = run_tool(TOOL, sweep, "--out", tmp_path / "out", cwd=tmp_path,
+                   env={"PYTHONPATH": str(shadow.parent)})
+    assert_one_line_error(res, "rliable.library is installed but fails to import",
+                          "TypeError: broken by the test", 'pip install -e ".[report]"')
+    assert not (tmp_path / "out").exists()
+
+
 def test_across_tasks(sweep: Path, tmp_path: Path) -> None:
     """Several tasks: normalised by threshold or --reference, aggregates and profiles; a task
     whose threshold cannot normalise is reported alone and the report says so."""

@@ -190,6 +190,12 @@ def _require() -> None:
             raise UserError(f"rltrain-report needs {name}, which is not installed or does not "
                             "import; install the 'report' extra: pip install -e \".[report]\" "
                             "(in the rltrain repository)") from None
+        except Exception as e:  # noqa: BLE001 - installed but broken: say what, not a traceback
+            # Seen: rliable pins arch<8, and arch 7 fails to import under pandas 3
+            # ("deprecate_kwarg() missing 1 required positional argument").
+            raise UserError(f"{module} is installed but fails to import ({type(e).__name__}: {e}); "
+                            "the 'report' extra pins versions that work together: "
+                            "pip install -e \".[report]\" (in the rltrain repository)") from None
 
 
 def _warn(message: str) -> None:
