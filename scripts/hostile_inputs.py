@@ -493,6 +493,18 @@ def config_cases() -> list[Case]:
         refused("device=cuda", "cuda"),  # this machine has no GPU
         refused("device=cuda:7", "cuda:7"),
         refused("torch_threads=0", "torch_threads"),
+        refused("trainer.max_epochs=abc", "trainer.max_epochs", "integer"),
+        # continuous control
+        refused("algo=sac env=cartpole", "sac", "CartPole-v1", "algo=dqn"),
+        refused("algo=sac env=pendulum algo.lr=1e-3", "algo.lr", "actor_lr"),
+        refused("algo=sac env=pendulum algo.noise_beta=nan", "noise_beta"),
+        refused("algo=sac env=pendulum algo.noise_beta=7", "noise_beta", "[0, 2]"),
+        refused("algo=td3 env=pendulum algo.policy_delay=0", "policy_delay"),
+        refused("algo=td3 env=pendulum algo.target_noise_clip=-0.1", "target_noise_clip"),
+        refused("algo=sac env=pendulum env.normalize.obs=maybe", "env.normalize.obs",
+                "true or false"),
+        refused("algo=sac env=pendulum env.normalize.clip_obs=0", "clip_obs"),
+        refused("algo=ddpg env=pendulum algo.exploration_noise=-1", "exploration_noise"),
         # record what happens: Pendulum multiplies g, so the string may train and crash
         trains("env=gym env.id=Pendulum-v1 +env.kwargs.g=abc", 2, "either",
                ("env.kwargs.g", "kwargs")),

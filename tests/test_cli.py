@@ -137,6 +137,38 @@ def test_bad_input_fails_cleanly(cli, tmp_path, case):
     assert not list(tmp_path.glob("outputs/*/*"))
 
 
+WRONG_TYPES = {
+    "trainer.max_epochs=abc": "takes an integer",
+    "trainer.max_epochs=1.5": "takes an integer",
+    "seed=abc": "takes an integer",
+    "algo.hidden_sizes=abc": "takes a list of integers, like [64,64]",
+    "algo.hidden_sizes=[a,b]": "takes a list of integers",
+    "env.normalize.obs=maybe": "takes true or false",
+}
+
+
+@pytest.mark.parametrize("arg", list(WRONG_TYPES))
+def test_wrong_type_is_one_line_naming_key_value_and_type(cli, tmp_path, arg):
+    """A value of the wrong type is refused before Hydra (whose message spans five lines and
+    exits 1), in one line naming the key, the value and the type it takes."""
+    res = cli("algo=sac", "env=pendulum", arg)
+    key, _, value = arg.partition("=")
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.count("\n") == 1, res.stderr
+    assert res.stderr.startswith(f"rltrain: error: {key}=")
+    assert value.strip("[]").split(",")[0] in res.stderr and WRONG_TYPES[arg] in res.stderr
+    assert not list(tmp_path.glob("outputs/*/*"))
+
+
+def test_values_of_the_right_type_pass_the_type_check(cli):
+    """null where the schema allows it, ints for floats, interpolations: not refused."""
+    res = cli("--cfg", "job", "algo=sac", "env=pendulum", "trainer.stop_score=null",
+              "env.max_episode_steps=null", "algo.actor_lr=1", "env.normalize.obs=true",
+              "algo.hidden_sizes=[32,32]", "seed=${torch_threads}")
+    assert res.returncode == 0, res.stderr
+    assert "actor_lr: 1" in res.stdout and "- 32" in res.stdout
+
+
 def test_full_error_shows_traceback(cli):
     res = cli("algo=dqn", "env=gym", "env.id=Pendulum-v1", env={"HYDRA_FULL_ERROR": "1"})
     assert res.returncode != 0

@@ -434,6 +434,62 @@ def key_problem(key: str, algos: list[str] | None = None) -> str | None:
     return None
 
 
+def _describe(tp: Any) -> str:
+    """What a value of type ``tp`` looks like on the command line."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        parts = [_describe(a) for a in args if a is not type(None)]
+        return " or ".join(parts) + (" or null" if type(None) in args else "")
+    if origin is list:
+        inner = _describe(args[0]) if args else "values"
+        return f"a list of {inner.removeprefix('an ').removeprefix('a ')}s, like [64,64]"
+    return {int: "an integer", float: "a number", bool: "true or false",
+            str: "a string"}.get(tp, getattr(tp, "__name__", str(tp)))
+
+
+def value_problem(key: str, value: Any, algos: list[str] | None = None) -> str | None:
+    """None if ``value`` (as Hydra parsed it) fits the schema field ``key`` names, for one of
+    ``algos``; else a one-line message naming the key, the value and what would fit. Checked
+    before Hydra, whose own message for a value of the wrong type spans five lines."""
+    if isinstance(value, str) and "${" in value:
+        return None  # an interpolation: resolved later, and checked then
+    specs = algorithm_specs()
+    algos = [a for a in (algos or specs) if a in specs] or list(specs)
+    parts = key.split(".")
+    if len(parts) == 1 and parts[0] in _TOP:
+        schemas = [RunConfig]  # seed, device, torch_threads
+    else:
+        schemas = group_schemas(parts[0], algos)
+        if len(parts) < 2 or not schemas:
+            return None
+    for part in parts[1:-1]:
+        nested = []
+        for schema in schemas:
+            tp = _field_types(schema).get(part)
+            if dataclasses.is_dataclass(tp):
+                nested.append(tp)
+            elif tp is not None:
+                return None  # a free-form mapping, or not a key (key_problem says so)
+        schemas = nested
+    leaf = parts[-1]
+    types_seen = []
+    for schema in schemas:
+        tp = _field_types(schema).get(leaf)
+        if tp is None or _is_free_form(tp) and typing.get_origin(tp) is not list:
+            continue
+        types_seen.append(tp)
+        node = OmegaConf.structured(schema)
+        try:
+            node[leaf] = value
+            return None
+        except OmegaConfBaseException:
+            continue
+    if not types_seen:
+        return None
+    shown = value if not isinstance(value, str) else repr(value)
+    return f"{key}={shown} is not valid: {key} takes {_describe(types_seen[0])}"
+
+
 def _unknown(name: str, prefix: str, valid: list[str]) -> str:
     full = f"{prefix}.{name}" if prefix else name
     close = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)

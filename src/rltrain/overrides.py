@@ -15,7 +15,7 @@ import argparse
 import difflib
 from pathlib import Path
 
-from rltrain.config import ConfigError, free_form_prefixes, key_problem
+from rltrain.config import ConfigError, free_form_prefixes, key_problem, value_problem
 
 #: the options of ``hydra.main``'s command line that take a value
 _VALUED = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
@@ -146,6 +146,8 @@ def prepare(argv: list[str], conf_root: Path) -> list[str]:
         if key.startswith("hydra") or "/" in key:
             continue  # Hydra's own settings, or a nested group option (hydra/launcher=...)
         problem = key_problem(key, algos)
+        if problem is None and not override.is_delete() and not override.is_sweep_override():
+            problem = value_problem(key, override.value(), algos)
         if problem is not None:
             raise ConfigError(problem)
         change = not (override.is_add() or override.is_force_add() or override.is_delete())
