@@ -37,6 +37,8 @@ examples:
   rltrain experiment=smoke                       a run of seconds (what CI runs)
   rltrain --multirun algo=ppo seed=0,1,2         one run directory per job under multirun/
   rltrain --multirun hydra/launcher=joblib seed=0,1,2   jobs in parallel processes
+  rltrain --multirun hparams_search=ppo_cartpole hydra.sweeper.n_trials=20
+                                                 tune with Optuna (extra: tune)
   rltrain --cfg job algo=dqn                     print the composed config and exit
 
 config groups (GROUP=OPTION):
@@ -54,7 +56,7 @@ rltrain --hydra-help.
 """
 
 #: groups a user selects; trainer follows the algorithm, tuned follows algo and env
-USER_GROUPS = ("algo", "env", "buffer", "logger", "experiment")
+USER_GROUPS = ("algo", "env", "buffer", "logger", "experiment", "hparams_search")
 #: the only override a resume accepts: extending the run
 RESUME_OVERRIDABLE = "trainer.max_epochs"
 #: a run that stopped early at its stop score may go on with a higher one (or none)
@@ -204,9 +206,9 @@ def _stopped_at_once(e: Any, ctx: Any) -> tuple[int, str]:
 
 
 # --------------------------------------------------------------------------- the Hydra job
-def task(cfg: Any) -> float | None:
+def task(cfg: Any) -> Any:
     """One Hydra job (a single run, or one job of a sweep); returns the metric a sweeper
-    optimises (the best test score)."""
+    optimises: the best test score, or for an Optuna trial its objective and status."""
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 
@@ -279,6 +281,9 @@ def task(cfg: Any) -> float | None:
         return info.best_score
     if code in (1, 2):
         raise sweep.JobFailed(f"rltrain: {label}failed (see {run_dir}/summary.json)")
+    if code == 0 and ctx.trial is not None:  # an Optuna trial: what the sweeper tells the study
+        return {"value": ctx.trial.value(), "status": info.status, "epochs": info.epochs,
+                "run_dir": str(run_dir)}
     return None if code else info.best_score
 
 
@@ -431,6 +436,15 @@ def _hydra(argv: list[str]) -> tuple[int, bool]:
     from rltrain.config import ConfigError, register_configs
 
     multirun = any(a in ("-m", "--multirun") for a in argv)
+    shown = next((a for a in argv if a in ("--cfg", "-c", "--info", "-i")), None)
+    if multirun and shown is not None:  # Hydra's own answer is a traceback
+        return _error(f"--multirun and {shown} do not go together: {shown} prints the config "
+                      "of one run; drop --multirun (the sweep's settings show with "
+                      f"{shown} hydra)"), multirun
+    search = next((a for a in argv if a.startswith("hparams_search=")), None)
+    if search is not None and not multirun and not any(a in ("--cfg", "-c") for a in argv):
+        return _error(f"{search} is a search space for the Optuna sweeper: tune with "
+                      f"rltrain --multirun {search} (extra: tune)"), multirun
     try:
         argv = overrides.prepare(argv, conf_dir())
     except ConfigError as e:
@@ -449,11 +463,15 @@ def _hydra(argv: list[str]) -> tuple[int, bool]:
         if not multirun:
             _say(f"{signals.name(e.signum)} received before training began: stopped; nothing "
                  "was trained, so there is nothing to resume")
-    if multirun and sweep.sweep_dir is not None:
+    if multirun and sweep.outcome_code == 2:  # the sweeper refused to start, and said why
+        code = 2
+    elif multirun and sweep.sweep_dir is not None:
         quiet = any(a.lower() in ("logger.quiet=true", "++logger.quiet=true") for a in argv)
         failed, interrupted, total = sweep.report(sweep.sweep_dir, quiet)
         if signals.requested() is not None:
             code = 128 + signals.requested()
+        elif sweep.outcome_code is not None:
+            code = sweep.outcome_code
         elif failed:
             code = 1
     return code, multirun

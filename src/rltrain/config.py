@@ -174,6 +174,30 @@ class LoggerConfig:
     quiet: bool = False
 
 
+# --------------------------------------------------------------------------- tuning
+#: what a tuning trial's score is, from its test scores (rltrain.tune.objective)
+OBJECTIVES = ("auc", "last_k", "best", "final")
+
+
+@dataclass
+class TuneConfig:
+    """How a run reports to an Optuna study. The Optuna sweeper sets ``storage``, ``study``
+    and ``trial`` for each of its jobs; a run without them reports nothing."""
+
+    #: the study's storage (an RDB URL such as sqlite:///PATH, or journal:PATH)
+    storage: str | None = None
+    study: str | None = None
+    #: the trial's number in the study
+    trial: int | None = None
+    #: the trial's score from its epochs' test scores: auc (the mean over every planned
+    #: epoch, the last score carried past an early stop), last_k (the mean of the last k),
+    #: best or final
+    objective: str = "auc"
+    last_k: int = 3
+    #: report each epoch's score to the study's pruner, and stop when it says so
+    prune: bool = True
+
+
 # --------------------------------------------------------------------------- run
 @dataclass
 class RunConfig:
@@ -189,6 +213,8 @@ class RunConfig:
     device: str = "cpu"
     #: torch intra-op threads; 1 is fastest for small MLPs
     torch_threads: int = 1
+    #: set by the Optuna sweeper (``hydra/sweeper=optuna``) for its trials
+    tune: TuneConfig = field(default_factory=TuneConfig)
 
 
 #: the trainer schemas, by trainer name (``trainer=<name>``)
@@ -399,7 +425,8 @@ def group_schemas(group: str, algos: list[str]) -> list[type]:
         return [specs[a].config for a in algos]
     if group == "trainer":
         return list(dict.fromkeys(TRAINER_SCHEMAS[t] for a in algos for t in specs[a].trainers))
-    return {"env": [EnvConfig], "buffer": [ReplayBufferConfig], "logger": [LoggerConfig]}.get(
+    return {"env": [EnvConfig], "buffer": [ReplayBufferConfig], "logger": [LoggerConfig],
+            "tune": [TuneConfig]}.get(
         group, [])
 
 

@@ -373,6 +373,8 @@ class ConsoleLogger(Logger):
         status = info.get("status") or ("interrupted" if info["interrupted"] else "completed")
         if status == "completed":
             status = "solved" if info["solved"] else "not solved"
+        elif status == "pruned":
+            status = "pruned by the tuning study's pruner"
         rows = [
             ("result", status + (f": {info['error']}" if info.get("error") else "")),
             ("best test return", f"{_fmt(info['best_score'], '.2f')} (epoch {info['best_epoch']})"),

@@ -10,6 +10,7 @@ checkpoint stays the point to resume from.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import os
@@ -39,6 +40,7 @@ from rltrain.algorithms import get as algorithm_spec
 from rltrain.checkpoint import save_checkpoint, save_policy
 from rltrain.collector import Collector, random_policy
 from rltrain.config import (
+    OBJECTIVES,
     TRAINER_SCHEMAS,
     AlgoConfig,
     ConfigError,
@@ -50,9 +52,11 @@ from rltrain.config import (
     OnPolicyTrainerParams,
     ReplayBufferConfig,
     TrainerParams,
+    TuneConfig,
     check_env,
     check_finite,
     check_known_keys,
+    check_positive,
     check_seed,
     check_trainer,
     env_steps_per_collection,
@@ -81,6 +85,7 @@ class Settings:
     seed: int
     device: torch.device
     torch_threads: int
+    tune: TuneConfig = dataclasses.field(default_factory=TuneConfig)
 
 
 def settings(cfg: DictConfig) -> Settings:
@@ -105,8 +110,13 @@ def settings(cfg: DictConfig) -> Settings:
         raise ConfigError("logger.progress_interval_s must be >= 0")
     if cfg.torch_threads <= 0:
         raise ConfigError(f"torch_threads must be > 0, got {cfg.torch_threads}")
+    tune = OmegaConf.to_object(cfg.tune) if "tune" in cfg else TuneConfig()
+    if tune.objective not in OBJECTIVES:
+        raise ConfigError(f"tune.objective must be one of {', '.join(OBJECTIVES)}, "
+                          f"got {tune.objective!r}")
+    check_positive(tune, "tune", "last_k")
     return Settings(**obj, seed=check_seed(cfg.seed), device=_device(cfg.device),
-                    torch_threads=int(cfg.torch_threads))
+                    torch_threads=int(cfg.torch_threads), tune=tune)
 
 
 def load_run_settings(run_dir: Path, device: str | None = None) -> Settings:
@@ -447,6 +457,8 @@ class RunContext:
     started: float = field(default_factory=time.perf_counter)
     #: the newest checkpoint written or resumed from: path, epoch, env_step, epochs_complete
     checkpoint: dict[str, Any] | None = None
+    #: the Optuna trial this run reports to (rltrain.tune.TrialReporter), if any
+    trial: Any = None
 
 
 class StoppedAtOnce(Exception):
@@ -482,6 +494,10 @@ def _train(cfg: DictConfig, s: Settings, ctx: RunContext, parts: Parts,
     run_dir = ctx.run_dir
     info, algorithm, buffer = parts.info, parts.algorithm, parts.buffer
     train_collector, test_collector = parts.train_collector, parts.test_collector
+    if s.tune.trial is not None:
+        from rltrain.tune import TrialReporter
+
+        ctx.trial = TrialReporter(s.tune, s.trainer.max_epochs)
     if ctx.on_accept is not None:
         ctx.on_accept()
 
@@ -498,6 +514,8 @@ def _train(cfg: DictConfig, s: Settings, ctx: RunContext, parts: Parts,
     }
     jsonl = JsonlLogger(run_dir, keep_epochs=done_epochs if resume else None,
                         extra_summary=summary_extra)
+    if ctx.trial is not None and resume:
+        ctx.trial.load_scores(run_dir)
     loggers: list[Logger] = [ConsoleLogger(s.trainer.max_epochs, s.logger.progress_bar, run_dir,
                                            quiet=s.logger.quiet,
                                            progress_interval_s=s.logger.progress_interval_s,
@@ -553,6 +571,10 @@ def _train(cfg: DictConfig, s: Settings, ctx: RunContext, parts: Parts,
                             f"{e.strerror or e}") from None
 
     def on_epoch_end(stats: EpochStats) -> None:
+        if ctx.trial is not None and ctx.trial.report(stats.epoch, stats.test.return_mean) \
+                and not trainer.done():
+            log.info(f"the study's pruner stopped this trial after epoch {stats.epoch}")
+            trainer.prune()
         if stats.epoch % s.trainer.checkpoint_every == 0 or trainer.done():
             checkpoint()
 

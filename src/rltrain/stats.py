@@ -113,7 +113,8 @@ class InfoStats:
     timing: Timing = field(default_factory=Timing)
     #: the signal that interrupted the run (2 SIGINT, 15 SIGTERM), if any
     interrupt_signal: int | None = None
-    #: completed (every epoch, or stopped early at the stop score), interrupted or failed
+    #: completed (every epoch, or stopped early at the stop score), interrupted, failed, or
+    #: pruned (a tuning study's pruner stopped it after an epoch)
     status: str = "completed"
     #: why the run failed (status failed), in one line
     error: str | None = None

@@ -27,6 +27,9 @@ from hydra.experimental.callback import Callback
 from rltrain import rundir, signals
 
 STOP_FILE = ".rltrain-stop"
+#: set by a sweeper that judges the sweep itself (the Optuna sweeper: a study with failed
+#: trials still succeeds when one completed); None: the sweep fails when any job failed
+outcome_code: int | None = None
 #: the sweep directory, in the sweep's main process (set by HydraCallback)
 sweep_dir: Path | None = None
 #: whether a single run's directory existed before Hydra made it (set by HydraCallback):
@@ -134,8 +137,9 @@ def report(path: Path, quiet: bool = False) -> tuple[int, int, int]:
             summary = {"status": "unknown", "error": "no summary.json (killed?)"}
         status = summary.get("status") or ("interrupted" if summary.get("interrupted")
                                            else "completed")
-        if status == "completed":
-            detail = f"best {summary.get('best_score')}"
+        if status in ("completed", "pruned"):
+            detail = f"best {summary.get('best_score')}" + (
+                f" (pruned after epoch {summary.get('epochs')})" if status == "pruned" else "")
         elif status == "interrupted":
             interrupted += 1
             detail = f"resume with: rltrain resume={job}"

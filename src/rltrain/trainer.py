@@ -90,6 +90,9 @@ class Trainer(Iterator[EpochStats]):
         self.epoch = self.env_step = self.gradient_step = 0
         self.best = Best(score=None, epoch=None)
         self.stopped_early = self.interrupted = False
+        #: set by :meth:`prune` (a tuning study's pruner stopped this trial); not part of the
+        #: training state, so a resumed run trains on
+        self.pruned = False
         self.totals = Timing()
         self.log_time = 0.0
         self._start = time.perf_counter()
@@ -142,7 +145,12 @@ class Trainer(Iterator[EpochStats]):
         """Whether every epoch is done; an interrupted epoch (resumed) is not done yet."""
         if self._partial is not None:
             return False
-        return self.epoch >= self.params.max_epochs or self.stopped_early
+        return self.epoch >= self.params.max_epochs or self.stopped_early or self.pruned
+
+    def prune(self) -> None:
+        """End the run after the current epoch (called from ``on_epoch_end``): a tuning
+        study's pruner judged it not worth finishing. The run ends complete, status pruned."""
+        self.pruned = True
 
     def _reached_stop(self, episodes: Episodes) -> bool:
         return (
@@ -343,7 +351,7 @@ class Trainer(Iterator[EpochStats]):
             timing=self.totals,
             interrupt_signal=self.stop_signal if self.interrupted else None,
             status="failed" if self.failure is not None else (
-                "interrupted" if self.interrupted else "completed"),
+                "interrupted" if self.interrupted else "pruned" if self.pruned else "completed"),
             error=None if self.failure is None else failure_text(self.failure) + (
                 "" if isinstance(self.failure, TrainingError) else self.crash_hint),
             failed_at=self.failure_at or None,

@@ -1,0 +1,1 @@
+"""rltrain's Optuna sweeper as a Hydra plugin (``hydra/sweeper=optuna``)."""

@@ -1,0 +1,593 @@
+"""Optuna as a Hydra sweeper: ``rltrain --multirun hydra/sweeper=optuna hparams_search=X``.
+
+Hydra's own Optuna sweeper (1.3) pins ``optuna<3``; this one is written for current Optuna
+(4 and 5) and for rltrain's runs: each trial is a run that reports its score after every
+epoch, so the study's pruner can stop it (the run then ends ``pruned``, its directory
+complete), and a trial that is invalid or crashes is recorded as failed while the study goes
+on.
+
+The loop: ask the study for up to ``n_jobs`` trials, turn each into a job's overrides (the
+fixed overrides, the trial's parameters, and ``tune.*`` naming the study and trial), let the
+configured launcher run them (basic: one after the other; joblib, submitit, Ray: in
+parallel), tell the study each job's outcome, until the study holds ``n_trials`` finished
+trials. Re-running the same command with the same storage continues the study: finished
+trials count, and a trial a killed sweep left running is marked failed and asked again.
+
+At the end, in the sweep directory: ``trials.csv``, the best parameters as a ready tuned
+file (``conf/tuned/<algo>_<env>.yaml``) and as an experiment to use at once
+(``conf/experiment/tuned_<algo>_<env>.yaml``), and Optuna's plots as PNG files.
+
+Nothing here imports Optuna until a sweep starts: Hydra imports this module on every run
+while it looks for plugins.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import datetime
+import logging
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+
+log = logging.getLogger(__name__)
+
+SAMPLERS = ("tpe", "random", "cmaes", "grid")
+PRUNERS = ("median", "halving", "none")
+DIRECTIONS = ("maximize", "minimize")
+
+
+@dataclass
+class SamplerConf:
+    #: tpe (default), random, cmaes or grid
+    name: str = "tpe"
+    #: the sampler's seed; a continued study adds the number of trials it holds, so it does
+    #: not propose the same points again
+    seed: int | None = 0
+    #: TPE: random trials before it models the space
+    n_startup_trials: int = 5
+
+
+@dataclass
+class PrunerConf:
+    #: median (stop a trial below the median of earlier trials at the same epoch),
+    #: halving (successive halving) or none
+    name: str = "median"
+    #: median: trials that finish before any is pruned
+    n_startup_trials: int = 4
+    #: median: epochs a trial runs before it can be pruned
+    n_warmup_steps: int = 2
+    #: halving: the epochs of the first rung, and how many trials each rung keeps (1 in r)
+    min_resource: int = 2
+    reduction_factor: int = 3
+
+
+@dataclass
+class OptunaSweeperConf:
+    _target_: str = "hydra_plugins.rltrain_optuna_sweeper.optuna_sweeper.OptunaSweeper"
+    direction: str = "maximize"
+    #: the study's name in its storage; default: rltrain-<algo>-<env>
+    study_name: str | None = None
+    #: an RDB URL (postgresql://..., sqlite:///PATH) or journal:PATH (Optuna's journal file,
+    #: shared by processes without a server); default: sqlite:///<sweep dir>/optuna.db
+    storage: str | None = None
+    #: finished trials (complete, pruned or failed) the study should hold at the end
+    n_trials: int = 20
+    #: trials launched at once, in parallel when the launcher runs jobs in parallel
+    n_jobs: int = 2
+    sampler: SamplerConf = field(default_factory=SamplerConf)
+    pruner: PrunerConf = field(default_factory=PrunerConf)
+    #: a trial's score: auc, last_k, best or final (rltrain.tune)
+    objective: str = "auc"
+    last_k: int = 3
+    #: the search space: key -> Hydra sweep syntax (interval(0.9, 0.999),
+    #: tag(log, interval(1e-4, 1e-2)), range(1, 10), choice(a, b), a,b,c) or an Optuna
+    #: distribution ({type: float|int|categorical, low, high, log, step, choices})
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+ConfigStore.instance().store(group="hydra/sweeper", name="optuna", node=OptunaSweeperConf,
+                             provider="rltrain")
+
+
+class SweepError(Exception):
+    """A sweep that cannot start (a bad search space, sampler or storage): one line."""
+
+
+class OptunaSweeperImpl:
+    """What the plugin's ``OptunaSweeper`` (a Hydra Sweeper, which Hydra wants defined in
+    the ``hydra_plugins`` package) does."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        from omegaconf import OmegaConf
+
+        self.conf: OptunaSweeperConf = OmegaConf.to_object(
+            OmegaConf.merge(OmegaConf.structured(OptunaSweeperConf), kwargs))  # type: ignore
+        self.config: Any = None
+        self.launcher: Any = None
+        self.hydra_context: Any = None
+
+    def setup(self, *, hydra_context: Any, task_function: Any, config: Any) -> None:
+        from hydra.core.plugins import Plugins
+
+        self.config, self.hydra_context = config, hydra_context
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config)
+
+    # ------------------------------------------------------------------ the sweep
+    def sweep(self, arguments: list[str]) -> Any:
+        try:
+            return self._sweep(arguments)
+        except SweepError as e:
+            from rltrain import sweep as sweep_mod
+
+            print(f"rltrain: error: {e}", file=sys.stderr)
+            sweep_mod.outcome_code = 2
+            return None
+
+    def _sweep(self, arguments: list[str]) -> Any:
+        import optuna
+
+        from rltrain import signals
+        from rltrain import sweep as sweep_mod
+
+        c = self.conf
+        _check_conf(c)
+        sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        from omegaconf import OmegaConf
+
+        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        fixed, space = search_space(arguments, c.params)
+        algo = str(self.config.algo.name)
+        env = str(self.config.env.name)
+        _check_keys(space, algo)
+        storage_url = c.storage or f"sqlite:///{sweep_dir / 'optuna.db'}"
+        study_name = c.study_name or f"rltrain-{algo}-{env}"
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        from rltrain.tune import PRUNER_ATTR, make_pruner, open_storage
+
+        try:
+            storage = open_storage(storage_url)
+            pruner = dataclasses.asdict(c.pruner)
+            study = optuna.create_study(study_name=study_name, storage=storage,
+                                        direction=c.direction, pruner=make_pruner(pruner),
+                                        load_if_exists=True)
+            # Optuna's storage keeps no pruner: the trials' runs build this one from it
+            study.set_user_attr(PRUNER_ATTR, pruner)
+        except Exception as e:  # noqa: BLE001 - a bad URL, a server that is not there
+            raise SweepError(f"the study's storage {storage_url} cannot be used: "
+                             f"{type(e).__name__}: {str(e).splitlines()[0]}") from None
+        n_trials = c.n_trials
+        if c.sampler.name == "grid":
+            grid = _grid(space)
+            size = math.prod(len(v) for v in grid.values())
+            if n_trials > size:
+                log.info(f"the grid has {size} points: the study runs {size} trials, "
+                         f"not {n_trials}")
+                n_trials = size
+        _requeue_stale(study, storage)
+        if c.sampler.name == "grid":
+            _enqueue_grid(study, grid)
+        seed = None if c.sampler.seed is None else c.sampler.seed + len(study.trials)
+        study.sampler = _sampler(c.sampler, seed, space)
+        n_done = _finished(study)
+        print(f"rltrain: study {study_name!r} in {storage_url}: {n_done} of {n_trials} trials "
+              f"finished; searching {', '.join(space) or 'nothing'}"
+              + (f"; fixed {' '.join(fixed)}" if fixed else ""), flush=True)
+        while n_done < n_trials:
+            if sweep_mod.stop_requested(sweep_dir):
+                break
+            batch = [study.ask(space) for _ in range(min(c.n_jobs, n_trials - n_done))]
+            jobs = [self._overrides(fixed, trial, storage_url, study_name) for trial in batch]
+            returns = self.launcher.launch(jobs, initial_job_idx=batch[0].number)
+            for trial, ret in zip(batch, returns, strict=True):
+                self._tell(study, trial, ret)
+            n_done = _finished(study)
+            if signals.requested() is not None:
+                break
+        return self._finish(study, sweep_dir, storage_url, algo, env, fixed, space)
+
+    def _overrides(self, fixed: list[str], trial: Any, storage_url: str,
+                   study_name: str) -> list[str]:
+        from rltrain.config import free_form_prefixes
+
+        free = tuple(free_form_prefixes())
+        params = [("++" if not key.startswith("+") and key.startswith(free) else "")
+                  + f"{key}={encode(value)}" for key, value in trial.params.items()]
+        c = self.conf
+        tune = [f"tune.storage={encode(storage_url)}", f"tune.study={encode(study_name)}",
+                f"tune.trial={trial.number}", f"tune.objective={c.objective}",
+                f"tune.last_k={c.last_k}", f"tune.prune={str(c.pruner.name != 'none').lower()}"]
+        return [*fixed, *params, *tune]
+
+    def _tell(self, study: Any, trial: Any, ret: Any) -> None:
+        from hydra.core.utils import JobStatus
+        from optuna.trial import TrialState
+
+        run_dir = _job_dir(ret)
+        trial.set_user_attr("run_dir", run_dir)
+        if ret.status != JobStatus.COMPLETED:
+            error = _job_error(run_dir) or str(getattr(ret, "_return_value", "") or "failed")
+            trial.set_user_attr("error", error)
+            study.tell(trial, state=TrialState.FAIL)
+            log.warning(f"trial {trial.number} failed: {error}")
+            return
+        result = ret.return_value
+        if not isinstance(result, dict):  # interrupted, or stopped before it began
+            trial.set_user_attr("interrupted", True)
+            trial.set_user_attr("error", "interrupted before it finished")
+            study.tell(trial, state=TrialState.FAIL)
+            return
+        value = result["value"]
+        if result["status"] == "pruned":
+            study.tell(trial, state=TrialState.PRUNED)
+        elif value is None or not math.isfinite(value):
+            trial.set_user_attr("error", f"its score is not a finite number ({value})")
+            study.tell(trial, state=TrialState.FAIL)
+        else:
+            study.tell(trial, value)
+
+    def _finish(self, study: Any, sweep_dir: Path, storage_url: str, algo: str, env: str,
+                fixed: list[str], space: dict[str, Any]) -> None:
+        from optuna.trial import TrialState
+
+        from rltrain import sweep as sweep_mod
+
+        trials = study.get_trials(deepcopy=False)
+        counts = {s: sum(t.state == s for t in trials) for s in
+                  (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)}
+        write_trials_csv(sweep_dir / "trials.csv", trials)
+        print(f"rltrain: study {study.study_name!r}: {len(trials)} trials: "
+              f"{counts[TrialState.COMPLETE]} complete, {counts[TrialState.PRUNED]} pruned, "
+              f"{counts[TrialState.FAIL]} failed; trials.csv in {sweep_dir}", flush=True)
+        if not counts[TrialState.COMPLETE]:
+            print("rltrain: error: no trial completed, so there is no best one",
+                  file=sys.stderr)
+            sweep_mod.outcome_code = 1
+            return
+        best = study.best_trial
+        params = " ".join(f"{k}={encode(v)}" for k, v in best.params.items())
+        print(f"rltrain: best trial {best.number}: {self.conf.objective} {best.value:.6g} "
+              f"({best.user_attrs.get('run_dir', '')}): {params}", flush=True)
+        try:
+            tuned, experiment = write_tuned(sweep_dir, best, algo, env, study.study_name)
+            print(f"rltrain: tuned file: {tuned} (copy it to rltrain's conf/tuned/); "
+                  f"to train with it now: rltrain --config-dir {sweep_dir / 'conf'} "
+                  f"experiment={experiment.stem}", flush=True)
+        except (OSError, ValueError) as e:
+            log.warning(f"the tuned file could not be written: {e}")
+        for name in write_plots(study, sweep_dir):
+            print(f"rltrain: plot: {sweep_dir / name}", flush=True)
+        if storage_url.startswith("sqlite"):
+            print(f"rltrain: browse the study with: optuna-dashboard {storage_url}", flush=True)
+        sweep_mod.outcome_code = 0
+
+
+# ---------------------------------------------------------------------- search space
+def search_space(arguments: list[str], params: dict[str, Any]) -> tuple[list[str], dict]:
+    """The fixed overrides and the search space (key -> Optuna distribution) from the
+    command line's overrides and the sweeper's ``params``; a command-line sweep
+    (``algo.lr=interval(...)``, ``seed=0,1``) joins the space and replaces a param."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    space: dict[str, Any] = {}
+    for key, value in params.items():
+        if isinstance(value, dict) or hasattr(value, "keys"):
+            space[key] = _optuna_distribution(key, dict(value))
+        else:
+            text = value if isinstance(value, str) else encode(value)
+            override = parser.parse_override(f"{key}={text}")
+            space[key] = (distribution(override) if override.is_sweep_override()
+                          else _fixed_value(override))
+    fixed = []
+    for override in parser.parse_overrides(arguments):
+        if override.is_sweep_override():
+            space[override.get_key_element()] = distribution(override)
+        else:
+            space.pop(override.get_key_element(), None)
+            space.pop(override.key_or_group, None)
+            fixed.append(override.input_line)
+    return fixed, space
+
+
+def _fixed_value(override: Any) -> Any:
+    from optuna.distributions import CategoricalDistribution
+
+    return CategoricalDistribution([override.value()])
+
+
+def distribution(override: Any) -> Any:
+    """An Optuna distribution from a Hydra sweep override."""
+    from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, RangeSweep
+    from optuna.distributions import (
+        CategoricalDistribution,
+        FloatDistribution,
+        IntDistribution,
+    )
+
+    key = override.get_key_element()
+    value = override.value()
+    tags = set(getattr(value, "tags", ()) or ())
+    if isinstance(value, IntervalSweep):
+        low, high = value.start, value.end
+        if "int" in tags:
+            return IntDistribution(int(low), int(high), log="log" in tags)
+        return FloatDistribution(float(low), float(high), log="log" in tags)
+    if isinstance(value, RangeSweep):
+        start, stop, step = value.start, value.stop, value.step
+        if all(isinstance(x, int) for x in (start, stop, step)) and step > 0:
+            high = start + step * ((stop - 1 - start) // step)
+            return IntDistribution(start, high, step=step)
+        return CategoricalDistribution([_choice(v) for v in override.sweep_iterator()])
+    if isinstance(value, ChoiceSweep) or override.is_sweep_override():
+        return CategoricalDistribution([_choice(v) for v in override.sweep_iterator()])
+    raise SweepError(f"{key}: not a search space ({override.input_line})")
+
+
+def _choice(value: Any) -> Any:
+    """A categorical choice as Optuna stores it: a list or dict as its override text."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return encode(value)
+
+
+def _optuna_distribution(key: str, spec: dict[str, Any]) -> Any:
+    from optuna.distributions import (
+        CategoricalDistribution,
+        FloatDistribution,
+        IntDistribution,
+    )
+
+    kind = spec.get("type")
+    try:
+        if kind == "float":
+            return FloatDistribution(float(spec["low"]), float(spec["high"]),
+                                     log=bool(spec.get("log", False)), step=spec.get("step"))
+        if kind == "int":
+            return IntDistribution(int(spec["low"]), int(spec["high"]),
+                                   log=bool(spec.get("log", False)),
+                                   step=int(spec.get("step", 1)))
+        if kind == "categorical":
+            return CategoricalDistribution([_choice(v) for v in spec["choices"]])
+    except (KeyError, TypeError, ValueError) as e:
+        raise SweepError(f"hydra.sweeper.params.{key}: {type(e).__name__}: {e} (a float or "
+                         "int takes low and high, a categorical takes choices)") from None
+    raise SweepError(f"hydra.sweeper.params.{key}: type must be float, int or categorical, "
+                     f"got {kind!r}")
+
+
+def encode(value: Any) -> str:
+    """A value as an override's text (Hydra's grammar)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        simple = value and all(ch.isalnum() or ch in "_-./:@+" for ch in value) and \
+            not value[0].isdigit() and value not in ("null", "true", "false")
+        if simple or (value.startswith("[") and value.endswith("]")):
+            return value
+        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(encode(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{encode(v)}" for k, v in value.items()) + "}"
+    return str(value)
+
+
+# ---------------------------------------------------------------------- checks, parts
+def _check_conf(c: OptunaSweeperConf) -> None:
+    from rltrain.config import OBJECTIVES
+
+    problems = []
+    if c.direction not in DIRECTIONS:
+        problems.append(f"hydra.sweeper.direction must be maximize or minimize, got "
+                        f"{c.direction!r}")
+    if c.sampler.name not in SAMPLERS:
+        problems.append(f"hydra.sweeper.sampler.name must be one of {', '.join(SAMPLERS)}, "
+                        f"got {c.sampler.name!r}")
+    if c.pruner.name not in PRUNERS:
+        problems.append(f"hydra.sweeper.pruner.name must be one of {', '.join(PRUNERS)}, "
+                        f"got {c.pruner.name!r}")
+    if c.objective not in OBJECTIVES:
+        problems.append(f"hydra.sweeper.objective must be one of {', '.join(OBJECTIVES)}, "
+                        f"got {c.objective!r}")
+    for name in ("n_trials", "n_jobs", "last_k"):
+        if not getattr(c, name) > 0:
+            problems.append(f"hydra.sweeper.{name} must be > 0, got {getattr(c, name)}")
+    if problems:
+        raise SweepError(problems[0])
+
+
+def _check_keys(space: dict[str, Any], algo: str) -> None:
+    from rltrain.config import key_problem
+
+    for key in space:
+        problem = key_problem(key.removeprefix("++").removeprefix("+"), [algo])
+        if problem is not None:
+            raise SweepError(f"the search space: {problem}")
+        if key.startswith("tune."):
+            raise SweepError(f"the search space cannot set {key}: the sweeper sets tune.*")
+    if not space:
+        raise SweepError("the search space is empty: give hydra.sweeper.params (an "
+                         "hparams_search=... file) or a sweep such as algo.lr=interval(1e-4,1e-2)")
+
+
+def _sampler(conf: SamplerConf, seed: int | None, space: dict[str, Any]) -> Any:
+    import optuna
+
+    if conf.name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if conf.name == "cmaes":
+        try:
+            import cmaes  # noqa: F401
+        except ImportError:
+            raise SweepError("hydra.sweeper.sampler.name=cmaes needs the cmaes package: "
+                             "pip install -e \".[tune]\"") from None
+        return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
+    if conf.name == "grid":
+        # the grid's points are enqueued (_enqueue_grid): Optuna's GridSampler ends a study
+        # with Study.stop, which only works inside Study.optimize, not with ask and tell
+        return optuna.samplers.RandomSampler(seed=seed)
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=conf.n_startup_trials)
+
+
+def _grid(space: dict[str, Any]) -> dict[str, list[Any]]:
+    from optuna.distributions import CategoricalDistribution, IntDistribution
+
+    grid = {}
+    for key, dist in space.items():
+        if isinstance(dist, CategoricalDistribution):
+            grid[key] = list(dist.choices)
+        elif isinstance(dist, IntDistribution) and not dist.log:
+            grid[key] = list(range(dist.low, dist.high + 1, dist.step))
+        else:
+            raise SweepError(f"hydra.sweeper.sampler.name=grid needs a finite set of values: "
+                             f"{key} is an interval (use choice(...) or range(...))")
+    return grid
+
+
+def _enqueue_grid(study: Any, grid: dict[str, list[Any]]) -> None:
+    """Queue every point of the grid the study has not tried (or queued) yet."""
+    import itertools
+
+    keys = list(grid)
+    seen = {tuple(repr(t.params.get(k)) for k in keys) for t in study.get_trials(deepcopy=False)
+            if not t.user_attrs.get("interrupted")}
+    for point in itertools.product(*(grid[k] for k in keys)):
+        if tuple(repr(v) for v in point) not in seen:
+            study.enqueue_trial(dict(zip(keys, point, strict=True)), skip_if_exists=False)
+
+
+def _finished(study: Any) -> int:
+    from optuna.trial import TrialState
+
+    return sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+               and not t.user_attrs.get("interrupted") for t in study.get_trials(deepcopy=False))
+
+
+def _requeue_stale(study: Any, storage: Any) -> None:
+    """Trials a killed sweep left running: failed (interrupted), their parameters asked
+    again."""
+    from optuna.trial import TrialState
+
+    study_id = storage.get_study_id_from_name(study.study_name)
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
+        storage.set_trial_user_attr(trial_id, "interrupted", True)
+        study.tell(t.number, state=TrialState.FAIL)
+        study.enqueue_trial(t.params, skip_if_exists=False)
+        log.warning(f"trial {t.number} was left running by an earlier sweep: marked failed; "
+                    "its parameters are tried again")
+
+
+def _job_dir(ret: Any) -> str:
+    try:
+        return str(ret.hydra_cfg.hydra.runtime.output_dir)
+    except Exception:  # noqa: BLE001 - a job that never got its config
+        return str(ret.working_dir or "")
+
+
+def _job_error(run_dir: str) -> str | None:
+    import json
+
+    try:
+        summary = json.loads((Path(run_dir) / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return summary.get("error") if isinstance(summary, dict) else None
+
+
+# ---------------------------------------------------------------------- results
+def write_trials_csv(path: Path, trials: list[Any]) -> None:
+    keys = sorted({k for t in trials for k in t.params})
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["number", "state", "value", "duration_s", *keys, "run_dir", "error"])
+        for t in trials:
+            duration = t.duration.total_seconds() if t.duration is not None else ""
+            value = t.value if t.value is not None else (
+                t.intermediate_values[max(t.intermediate_values)]
+                if t.intermediate_values else "")
+            w.writerow([t.number, t.state.name.lower(), value, duration,
+                        *[encode(t.params[k]) if k in t.params else "" for k in keys],
+                        t.user_attrs.get("run_dir", ""), t.user_attrs.get("error", "")])
+
+
+def write_tuned(sweep_dir: Path, best: Any, algo: str, env: str, study: str
+                ) -> tuple[Path, Path]:
+    """The best trial's settings (its composed algo, trainer and buffer, and any env key the
+    search set) as a tuned file and as an experiment file."""
+    import yaml
+    from omegaconf import OmegaConf
+
+    run_dir = Path(best.user_attrs.get("run_dir", ""))
+    cfg = OmegaConf.to_container(OmegaConf.load(run_dir / ".hydra" / "config.yaml"))
+    body: dict[str, Any] = {k: cfg[k] for k in ("algo", "trainer", "buffer") if k in cfg}
+    env_keys = {k.split(".", 1)[1]: v for k, v in best.params.items() if k.startswith("env.")}
+    if env_keys:
+        body["env"] = {}
+        for dotted in env_keys:
+            node, src = body["env"], cfg["env"]
+            *parents, leaf = dotted.split(".")
+            for p in parents:
+                node, src = node.setdefault(p, {}), src[p]
+            node[leaf] = src[leaf]
+    stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    params = ", ".join(f"{k}={encode(v)}" for k, v in best.params.items())
+    class Dumper(yaml.SafeDumper):  # mappings as blocks, lists in one line: [64, 64]
+        pass
+
+    Dumper.add_representer(list, lambda d, v: d.represent_sequence(
+        "tag:yaml.org,2002:seq", v, flow_style=True))
+    text = yaml.dump(body, Dumper=Dumper, sort_keys=False, default_flow_style=False)
+    out = []
+    for sub, name in (("tuned", f"{algo}_{env}"), ("experiment", f"tuned_{algo}_{env}")):
+        path = sweep_dir / "conf" / sub / f"{name}.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"# @package _global_\n# {algo} on {env}: the best trial ({best.number}, "
+                        f"score {best.value:.6g}) of the Optuna study {study!r}, {stamp}\n"
+                        f"# searched: {params}\n{text}", encoding="utf-8")
+        out.append(path)
+    return out[0], out[1]
+
+
+def write_plots(study: Any, sweep_dir: Path) -> list[str]:
+    """Optuna's optimisation history and parameter importances as PNG files (needs
+    matplotlib; importances need two complete trials)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from optuna.visualization import matplotlib as ov
+    except ImportError:
+        log.warning("no plots: matplotlib is not installed (pip install -e \".[tune]\")")
+        return []
+    import warnings
+
+    written = []
+    for name, plot in (("optimization_history.png", ov.plot_optimization_history),
+                       ("param_importances.png", ov.plot_param_importances)):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # Optuna marks its matplotlib plots experimental
+                ax = plot(study)
+            fig = ax.figure if hasattr(ax, "figure") else ax.flat[0].figure
+            fig.set_size_inches(8, 5)
+            fig.tight_layout()
+            fig.savefig(sweep_dir / name, dpi=100)
+            plt.close(fig)
+            written.append(name)
+        except Exception as e:  # noqa: BLE001 - e.g. importances of a one-trial study
+            log.warning(f"{name} not drawn: {type(e).__name__}: {str(e).splitlines()[0]}")
+    return written

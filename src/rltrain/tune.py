@@ -1,0 +1,169 @@
+"""A run as one trial of an Optuna study (the job side of ``hydra/sweeper=optuna``).
+
+The sweeper asks the study for a trial, launches a job with the trial's parameters and
+``tune.storage``, ``tune.study`` and ``tune.trial`` set; the job's run reports its score after
+every epoch to the study (``trial.report``), stops when the study's pruner says so, and
+returns its final score, which the sweeper tells the study.
+
+The score of a trial (``tune.objective``) comes from its epochs' test scores:
+
+* ``auc`` (the default): the mean test score over every planned epoch, the area under the
+  learning curve. A run that stops early at the stop score carries that score over the
+  epochs it skipped, so solving sooner scores higher. Every epoch's test is a noisy estimate;
+  averaging them lowers the noise roughly by the square root of the number of epochs, and
+  unlike ``best`` it does not reward one lucky test, nor saturate at the reward threshold
+  (where many configurations tie on their best) as ``best`` does.
+* ``last_k``: the mean of the last ``tune.last_k`` test scores (the final policy's quality,
+  less noisy than ``final``).
+* ``best``: the best test score (what the run saves as ``best/``); noisy and saturating.
+* ``final``: the last test score.
+
+During the run, the value reported after epoch t is the same formula applied to the epochs
+so far (for ``auc``, the last score carried to the planned end), so a pruner compares like
+with like at every step.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rltrain.config import ConfigError, TuneConfig
+
+log = logging.getLogger(__name__)
+
+#: a storage URL of this form is Optuna's journal file (no database server, safe for
+#: several processes on one file system)
+JOURNAL_PREFIX = "journal:"
+
+
+def objective(scores: Sequence[float], planned_epochs: int, kind: str = "auc",
+              last_k: int = 3) -> float:
+    """A trial's score from its test scores so far (see the module's text)."""
+    if not scores:
+        raise ValueError("no test scores yet")
+    if kind == "best":
+        return float(max(scores))
+    if kind == "final":
+        return float(scores[-1])
+    if kind == "last_k":
+        tail = scores[-last_k:]
+        return float(sum(tail) / len(tail))
+    if kind == "auc":
+        epochs = max(planned_epochs, len(scores))
+        return float((sum(scores) + scores[-1] * (epochs - len(scores))) / epochs)
+    raise ValueError(f"unknown objective {kind!r}")
+
+
+#: the study's user attribute that holds its pruner's settings (Optuna's storage keeps the
+#: sampler and pruner of no study: each process that opens the study builds its own)
+PRUNER_ATTR = "rltrain_pruner"
+
+
+def make_pruner(spec: dict[str, Any]) -> Any:
+    """An Optuna pruner from the sweeper's ``pruner`` settings: median, halving or none."""
+    import optuna
+
+    name = spec.get("name", "median")
+    if name == "median":
+        return optuna.pruners.MedianPruner(n_startup_trials=int(spec["n_startup_trials"]),
+                                           n_warmup_steps=int(spec["n_warmup_steps"]))
+    if name == "halving":
+        return optuna.pruners.SuccessiveHalvingPruner(
+            min_resource=int(spec["min_resource"]),
+            reduction_factor=int(spec["reduction_factor"]))
+    return optuna.pruners.NopPruner()
+
+
+def open_storage(url: str) -> Any:
+    """An Optuna storage from a URL: ``journal:PATH`` (a journal file), or an RDB URL
+    (``sqlite:///PATH``, ``postgresql://...``) with a generous lock timeout for SQLite,
+    which several trial processes write at once."""
+    import optuna
+
+    if url.startswith(JOURNAL_PREFIX):
+        from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+        path = url[len(JOURNAL_PREFIX):]
+        return JournalStorage(JournalFileBackend(path))
+    kwargs: dict[str, Any] = {}
+    if url.startswith("sqlite"):
+        kwargs["engine_kwargs"] = {"connect_args": {"timeout": 60}}
+    return optuna.storages.RDBStorage(url, **kwargs)
+
+
+class TrialReporter:
+    """Reports a run's epochs to its trial; says when the pruner wants it stopped."""
+
+    def __init__(self, tune: TuneConfig, planned_epochs: int) -> None:
+        import optuna
+
+        if tune.storage is None or tune.study is None:
+            raise ConfigError("tune.trial is set, so tune.storage and tune.study must be too "
+                              "(the Optuna sweeper sets all three)")
+        self.tune, self.planned_epochs = tune, planned_epochs
+        try:
+            storage = open_storage(tune.storage)
+            study_id = storage.get_study_id_from_name(tune.study)
+            trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, tune.trial)
+            self.study = optuna.load_study(study_name=tune.study, storage=storage)
+            spec = self.study.user_attrs.get(PRUNER_ATTR)
+            if spec:
+                self.study.pruner = make_pruner(spec)
+        except KeyError as e:
+            raise ConfigError(f"tune: no trial {tune.trial} in study {tune.study!r} at "
+                              f"{tune.storage} ({e})") from None
+        self.storage, self.trial_id = storage, trial_id
+        self.trial = optuna.trial.Trial(self.study, trial_id)
+        self.active = self._running()
+        if not self.active:
+            log.warning(f"trial {tune.trial} of study {tune.study!r} is already finished: "
+                        "this run reports nothing to the study")
+        self.scores: list[float] = []
+
+    def load_scores(self, run_dir: Path) -> None:
+        """A resumed run: the test scores of the epochs it already has."""
+        self.scores = [_score(r["test"].get("return_mean")) for r in _records(run_dir)]
+
+    def _running(self) -> bool:
+        import optuna
+
+        return self.storage.get_trial(self.trial_id).state == optuna.trial.TrialState.RUNNING
+
+    def value(self) -> float:
+        return objective(self.scores, self.planned_epochs, self.tune.objective,
+                         self.tune.last_k)
+
+    def report(self, epoch: int, score: float | None) -> bool:
+        """Record an epoch's test score; True if the pruner says stop."""
+        self.scores.append(_score(score))
+        if not self.active:
+            return False
+        value = self.value()
+        if not math.isfinite(value):
+            return False  # the run's own checks stop it
+        self.trial.report(value, step=epoch)
+        return bool(self.tune.prune and self.trial.should_prune())
+
+
+def _score(value: float | None) -> float:
+    """An epoch's test score (an epoch without a finished test episode: -inf, as the
+    trainer counts it)."""
+    return -math.inf if value is None else float(value)
+
+
+def _records(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "epochs.jsonl"
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            break
+    return out

@@ -1,0 +1,237 @@
+"""The Optuna sweeper (``hydra/sweeper=optuna``), through the real CLI and real Optuna
+storages: pruning, failed trials, the tuned file, continued studies, parallel trials."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+optuna = pytest.importorskip("optuna", reason="the tune extra (optuna) is not installed")
+
+from optuna.distributions import (  # noqa: E402
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
+from optuna.trial import TrialState  # noqa: E402
+
+from rltrain.optuna_sweeper import encode, search_space  # noqa: E402
+from rltrain.tune import objective  # noqa: E402
+
+#: a short PPO CartPole budget: 4 epochs of 1,024 env steps, no early stop
+SHORT = ["algo=ppo", "env=cartpole", "trainer.max_epochs=4", "trainer.epoch_num_steps=1024",
+         "trainer.stop_score=null", "trainer.test_step_num_episodes=2", "env.num_test_envs=2",
+         "logger.tensorboard=false"]
+
+
+def study(sweep: Path) -> optuna.Study:
+    """The one study in the sweep's default storage."""
+    url = f"sqlite:///{sweep / 'optuna.db'}"
+    (name,) = optuna.get_all_study_names(storage=url)
+    return optuna.load_study(study_name=name, storage=url)
+
+
+def summary(run_dir: str | Path) -> dict:
+    return json.loads((Path(run_dir) / "summary.json").read_text())
+
+
+# ---------------------------------------------------------------------- units
+def test_objective_auc_carries_the_last_score_over_skipped_epochs():
+    assert objective([10, 20, 30], planned_epochs=3) == 20
+    # stopped early at epoch 2 of 4: 30 is carried over epochs 3 and 4
+    assert objective([10, 30], planned_epochs=4) == (10 + 30 + 30 + 30) / 4
+    assert objective([10, 30], planned_epochs=4, kind="best") == 30
+    assert objective([10, 30, 20], planned_epochs=4, kind="final") == 20
+    assert objective([10, 30, 20], planned_epochs=4, kind="last_k", last_k=2) == 25
+    assert objective([5], planned_epochs=4, kind="last_k", last_k=3) == 5
+    with pytest.raises(ValueError):
+        objective([], planned_epochs=4)
+
+
+def test_search_space_from_hydra_syntax_and_optuna_distributions():
+    fixed, space = search_space(
+        ["algo=ppo", "seed=3", "algo.gamma=choice(0.9,0.99)"],
+        {"algo.lr": "tag(log, interval(1e-4, 1e-2))",
+         "algo.n_step": "range(1, 6)",
+         "algo.hidden_sizes": "choice([64,64],[128,128])",
+         "trainer.batch_size": "tag(int, interval(32, 256))",
+         "algo.tau": {"type": "float", "low": 0.001, "high": 0.1, "log": True},
+         "algo.gamma": "interval(0.5, 0.6)"})  # replaced by the command line's sweep
+    assert fixed == ["algo=ppo", "seed=3"]
+    assert space["algo.lr"] == FloatDistribution(1e-4, 1e-2, log=True)
+    assert space["algo.n_step"] == IntDistribution(1, 5)
+    assert space["algo.hidden_sizes"] == CategoricalDistribution(["[64,64]", "[128,128]"])
+    assert space["trainer.batch_size"] == IntDistribution(32, 256)
+    assert space["algo.tau"] == FloatDistribution(0.001, 0.1, log=True)
+    assert space["algo.gamma"] == CategoricalDistribution([0.9, 0.99])
+
+
+@pytest.mark.parametrize("value", [3, 0.0003, 1e-05, True, None, "relu", "[64,64]",
+                                   "sqlite:////tmp/a b/optuna.db", "it's"])
+def test_encoded_values_parse_back_to_themselves(value):
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_override(f"key={encode(value)}").value()
+    assert parsed == ([64, 64] if value == "[64,64]" else value)
+
+
+# ---------------------------------------------------------------------- through the CLI
+def test_study_prunes_writes_its_results_and_the_tuned_file_trains(cli, tmp_path):
+    sweep = tmp_path / "sweep"
+    res = cli("--multirun", "hydra/sweeper=optuna", "-q", *SHORT,
+              "algo.lr=tag(log, interval(1e-5, 1e-2))", "algo.clip_ratio=interval(0.05, 0.4)",
+              "hydra.sweeper.n_trials=8", "hydra.sweeper.pruner.n_startup_trials=1",
+              "hydra.sweeper.pruner.n_warmup_steps=1", f"hydra.sweep.dir={sweep}")
+    assert res.returncode == 0, res.stderr
+    assert "Traceback" not in res.stderr
+    trials = study(sweep).trials
+    assert len(trials) == 8
+    states = [t.state for t in trials]
+    assert TrialState.PRUNED in states and TrialState.COMPLETE in states
+    for t in trials:
+        run = summary(t.user_attrs["run_dir"])
+        if t.state == TrialState.PRUNED:
+            # pruned after an epoch, its directory complete, its last value recorded
+            assert run["status"] == "pruned" and run["epochs"] < 4
+            assert max(t.intermediate_values) == run["epochs"]
+            assert (Path(t.user_attrs["run_dir"]) / "final" / "policy.pt").is_file()
+        else:
+            assert run["status"] == "completed" and run["epochs"] == 4
+            scores = [json.loads(line)["test"]["return_mean"] for line in
+                      (Path(t.user_attrs["run_dir"]) / "epochs.jsonl").read_text().splitlines()]
+            assert t.value == pytest.approx(sum(scores) / 4)  # auc over the planned epochs
+    rows = list(csv.DictReader((sweep / "trials.csv").read_text().splitlines()))
+    assert [r["state"] for r in rows] == [t.state.name.lower() for t in trials]
+    for name in ("optimization_history.png", "param_importances.png"):
+        assert (sweep / name).read_bytes()[:4] == b"\x89PNG"
+
+    best = study(sweep).best_trial
+    assert f"best trial {best.number}:" in res.stdout
+    tuned = sweep / "conf" / "tuned" / "ppo_cartpole.yaml"
+    assert tuned.read_text().startswith("# @package _global_")
+    res = cli("--config-dir", str(sweep / "conf"), "experiment=tuned_ppo_cartpole",
+              "--cfg", "job")
+    assert res.returncode == 0, res.stderr
+    import yaml
+
+    composed = yaml.safe_load(res.stdout)
+    assert composed["algo"]["lr"] == pytest.approx(best.params["algo.lr"])
+    assert composed["algo"]["clip_ratio"] == pytest.approx(best.params["algo.clip_ratio"])
+
+
+def test_invalid_and_crashing_trials_fail_and_the_study_goes_on(cli, tmp_path):
+    """A grid over an invalid gamma and an env that yields NaN rewards early: three of the
+    four trials fail (recorded with their reason); the study ends with the fourth best."""
+    sweep = tmp_path / "sweep"
+    res = cli("--multirun", "hydra/sweeper=optuna", "hydra.sweeper.sampler.name=grid", "-q",
+              *SHORT, "trainer.max_epochs=2", "env=gym",
+              "env.id=fault_envs:rltrain-test/NaNReward-v0",
+              "env.kwargs.nan_at=choice(10,100000)", "algo.gamma=choice(0.9,1.5)",
+              f"hydra.sweep.dir={sweep}")
+    assert res.returncode == 0, res.stderr
+    assert "Traceback" not in res.stderr
+    trials = study(sweep).trials
+    assert len(trials) == 4
+    failed = {(t.params["++env.kwargs.nan_at"] if "++env.kwargs.nan_at" in t.params
+               else t.params["env.kwargs.nan_at"], t.params["algo.gamma"]): t
+              for t in trials if t.state == TrialState.FAIL}
+    assert set(failed) == {(10, 0.9), (10, 1.5), (100000, 1.5)}
+    assert "algo.gamma must be in [0, 1]" in failed[(100000, 1.5)].user_attrs["error"]
+    assert "non-finite reward" in failed[(10, 0.9)].user_attrs["error"]
+    best = study(sweep).best_trial
+    assert best.params["algo.gamma"] == 0.9
+    assert "4 trials: 1 complete, 0 pruned, 3 failed" in res.stdout
+
+
+def test_rerun_continues_the_study_and_a_stale_trial_is_asked_again(cli, tmp_path):
+    sweep = tmp_path / "sweep"
+    args = ["--multirun", "hydra/sweeper=optuna", "-q", *SHORT, "trainer.max_epochs=1",
+            "algo.lr=interval(1e-4, 1e-2)", "hydra.sweeper.pruner.name=none",
+            f"hydra.sweep.dir={sweep}"]
+    res = cli(*args, "hydra.sweeper.n_trials=2")
+    assert res.returncode == 0, res.stderr
+    # a sweep killed while a trial ran leaves it RUNNING
+    s = study(sweep)
+    stale = s.ask({"algo.lr": FloatDistribution(1e-4, 1e-2)})
+    res = cli(*args, "hydra.sweeper.n_trials=4")
+    assert res.returncode == 0, res.stderr
+    trials = study(sweep).trials
+    assert [t.number for t in trials] == [0, 1, 2, 3, 4]
+    assert trials[2].state == TrialState.FAIL and trials[2].user_attrs["interrupted"]
+    assert trials[3].params == stale.params  # asked again
+    assert all(t.state == TrialState.COMPLETE for t in trials if t.number != 2)
+    assert sorted(p.name for p in sweep.iterdir() if p.name.isdigit()) == ["0", "1", "3", "4"]
+    assert summary(sweep / "0")["status"] == "completed"  # untouched
+
+
+@pytest.mark.parametrize("storage", ["sqlite", "journal"])
+def test_parallel_trials_share_one_study(cli, tmp_path, storage):
+    sweep = tmp_path / "sweep"
+    url = ([f"hydra.sweeper.storage=journal:{tmp_path / 'study.log'}"]
+           if storage == "journal" else [])
+    res = cli("--multirun", "hydra/sweeper=optuna", "hydra/launcher=joblib",
+              "hydra.launcher.n_jobs=2", "-q", *SHORT, "trainer.max_epochs=2",
+              "algo.lr=interval(1e-4, 1e-2)", "hydra.sweeper.n_trials=4", *url,
+              f"hydra.sweep.dir={sweep}")
+    assert res.returncode == 0, res.stderr
+    target = (f"journal:{tmp_path / 'study.log'}" if storage == "journal"
+              else f"sqlite:///{sweep / 'optuna.db'}")
+    from rltrain.tune import open_storage
+
+    s = optuna.load_study(study_name="rltrain-ppo-cartpole", storage=open_storage(target))
+    assert [t.state for t in s.trials] == [TrialState.COMPLETE] * 4
+    assert all(len(t.intermediate_values) == 2 for t in s.trials)  # each epoch reported
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["hydra.sweeper.sampler.name=foo"], "hydra.sweeper.sampler.name must be one of tpe"),
+    (["hydra.sweeper.sampler.name=grid", "algo.lr=interval(1e-4, 1e-2)"],
+     "grid needs a finite set of values: algo.lr is an interval"),
+    (["hydra.sweeper.objective=median"], "hydra.sweeper.objective must be one of auc"),
+    (["hydra.sweeper.n_trials=0", "algo.lr=interval(1e-4, 1e-2)"],
+     "hydra.sweeper.n_trials must be > 0"),
+    ([], "the search space is empty"),
+    (["algo.lr=interval(1e-4, 1e-2)", "hydra.sweeper.storage=nosuchdb://x"],
+     "the study's storage nosuchdb://x cannot be used"),
+])
+def test_bad_sweeper_settings_are_one_line(cli, tmp_path, args, message):
+    res = cli("--multirun", "hydra/sweeper=optuna", *SHORT, *args,
+              f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    assert res.returncode == 2
+    assert message in res.stderr
+    assert "Traceback" not in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+def test_hparams_search_without_multirun_says_how(cli):
+    res = cli("hparams_search=ppo_cartpole")
+    assert res.returncode == 2
+    assert "rltrain --multirun hparams_search=ppo_cartpole" in res.stderr
+
+
+def test_multirun_with_cfg_is_one_line(cli):
+    res = cli("--multirun", "hparams_search=ppo_cartpole", "--cfg", "hydra")
+    assert res.returncode == 2
+    assert "--multirun and --cfg do not go together" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in (
+    Path(__file__).resolve().parents[1] / "conf" / "hparams_search").glob("*.yaml")))
+def test_every_search_space_composes_with_known_keys(cli, name):
+    from rltrain.config import key_problem
+
+    res = cli(f"hparams_search={name}", "--cfg", "hydra")
+    assert res.returncode == 0, res.stderr
+    import yaml
+
+    hydra_cfg = yaml.safe_load(res.stdout)["hydra"]
+    assert hydra_cfg["sweeper"]["_target_"].endswith("OptunaSweeper")
+    params = hydra_cfg["sweeper"]["params"]
+    algo = name.split("_")[0]
+    assert params and all(key_problem(k, [algo]) is None for k in params)
+    _, space = search_space([], params)
+    assert len(space) == len(params)
