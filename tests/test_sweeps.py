@@ -5,12 +5,22 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import RLTRAIN, SIGINT, SIGTERM, cli_env, read_jsonl, signal_when, wait_for
+from conftest import (
+    RLTRAIN,
+    SIGINT,
+    SIGTERM,
+    cli_env,
+    learning_records,
+    read_jsonl,
+    signal_when,
+    wait_for,
+)
 from rltrain import rundir
 
 SMOKE = ["experiment=smoke", "logger.tensorboard=false"]
@@ -116,3 +126,116 @@ def test_a_signal_to_a_basic_sweep_stops_it_after_the_running_job(tmp_path):
     assert summary(sweep / "0")["status"] == "interrupted"
     assert summary(sweep / "1")["status"] == "not started"
     assert f"resume with: rltrain resume={sweep / '0'}" in res.stderr
+
+
+def test_a_sweep_run_again_skips_finished_jobs_and_resumes_unfinished_ones(cli, tmp_path):
+    """The same sweep command, run again into its directory (as after a crash, or as
+    submitit does when it requeues a job): finished jobs are skipped and left as they are,
+    an interrupted one resumes from its checkpoint, and every job's records equal those of
+    an unbroken sweep. A different sweep into that directory is refused, job by job,
+    touching nothing."""
+    args = ["--multirun", *SMOKE, "seed=0,1", "trainer.max_epochs=4",
+            "trainer.epoch_num_steps=1024"]
+    full, broken = tmp_path / "full", tmp_path / "broken"
+    assert cli(*args, f"hydra.sweep.dir={full}").returncode == 0
+    seen = []
+
+    def job_1_epoch_2(line: str) -> bool:
+        seen.append(line.startswith("epoch   2/4"))
+        return sum(seen) == 2  # job 0's epoch 2, then job 1's
+
+    res = signal_when([*args, f"hydra.sweep.dir={broken}"], tmp_path, job_1_epoch_2, SIGTERM)
+    assert res.returncode == 143, res.stderr
+    assert summary(broken / "0")["status"] == "completed"
+    assert summary(broken / "1")["status"] == "interrupted"
+    job_0_files = {p: p.read_bytes() for p in (broken / "0").rglob("*") if p.is_file()}
+
+    res = cli(*args, f"hydra.sweep.dir={broken}")
+    assert res.returncode == 0, res.stderr
+    assert "Traceback" not in res.stderr
+    assert f"job 0: already completed in {broken / '0'}: skipped" in res.stdout
+    assert f"job 1: resuming the unfinished run in {broken / '1'}" in res.stdout
+    assert {p: p.read_bytes() for p in (broken / "0").rglob("*") if p.is_file()} == job_0_files
+    for job in ("0", "1"):
+        assert learning_records(broken / job) == learning_records(full / job)
+        assert summary(broken / job)["status"] == "completed"
+    assert summary(broken / "1")["resumes"][0]["exact"] is True
+
+    res = cli("--multirun", *SMOKE, "seed=5,6", "trainer.max_epochs=4",
+              "trainer.epoch_num_steps=1024", f"hydra.sweep.dir={broken}")
+    assert res.returncode == 1
+    assert f"{broken / '0'} already holds a different run" in res.stderr
+    assert "Traceback" not in res.stderr
+    assert {p: p.read_bytes() for p in (broken / "0").rglob("*") if p.is_file()} == job_0_files
+
+
+SUBMITIT_RUN = ["algo=dqn", "env=cartpole", "seed=0", "trainer.stop_score=null",
+                "trainer.test_step_num_episodes=2", "env.num_test_envs=2",
+                "logger.tensorboard=false"]
+
+
+def test_a_preempted_submitit_job_checkpoints_requeues_and_resumes_exactly(cli, tmp_path):
+    """submitit warns a job of preemption (or a coming timeout) with SIGUSR2: the run
+    finishes its step, checkpoints and hands the signal to submitit, which requeues the job;
+    the requeued job resumes from the checkpoint, and its records equal an unbroken run's."""
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher",
+                        reason="hydra-submitit-launcher (extra: cluster) is not installed")
+    args = [*SUBMITIT_RUN, "trainer.max_epochs=12"]
+    full = tmp_path / "full"
+    assert cli(*args, f"hydra.run.dir={full}").returncode == 0
+    sweep = tmp_path / "sweep"
+    proc = subprocess.Popen(
+        [str(RLTRAIN), "--multirun", "hydra/launcher=submitit_local", *args,
+         f"hydra.sweep.dir={sweep}"], cwd=tmp_path, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env=cli_env(), start_new_session=True)
+    job = sweep / "0"
+    try:
+        wait_for(lambda: (job / "epochs.jsonl").is_file()
+                 and len((job / "epochs.jsonl").read_text().splitlines()) >= 3,
+                 timeout=180, what="the job's third epoch")
+        pid = rundir.lock_holder_pid(job)
+        assert pid is not None and pid != proc.pid
+        os.kill(pid, signal.SIGUSR2)  # what submitit sends before a preemption or timeout
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+    assert proc.returncode == 0, err
+    logs = "".join(p.read_text() for p in (sweep / ".submitit").rglob("*.out"))
+    logs += "".join(p.read_text() for p in (sweep / ".submitit").rglob("*.err"))
+    assert "Requeued job" in logs
+    assert f"job 0: resuming the unfinished run in {job}" in logs
+    resumes = summary(job)["resumes"]
+    assert len(resumes) == 1 and resumes[0]["exact"] is True
+    assert summary(job)["status"] == "completed"
+    assert learning_records(job) == learning_records(full)
+
+
+@pytest.mark.slow
+def test_a_submitit_job_past_its_timeout_is_requeued_and_resumes_exactly(cli, tmp_path):
+    """The real thing: submitit_local with a one-minute timeout (it sends SIGUSR2 30 s before
+    the end) and a DQN run longer than that."""
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher",
+                        reason="hydra-submitit-launcher (extra: cluster) is not installed")
+    args = [*SUBMITIT_RUN, "trainer.max_epochs=80"]
+    full, sweep = tmp_path / "full", tmp_path / "sweep"
+    assert cli(*args, f"hydra.run.dir={full}").returncode == 0
+    res = cli("--multirun", "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=1",
+              *args, f"hydra.sweep.dir={sweep}", timeout=600)
+    assert res.returncode == 0, res.stderr
+    assert summary(sweep / "0")["resumes"], "the run was never requeued (a faster machine?)"
+    assert all(r["exact"] for r in summary(sweep / "0")["resumes"])
+    assert learning_records(sweep / "0") == learning_records(full)
+
+
+def test_the_slurm_example_composes_with_requeueing_on(cli):
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher",
+                        reason="hydra-submitit-launcher (extra: cluster) is not installed")
+    res = cli("--cfg", "hydra", "hydra/launcher=slurm", "hydra.launcher.partition=cpu")
+    assert res.returncode == 0, res.stderr
+    import yaml
+
+    launcher = yaml.safe_load(res.stdout)["hydra"]["launcher"]
+    assert launcher["_target_"].endswith("SlurmLauncher")
+    assert launcher["partition"] == "cpu"
+    assert launcher["max_num_timeout"] > 0 and launcher["signal_delay_s"] > 0

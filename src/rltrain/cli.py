@@ -248,9 +248,17 @@ def task(cfg: Any) -> Any:
     ctx = RunContext(run_dir, command=command, overrides=shown, on_accept=accept,
                      started=STARTED if single else time.perf_counter())
     code, message = 0, None
+    if not single and rundir.holds_run(run_dir):
+        # a sweep run again into its directory, or a job requeued after a timeout
+        done = sweep.earlier_attempt(run_dir, overrides, label)
+        if done is not None:
+            return done.get("best_score")
     try:
-        with rundir.claim(run_dir, remove_empty=not (single and sweep.run_dir_existed)):
-            info = run(cfg, ctx)
+        if not single and rundir.holds_run(run_dir):
+            info = sweep.continue_job(run_dir, ctx, label)
+        else:
+            with rundir.claim(run_dir, remove_empty=not (single and sweep.run_dir_existed)):
+                info = run(cfg, ctx)
         code, message = _outcome(info, ctx, label)
     except (ConfigError, rundir.RunDirError) as e:
         if _full_error():
@@ -275,6 +283,7 @@ def task(cfg: Any) -> Any:
             sweep.write_status(run_dir, "failed", failure_text(e))
     if message is not None:
         _say(message)
+    signals.hand_over_preemption()  # a submitit job: requeued now, and resumed when it runs
     if single:
         if code:
             raise _Done(code)

@@ -49,13 +49,14 @@ def holds_run(run_dir: Path) -> list[str]:
     if ckpts.is_dir() and any(p.suffix == ".pt" and not p.name.startswith(".")
                               for p in ckpts.iterdir()):
         found.append("checkpoints")
-    status = _summary(run_dir).get("status", "completed")
+    status = read_summary(run_dir).get("status", "completed")
     if (run_dir / "summary.json").is_file() and status not in ("failed", "not started"):
         found.append("summary.json")
     return found
 
 
-def _summary(run_dir: Path) -> dict[str, Any]:
+def read_summary(run_dir: Path) -> dict[str, Any]:
+    """A run's summary.json as a dict ({} when missing or unreadable)."""
     try:
         summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -96,7 +97,7 @@ def failed_attempt_note(run_dir: Path, found: list[str] | None = None) -> str | 
     found = leftovers(run_dir) if found is None else found
     if not found:
         return None
-    error = _summary(run_dir).get("error")
+    error = read_summary(run_dir).get("error")
     why = f"; it failed: {error}" if error else ""
     return (f"replacing what an attempt without a checkpoint left in {run_dir} "
             f"({', '.join(found)}{why})")

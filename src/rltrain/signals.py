@@ -10,6 +10,12 @@
 
 Every signal is recorded (:func:`requested`), so that a sweep starts no new job once
 its user asked it to stop.
+
+* **Preemption** (a job of Hydra's submitit launcher, on SLURM or local): submitit warns of a
+  timeout or preemption with SIGUSR2 and, in its own handler, requeues the job and exits at
+  once. During training rltrain takes that signal first: the trainer finishes its step and
+  checkpoints, then :func:`hand_over_preemption` calls submitit's handler, which requeues the
+  job; the requeued job finds its checkpoint and resumes (``rltrain.sweep.continue_job``).
 """
 
 from __future__ import annotations
@@ -106,6 +112,32 @@ def between_jobs(handler: Callable[[int, Any], None]) -> None:
     _set(handler)
 
 
+#: a preemption signal taken during training, and the handler it was taken from
+_preempted: tuple[int, Any] | None = None
+
+
+def preemption_signal() -> int | None:
+    """The signal submitit sends before a timeout or preemption, in a submitit job."""
+    if not any(key.startswith("SUBMITIT_") for key in os.environ):
+        return None
+    sig = getattr(signal, "SIG" + os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2"), None)
+    return int(sig) if sig is not None else None
+
+
+def hand_over_preemption() -> None:
+    """After a run stopped for a preemption signal (and checkpointed): call the handler that
+    signal was taken from (submitit's: it requeues the job and exits)."""
+    global _preempted
+    if _preempted is None:
+        return
+    signum, handler = _preempted
+    _preempted = None
+    print(f"rltrain: checkpoint written; handing {name(signum)} back to the scheduler, which "
+          "requeues the job; the requeued job resumes from the checkpoint", file=sys.stderr,
+          flush=True)
+    handler(signum, None)
+
+
 @contextlib.contextmanager
 def training(request_stop: Callable[[int], None]) -> Iterator[None]:
     """First signal: ``request_stop(signum)`` (finish the step, save, stop); second: raise
@@ -126,17 +158,31 @@ def training(request_stop: Callable[[int], None]) -> Iterator[None]:
         print(f"\nrltrain: {name(signum)} received; finishing the current step and saving "
               "(send it again to stop at once)", file=sys.stderr, flush=True)
 
+    preempt_sig = preemption_signal()
+    scheduler = signal.getsignal(preempt_sig) if preempt_sig is not None else None
+
+    def preempt(signum: int, frame: Any) -> None:
+        global _preempted
+        _preempted = (signum, scheduler)
+        request_stop(signum)
+        print(f"\nrltrain: {name(signum)} from the scheduler (timeout or preemption): "
+              "finishing the current step and checkpointing", file=sys.stderr, flush=True)
+
     if not _main_thread():
         yield  # handlers can only be set from the main thread
         return
     _set(first)
     if in_sweep_worker():
         _set(signal.SIG_IGN, (signal.SIGINT,))
+    if preempt_sig is not None and callable(scheduler):
+        signal.signal(preempt_sig, preempt)
     if requested() is not None:
         request_stop(requested())
     try:
         yield
     finally:
+        if preempt_sig is not None and callable(scheduler):
+            signal.signal(preempt_sig, scheduler)
         if _between_jobs is not None:
             _set(_between_jobs)
         else:

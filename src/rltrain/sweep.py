@@ -156,3 +156,71 @@ def report(path: Path, quiet: bool = False) -> tuple[int, int, int]:
         for row in rows:
             print(row, file=out)
     return failed, interrupted, total
+
+
+# --------------------------------------------------------------------------- a job run again
+#: overrides that do not make a job a different one (how it prints, not what it trains)
+_NEUTRAL = ("logger.quiet=", "logger.progress_bar=", "logger.progress_interval_s=")
+
+
+def _same_job(a: list[str], b: list[str]) -> bool:
+    def key(overrides: list[str]) -> list[str]:
+        return [o.removeprefix("++") for o in overrides if not o.startswith(_NEUTRAL)]
+
+    return key(a) == key(b)
+
+
+def earlier_attempt(job_dir: Path, overrides: list[str], label: str) -> dict[str, Any] | None:
+    """A sweep job whose directory already holds a run (the sweep run again into its
+    directory, or submitit requeueing the job after a timeout or preemption).
+
+    The same job that finished (completed or pruned): its summary, and the job is skipped.
+    The same job unfinished (interrupted, killed, preempted): None, and :func:`continue_job`
+    resumes it from its checkpoint. A different job: :class:`JobFailed`, nothing touched.
+    """
+    import yaml
+
+    try:
+        stored = yaml.safe_load((job_dir / ".hydra" / "overrides.yaml").read_text()) or []
+    except (OSError, yaml.YAMLError):
+        stored = None
+    if stored is None or not _same_job(list(stored), list(overrides)):
+        print(f"rltrain: error: {label}{job_dir} already holds a different run "
+              f"(overrides {stored}); nothing was overwritten: give the sweep a new "
+              "hydra.sweep.dir", file=sys.stderr)
+        raise JobFailed(f"rltrain: {label}failed ({job_dir} holds another run)")
+    summary = rundir.read_summary(job_dir)
+    status = summary.get("status")
+    if status in ("completed", "pruned"):
+        print(f"rltrain: {label}already {status} in {job_dir}: skipped", flush=True)
+        return summary
+    return None
+
+
+def continue_job(job_dir: Path, ctx: Any, label: str) -> Any:
+    """Resume an unfinished job in its own directory from its newest good checkpoint, with
+    the config stored there; returns the run's InfoStats."""
+    from omegaconf import OmegaConf
+
+    from rltrain.checkpoint import CheckpointError, load_latest
+    from rltrain.config import ConfigError, typed_run_config
+    from rltrain.run import run
+
+    lock = rundir.RunDirLock(job_dir)
+    lock.acquire()
+    try:
+        try:
+            ckpt, used, problems = load_latest(job_dir / "checkpoints")
+        except CheckpointError as e:
+            raise ConfigError(f"{job_dir} holds an unfinished run that cannot be resumed: "
+                              f"{e}") from None
+        for problem in problems:
+            print(f"rltrain: warning: {label}{problem}", file=sys.stderr)
+        ckpt["_path"] = str(used)
+        cfg = typed_run_config(OmegaConf.create(ckpt["config"]))
+        print(f"rltrain: {label}resuming the unfinished run in {job_dir} from {used.name}",
+              flush=True)
+        ctx.on_accept = None  # .hydra/ is the run's own, from its first attempt
+        return run(cfg, ctx, resume=ckpt)
+    finally:
+        lock.release()
