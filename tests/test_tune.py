@@ -235,3 +235,73 @@ def test_every_search_space_composes_with_known_keys(cli, name):
     assert params and all(key_problem(k, [algo]) is None for k in params)
     _, space = search_space([], params)
     assert len(space) == len(params)
+
+
+# ---------------------------------------------------------------------- PostgreSQL storage
+def _pg_bin() -> Path | None:
+    import shutil
+
+    found = shutil.which("pg_ctl")
+    if found:
+        return Path(found).resolve().parent  # a link in /usr/local/bin: the real bin dir
+    candidates = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))
+    return candidates[-1].parent if candidates else None
+
+
+@pytest.fixture
+def postgres(tmp_path):
+    """A real PostgreSQL server in a temporary directory (trust auth, a free TCP port);
+    yields its URL for a database named rltrain. Skips, saying why, without pg_ctl or
+    psycopg. As root, the server runs as the postgres user (initdb refuses root)."""
+    import os
+    import shutil
+    import socket
+    import subprocess
+
+    bin_dir = _pg_bin()
+    if bin_dir is None:
+        pytest.skip("PostgreSQL's pg_ctl is not installed (Debian: apt-get install postgresql)")
+    pytest.importorskip("psycopg", reason="psycopg is not installed (extra: postgres)")
+    as_user: list[str] = []
+    data = tmp_path / "pgdata"
+    if os.geteuid() == 0:
+        if shutil.which("runuser") is None:
+            pytest.skip("running as root without runuser: initdb refuses root")
+        base = Path("/tmp") / f"rltrain-pg-{os.getpid()}-{tmp_path.name}"
+        base.mkdir()
+        shutil.chown(base, "postgres")
+        data = base / "pgdata"
+        as_user = ["runuser", "-u", "postgres", "--"]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+
+    def pg(*args: str) -> None:
+        subprocess.run([*as_user, *args], check=True, capture_output=True, timeout=120)
+
+    pg(str(bin_dir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres")
+    pg(str(bin_dir / "pg_ctl"), "-D", str(data), "-w", "-l", str(data / "log"), "-o",
+       f"-p {port} -k {data} -h 127.0.0.1", "start")
+    try:
+        pg(str(bin_dir / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres",
+           "rltrain")
+        yield f"postgresql://postgres@127.0.0.1:{port}/rltrain"
+    finally:
+        pg(str(bin_dir / "pg_ctl"), "-D", str(data), "-w", "-m", "fast", "stop")
+        if as_user:
+            shutil.rmtree(data.parent, ignore_errors=True)
+
+
+def test_a_study_in_postgresql_with_parallel_trials_and_a_second_run(cli, tmp_path, postgres):
+    args = ["--multirun", "hydra/sweeper=optuna", "hydra/launcher=joblib",
+            "hydra.launcher.n_jobs=2", "-q", *SHORT, "trainer.max_epochs=2",
+            "algo.lr=interval(1e-4, 1e-2)", f"hydra.sweeper.storage={postgres}",
+            f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    res = cli(*args, "hydra.sweeper.n_trials=2")
+    assert res.returncode == 0, res.stderr
+    res = cli(*args, "hydra.sweeper.n_trials=4")  # continues the same study
+    assert res.returncode == 0, res.stderr
+    assert "2 of 4 trials finished" in res.stdout
+    s = optuna.load_study(study_name="rltrain-ppo-cartpole", storage=postgres)
+    assert [t.state for t in s.trials] == [TrialState.COMPLETE] * 4
+    assert not (tmp_path / "sweep" / "optuna.db").exists()

@@ -161,8 +161,10 @@ class OptunaSweeperImpl:
             # Optuna's storage keeps no pruner: the trials' runs build this one from it
             study.set_user_attr(PRUNER_ATTR, pruner)
         except Exception as e:  # noqa: BLE001 - a bad URL, a server that is not there
+            hint = (" (PostgreSQL needs its driver: pip install -e \".[postgres]\")"
+                    if isinstance(e, ImportError) and storage_url.startswith("postgres") else "")
             raise SweepError(f"the study's storage {storage_url} cannot be used: "
-                             f"{type(e).__name__}: {str(e).splitlines()[0]}") from None
+                             f"{type(e).__name__}: {str(e).splitlines()[0]}{hint}") from None
         n_trials = c.n_trials
         if c.sampler.name == "grid":
             grid = _grid(space)
