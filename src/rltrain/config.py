@@ -162,6 +162,30 @@ class ReplayBufferConfig:
 
 
 @dataclass
+class WandbConfig:
+    """Weights & Biases (extra ``wandb``): the config, every epoch's metrics and the summary."""
+
+    enabled: bool = False
+    project: str = "rltrain"
+    entity: str | None = None
+    #: offline (files under the run directory; upload later with ``wandb sync``), online
+    mode: str = "offline"
+    group: str | None = None
+    tags: list[str] = field(default_factory=list)
+
+
+@dataclass
+class MlflowConfig:
+    """MLflow (extra ``mlflow``): the config as params, every epoch's metrics, the summary."""
+
+    enabled: bool = False
+    #: any MLflow tracking URI; default: sqlite:///mlflow.db in the working directory (MLflow
+    #: 3 keeps its plain-file store for old data only)
+    tracking_uri: str | None = None
+    experiment: str = "rltrain"
+
+
+@dataclass
 class LoggerConfig:
     #: write TensorBoard event files under tb/
     tensorboard: bool = True
@@ -172,6 +196,8 @@ class LoggerConfig:
     progress_interval_s: float = 30.0
     #: print nothing but warnings and errors (``rltrain -q``)
     quiet: bool = False
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+    mlflow: MlflowConfig = field(default_factory=MlflowConfig)
 
 
 # --------------------------------------------------------------------------- tuning

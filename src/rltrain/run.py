@@ -108,6 +108,9 @@ def settings(cfg: DictConfig) -> Settings:
         raise ConfigError(f"buffer.size must be > 0, got {obj['buffer'].size}")
     if obj["logger"].progress_interval_s < 0:
         raise ConfigError("logger.progress_interval_s must be >= 0")
+    from rltrain import trackers
+
+    trackers.check(obj["logger"])
     if cfg.torch_threads <= 0:
         raise ConfigError(f"torch_threads must be > 0, got {cfg.torch_threads}")
     tune = OmegaConf.to_object(cfg.tune) if "tune" in cfg else TuneConfig()
@@ -525,6 +528,15 @@ def _train(cfg: DictConfig, s: Settings, ctx: RunContext, parts: Parts,
         purge = resume["trainer"]["env_step"] + 1 if resume else None
         loggers.append(TensorBoardLogger(run_dir / "tb", purge_step=purge,
                                          config=OmegaConf.to_container(cfg, resolve=True)))
+    if s.logger.wandb.enabled or s.logger.mlflow.enabled:
+        from rltrain.trackers import MlflowLogger, WandbLogger
+
+        tracked = OmegaConf.to_container(cfg, resolve=True)
+        name = f"{s.algo.name}-{s.env.name}-seed{s.seed}"
+        for on, kind in ((s.logger.wandb.enabled, WandbLogger),
+                         (s.logger.mlflow.enabled, MlflowLogger)):
+            if on:
+                loggers.append(kind(s.logger, run_dir, tracked, name))
     meta = {"algo": s.algo.name, "env_id": s.env.id, "obs_shape": list(info.obs_shape),
             "discrete": info.discrete, "action_dim": info.action_dim}
     trainer: Trainer
