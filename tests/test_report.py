@@ -303,3 +303,47 @@ def test_force_replaces_only_report_files(tmp_path: Path) -> None:
         cli.output_dir(out, [tmp_path], force=False)
     cli.make_output_dir(cli.output_dir(out, [tmp_path], force=True), force=True)
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+
+
+def _chromium() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome", "chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def test_report_renders_in_headless_chromium(sweep: Path, tmp_path: Path) -> None:
+    """report.html, opened offline by a real browser: its tables are in the rendered page,
+    its figures are loaded images (decoded, with a width), and a screenshot is drawn."""
+    import subprocess
+
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("no Chromium (Debian: apt-get install chromium)")
+    out = tmp_path / "report"
+    res = run_tool(TOOL, sweep, "--out", out, *REPS, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    flags = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+             "--allow-file-access-from-files", f"--user-data-dir={tmp_path / 'profile'}"]
+    url = (out / "report.html").as_uri()
+    # a page script records, after load, how many images decoded with a real width
+    probe = tmp_path / "probe.html"
+    probe.write_text(
+        f'<iframe id="r" src="{url}" style="width:1200px;height:900px"></iframe><script>'
+        "document.getElementById('r').onload=function(){var d=this.contentDocument;"
+        "var ok=[].filter.call(d.images,function(i){return i.complete&&i.naturalWidth>0});"
+        "document.title='images '+ok.length+' of '+d.images.length+' tables '+"
+        "d.querySelectorAll('table').length;};</script>")
+    dom = subprocess.run([*flags, "--virtual-time-budget=10000", "--dump-dom", probe.as_uri()],
+                         capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    title = re.search(r"<title>images (\d+) of (\d+) tables (\d+)</title>", dom.stdout)
+    assert title, dom.stdout[:2000]
+    loaded, total, tables = map(int, title.groups())
+    assert total > 0 and loaded == total and tables > 0
+    shot = tmp_path / "report.png"
+    res = subprocess.run([*flags, "--window-size=1200,2400", f"--screenshot={shot}", url],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert shot.read_bytes()[:4] == b"\x89PNG" and shot.stat().st_size > 20_000
