@@ -239,3 +239,19 @@ def test_the_slurm_example_composes_with_requeueing_on(cli):
     assert launcher["_target_"].endswith("SlurmLauncher")
     assert launcher["partition"] == "cpu"
     assert launcher["max_num_timeout"] > 0 and launcher["signal_delay_s"] > 0
+
+
+def test_a_ray_sweep_records_a_failing_job_and_runs_the_others(cli, tmp_path):
+    """hydra/launcher=ray on a local Ray instance (extra: ray): each job is a Ray task in its
+    own worker process; a job with a config error is recorded and the sweep goes on."""
+    pytest.importorskip("hydra_plugins.hydra_ray_launcher",
+                        reason="hydra-ray-launcher (extra: ray) is not installed")
+    sweep = tmp_path / "sweep"
+    res = cli("--multirun", "hydra/launcher=ray", "-q", *SMOKE, "env.num_train_envs=0,8",
+              f"hydra.sweep.dir={sweep}", env={"RAY_USAGE_STATS_ENABLED": "0"}, timeout=600)
+    assert res.returncode == 1, res.stderr
+    assert summary(sweep / "0")["status"] == "failed"
+    assert summary(sweep / "0")["error"] == "env.num_train_envs must be > 0, got 0"
+    assert summary(sweep / "1")["status"] == "completed"
+    assert "env.num_train_envs=8" in summary(sweep / "1")["system"]["overrides"]
+    assert "2 job(s): 1 failed, 0 interrupted" in res.stderr

@@ -305,3 +305,17 @@ def test_a_study_in_postgresql_with_parallel_trials_and_a_second_run(cli, tmp_pa
     s = optuna.load_study(study_name="rltrain-ppo-cartpole", storage=postgres)
     assert [t.state for t in s.trials] == [TrialState.COMPLETE] * 4
     assert not (tmp_path / "sweep" / "optuna.db").exists()
+
+
+def test_optuna_trials_as_ray_tasks(cli, tmp_path):
+    pytest.importorskip("hydra_plugins.hydra_ray_launcher",
+                        reason="hydra-ray-launcher (extra: ray) is not installed")
+    sweep = tmp_path / "sweep"
+    res = cli("--multirun", "hydra/sweeper=optuna", "hydra/launcher=ray", "-q", *SHORT,
+              "trainer.max_epochs=2", "algo.lr=interval(1e-4, 1e-2)",
+              "hydra.sweeper.n_trials=4", f"hydra.sweep.dir={sweep}",
+              env={"RAY_USAGE_STATS_ENABLED": "0"}, timeout=600)
+    assert res.returncode == 0, res.stderr
+    trials = study(sweep).trials
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 4
+    assert all(len(t.intermediate_values) == 2 for t in trials)  # reported from Ray workers
