@@ -319,3 +319,46 @@ def test_optuna_trials_as_ray_tasks(cli, tmp_path):
     trials = study(sweep).trials
     assert [t.state for t in trials] == [TrialState.COMPLETE] * 4
     assert all(len(t.intermediate_values) == 2 for t in trials)  # reported from Ray workers
+
+
+def test_the_study_opens_in_optuna_dashboard(cli, tmp_path):
+    """The command the sweep prints at the end serves the study: optuna-dashboard's API lists
+    it with its trials."""
+    import shutil
+    import socket
+    import subprocess
+    import time
+    import urllib.request
+
+    from conftest import BIN
+
+    dashboard = shutil.which("optuna-dashboard", path=str(BIN))
+    if dashboard is None:
+        pytest.skip("optuna-dashboard (extra: tune) is not installed")
+    sweep = tmp_path / "sweep"
+    res = cli("--multirun", "hydra/sweeper=optuna", "-q", *SHORT, "trainer.max_epochs=1",
+              "algo.lr=interval(1e-4, 1e-2)", "hydra.sweeper.n_trials=2",
+              f"hydra.sweep.dir={sweep}")
+    assert res.returncode == 0, res.stderr
+    url = f"sqlite:///{sweep / 'optuna.db'}"
+    assert f"optuna-dashboard {url}" in res.stdout
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([dashboard, url, "--host", "127.0.0.1", "--port", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline, body = time.monotonic() + 60, None
+        while body is None and time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies/1?after=0",
+                                            timeout=5) as r:
+                    body = json.loads(r.read())
+            except OSError:
+                time.sleep(0.2)
+        assert body is not None, "optuna-dashboard did not answer"
+        assert body["name"] == "rltrain-ppo-cartpole"
+        assert len(body["trials"]) == 2
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
