@@ -69,6 +69,16 @@ def test_search_space_from_hydra_syntax_and_optuna_distributions():
     assert space["algo.gamma"] == CategoricalDistribution([0.9, 0.99])
 
 
+def test_a_search_space_that_does_not_parse_is_named():
+    from rltrain.optuna_sweeper import SweepError
+
+    with pytest.raises(SweepError, match=r"hydra.sweeper.params.algo.lr=interval\(1 is not a "
+                                         r"search space"):
+        search_space([], {"algo.lr": "interval(1"})
+    with pytest.raises(SweepError, match="type must be float, int or categorical"):
+        search_space([], {"algo.lr": {"type": "normal", "low": 0, "high": 1}})
+
+
 @pytest.mark.parametrize("value", [3, 0.0003, 1e-05, True, None, "relu", "[64,64]",
                                    "sqlite:////tmp/a b/optuna.db", "it's"])
 def test_encoded_values_parse_back_to_themselves(value):
@@ -194,6 +204,9 @@ def test_parallel_trials_share_one_study(cli, tmp_path, storage):
     (["hydra.sweeper.n_trials=0", "algo.lr=interval(1e-4, 1e-2)"],
      "hydra.sweeper.n_trials must be > 0"),
     ([], "the search space is empty"),
+    (["algo.lr=interval(1e-2, 1e-4)"],
+     "the search space algo.lr=interval(1e-2, 1e-4): `low <= high` must hold"),
+    (["algo.lr=tag(log, interval(0, 1))"], "`low > 0` must hold for `log=True`"),
     (["algo.lr=interval(1e-4, 1e-2)", "hydra.sweeper.storage=nosuchdb://x"],
      "the study's storage nosuchdb://x cannot be used"),
 ])

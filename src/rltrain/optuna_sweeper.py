@@ -277,26 +277,40 @@ def search_space(arguments: list[str], params: dict[str, Any]) -> tuple[list[str
     command line's overrides and the sweeper's ``params``; a command-line sweep
     (``algo.lr=interval(...)``, ``seed=0,1``) joins the space and replaces a param."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
 
     parser = OverridesParser.create()
     space: dict[str, Any] = {}
     for key, value in params.items():
         if isinstance(value, dict) or hasattr(value, "keys"):
             space[key] = _optuna_distribution(key, dict(value))
-        else:
-            text = value if isinstance(value, str) else encode(value)
+            continue
+        text = value if isinstance(value, str) else encode(value)
+        try:
             override = parser.parse_override(f"{key}={text}")
-            space[key] = (distribution(override) if override.is_sweep_override()
-                          else _fixed_value(override))
+        except HydraException as e:
+            raise SweepError(f"hydra.sweeper.params.{key}={text} is not a search space: "
+                             f"{str(e).splitlines()[0]}") from None
+        space[key] = _checked(override) if override.is_sweep_override() else _fixed_value(
+            override)
     fixed = []
     for override in parser.parse_overrides(arguments):
         if override.is_sweep_override():
-            space[override.get_key_element()] = distribution(override)
+            space[override.get_key_element()] = _checked(override)
         else:
             space.pop(override.get_key_element(), None)
             space.pop(override.key_or_group, None)
             fixed.append(override.input_line)
     return fixed, space
+
+
+def _checked(override: Any) -> Any:
+    """:func:`distribution`, with Optuna's refusal (``low > high``, a log range from 0) as
+    one line naming the key."""
+    try:
+        return distribution(override)
+    except ValueError as e:
+        raise SweepError(f"the search space {override.input_line}: {e}") from None
 
 
 def _fixed_value(override: Any) -> Any:
