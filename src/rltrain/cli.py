@@ -248,13 +248,14 @@ def task(cfg: Any) -> Any:
     ctx = RunContext(run_dir, command=command, overrides=shown, on_accept=accept,
                      started=STARTED if single else time.perf_counter())
     code, message = 0, None
-    if not single and rundir.holds_run(run_dir):
-        # a sweep run again into its directory, or a job requeued after a timeout
+    # a sweep run again into its directory, or a job requeued after a timeout
+    again = not single and bool(rundir.holds_run(run_dir))
+    if again:
         done = sweep.earlier_attempt(run_dir, overrides, label)
         if done is not None:
             return done.get("best_score")
     try:
-        if not single and rundir.holds_run(run_dir):
+        if again:
             info = sweep.continue_job(run_dir, ctx, label)
         else:
             with rundir.claim(run_dir, remove_empty=not (single and sweep.run_dir_existed)):
@@ -309,12 +310,11 @@ def _set_console_level(cfg: Any) -> None:
 def resume(args: list[str]) -> int:
     """``rltrain resume=RUN_DIR [trainer.max_epochs=N]``: continue a run in its directory,
     with the config stored in its checkpoint."""
-    from omegaconf import OmegaConf
 
     from rltrain import rundir, signals
-    from rltrain.checkpoint import CheckpointError, load_latest
-    from rltrain.config import ConfigError, register_configs, typed_run_config
-    from rltrain.run import RunContext, StoppedAtOnce, completed_epochs, run
+    from rltrain.checkpoint import CheckpointError
+    from rltrain.config import ConfigError
+    from rltrain.run import RunContext, StoppedAtOnce, completed_epochs, resume_point, run
 
     run_dir, max_epochs, stop_score = None, None, _UNSET
     for arg in args:
@@ -353,19 +353,13 @@ def resume(args: list[str]) -> int:
         return _error(f"resume={run_dir}: {e}")
     try:
         try:
-            ckpt, used, problems = load_latest(run_dir / "checkpoints")
-        except CheckpointError as e:
+            ckpt, cfg, used, problems = resume_point(run_dir)
+        except (CheckpointError, ConfigError) as e:
             return _error(f"resume={run_dir}: {e}")
         for problem in problems:
             _say(f"warning: {problem}")
         if used.name != "last.pt":
             _say(f"warning: resuming from the older checkpoint {used}")
-        ckpt["_path"] = str(used)
-        register_configs()
-        try:
-            cfg = typed_run_config(OmegaConf.create(ckpt["config"]))
-        except ConfigError as e:
-            return _error(f"resume={run_dir}: {e}")
         state = ckpt["trainer"]
         old_max = int(cfg.trainer.max_epochs)
         done = completed_epochs(state)

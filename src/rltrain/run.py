@@ -10,7 +10,6 @@ checkpoint stays the point to resume from.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import math
 import os
@@ -37,7 +36,7 @@ from rltrain import signals
 from rltrain.actions import ScaleActions
 from rltrain.algorithms import CONTINUOUS, DISCRETE, Algorithm, AlgoSpec
 from rltrain.algorithms import get as algorithm_spec
-from rltrain.checkpoint import save_checkpoint, save_policy
+from rltrain.checkpoint import load_latest, save_checkpoint, save_policy
 from rltrain.collector import Collector, random_policy
 from rltrain.config import (
     OBJECTIVES,
@@ -85,7 +84,7 @@ class Settings:
     seed: int
     device: torch.device
     torch_threads: int
-    tune: TuneConfig = dataclasses.field(default_factory=TuneConfig)
+    tune: TuneConfig = field(default_factory=TuneConfig)
 
 
 def settings(cfg: DictConfig) -> Settings:
@@ -120,6 +119,21 @@ def settings(cfg: DictConfig) -> Settings:
     check_positive(tune, "tune", "last_k")
     return Settings(**obj, seed=check_seed(cfg.seed), device=_device(cfg.device),
                     torch_threads=int(cfg.torch_threads), tune=tune)
+
+
+def resume_point(run_dir: Path) -> tuple[dict[str, Any], DictConfig, Path, list[str]]:
+    """What a resume starts from: the run's newest usable checkpoint (``last.pt``, else the
+    newest good numbered one), its config with the schemas again, the file used and the
+    problems met on the way.
+
+    :raises CheckpointError: no usable checkpoint; ConfigError: its config is not rltrain's.
+    """
+    from rltrain.config import register_configs
+
+    ckpt, used, problems = load_latest(run_dir / "checkpoints")
+    ckpt["_path"] = str(used)
+    register_configs()
+    return ckpt, typed_run_config(OmegaConf.create(ckpt["config"])), used, problems
 
 
 def load_run_settings(run_dir: Path, device: str | None = None) -> Settings:

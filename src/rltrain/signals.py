@@ -174,14 +174,15 @@ def training(request_stop: Callable[[int], None]) -> Iterator[None]:
     _set(first)
     if in_sweep_worker():
         _set(signal.SIG_IGN, (signal.SIGINT,))
-    if preempt_sig is not None and callable(scheduler):
+    take_preemption = preempt_sig is not None and callable(scheduler)
+    if take_preemption:
         signal.signal(preempt_sig, preempt)
     if requested() is not None:
         request_stop(requested())
     try:
         yield
     finally:
-        if preempt_sig is not None and callable(scheduler):
+        if take_preemption:
             signal.signal(preempt_sig, scheduler)
         if _between_jobs is not None:
             _set(_between_jobs)

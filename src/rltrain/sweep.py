@@ -200,24 +200,20 @@ def earlier_attempt(job_dir: Path, overrides: list[str], label: str) -> dict[str
 def continue_job(job_dir: Path, ctx: Any, label: str) -> Any:
     """Resume an unfinished job in its own directory from its newest good checkpoint, with
     the config stored there; returns the run's InfoStats."""
-    from omegaconf import OmegaConf
-
-    from rltrain.checkpoint import CheckpointError, load_latest
-    from rltrain.config import ConfigError, typed_run_config
-    from rltrain.run import run
+    from rltrain.checkpoint import CheckpointError
+    from rltrain.config import ConfigError
+    from rltrain.run import resume_point, run
 
     lock = rundir.RunDirLock(job_dir)
     lock.acquire()
     try:
         try:
-            ckpt, used, problems = load_latest(job_dir / "checkpoints")
-        except CheckpointError as e:
+            ckpt, cfg, used, problems = resume_point(job_dir)
+        except (CheckpointError, ConfigError) as e:
             raise ConfigError(f"{job_dir} holds an unfinished run that cannot be resumed: "
                               f"{e}") from None
         for problem in problems:
             print(f"rltrain: warning: {label}{problem}", file=sys.stderr)
-        ckpt["_path"] = str(used)
-        cfg = typed_run_config(OmegaConf.create(ckpt["config"]))
         print(f"rltrain: {label}resuming the unfinished run in {job_dir} from {used.name}",
               flush=True)
         ctx.on_accept = None  # .hydra/ is the run's own, from its first attempt
