@@ -691,7 +691,7 @@ def concurrency_cases() -> list[Case]:
 def sweep_cases() -> list[Case]:
     """--multirun with one bad job."""
     def job_one_ran(tmp: Path, result: Result) -> str | None:
-        return None if (tmp / "S" / "1" / "summary.json").is_file() else (
+        return None if (tmp / "S" / "env.num_train_envs=8_job1" / "summary.json").is_file() else (
             "one bad job ended the sweep")
 
     return [Case("sweep with one bad job",

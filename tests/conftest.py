@@ -149,6 +149,15 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 60, what: str = "")
 SIGTERM, SIGINT, SIGKILL = signal.SIGTERM, signal.SIGINT, signal.SIGKILL
 
 
+def job_dir(sweep: Path, num: int) -> Path:
+    """The directory of job ``num`` of a sweep (named ``<overrides that differ>_job<num>``)."""
+    from rltrain.config import job_number
+
+    found = [p for p in sweep.iterdir() if p.is_dir() and job_number(p.name) == num]
+    assert len(found) == 1, f"job {num} in {sweep}: {sorted(p.name for p in sweep.iterdir())}"
+    return found[0]
+
+
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 

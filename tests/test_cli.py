@@ -192,7 +192,8 @@ def test_multirun_writes_one_dir_per_job(cli, tmp_path, launcher):
               "seed=0,1", f"hydra.sweep.dir={sweep}")
     assert res.returncode == 0, res.stderr
     jobs = sorted(p.name for p in sweep.iterdir() if p.is_dir() and not p.name.startswith("."))
-    assert jobs == ["0", "1"]
+    # named by what differs between the jobs (seed), then the job number
+    assert jobs == ["seed=0_job0", "seed=1_job1"]
     seeds = []
     for job in jobs:
         check_run_dir(sweep / job, "ppo", epochs=2)

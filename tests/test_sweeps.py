@@ -16,6 +16,7 @@ from conftest import (
     SIGINT,
     SIGTERM,
     cli_env,
+    job_dir,
     learning_records,
     read_jsonl,
     signal_when,
@@ -37,15 +38,15 @@ def test_a_job_with_a_config_error_does_not_end_the_sweep(cli, tmp_path, launche
               f"hydra.sweep.dir={sweep}")
     assert res.returncode == 1
     assert "Traceback" not in res.stderr
-    assert summary(sweep / "1")["status"] == "completed"  # the good job ran
-    failed = summary(sweep / "0")
+    assert summary(job_dir(sweep, 1))["status"] == "completed"  # the good job ran
+    failed = summary(job_dir(sweep, 0))
     assert failed["status"] == "failed"
     assert failed["error"] == "env.num_train_envs must be > 0, got 0"
-    assert (sweep / "0" / ".hydra" / "config.yaml").is_file()  # to see what the job was
+    assert (job_dir(sweep, 0) / ".hydra" / "config.yaml").is_file()  # to see what the job was
     report = res.stderr[res.stderr.index(f"rltrain: sweep {sweep}"):]
     assert "2 job(s): 1 failed, 0 interrupted" in report
-    assert re.search(rf"0\s+failed\s+{sweep / '0'}\s+env.num_train_envs must be > 0", report)
-    assert re.search(rf"1\s+completed\s+{sweep / '1'}", report)
+    assert re.search(rf"0\s+failed\s+{re.escape(str(job_dir(sweep, 0)))}\s+env.num_train_envs must be > 0", report)
+    assert re.search(rf"1\s+completed\s+{re.escape(str(job_dir(sweep, 1)))}", report)
 
 
 def test_a_job_that_fails_while_training_does_not_end_the_sweep(cli, tmp_path):
@@ -54,9 +55,9 @@ def test_a_job_that_fails_while_training_does_not_end_the_sweep(cli, tmp_path):
               "env.kwargs.nan_at=10,100000", f"hydra.sweep.dir={sweep}")
     assert res.returncode == 1
     assert "Traceback" not in res.stderr
-    assert summary(sweep / "0")["status"] == "failed"
-    assert "non-finite reward" in summary(sweep / "0")["error"]
-    assert summary(sweep / "1")["status"] == "completed"
+    assert summary(job_dir(sweep, 0))["status"] == "failed"
+    assert "non-finite reward" in summary(job_dir(sweep, 0))["error"]
+    assert summary(job_dir(sweep, 1))["status"] == "completed"
     assert re.search(r"0\s+failed\s+.*non-finite reward", res.stderr)
 
 
@@ -65,11 +66,12 @@ def test_jobs_record_their_own_overrides_and_the_git_commit(cli, tmp_path):
     res = cli("--multirun", "experiment=smoke", "seed=3,4", "env.num_test_envs=1",
               f"hydra.sweep.dir={sweep}")
     assert res.returncode == 0, res.stderr
-    for job, seed in (("0", 3), ("1", 4)):
-        system = summary(sweep / job)["system"]
+    for job, seed in ((0, 3), (1, 4)):
+        assert job_dir(sweep, job).name == f"seed={seed}_job{job}"
+        system = summary(job_dir(sweep, job))["system"]
         assert system["overrides"] == ["experiment=smoke", f"seed={seed}", "env.num_test_envs=1"]
         assert system["command"] == f"rltrain experiment=smoke seed={seed} env.num_test_envs=1"
-    git = summary(sweep / "0")["system"].get("git", {}).get("rltrain")
+    git = summary(job_dir(sweep, 0))["system"].get("git", {}).get("rltrain")
     if not (Path(__file__).resolve().parents[1] / ".git").exists():
         pytest.skip("rltrain is not run from a git checkout here, so there is no commit to record")
     assert git is not None and re.fullmatch(r"[0-9a-f]{40}", git["commit"])
@@ -88,10 +90,11 @@ def test_a_signal_to_a_joblib_sweep_reaches_its_jobs(tmp_path, sig, code):
          f"hydra.sweep.dir={sweep}"], cwd=tmp_path, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True, env=cli_env(), start_new_session=True)
     try:
-        wait_for(lambda: all((sweep / j / "epochs.jsonl").is_file()
-                             and (sweep / j / "epochs.jsonl").read_text().strip()
-                             for j in ("0", "1")), timeout=120, what="both jobs' first epoch")
-        pids = [rundir.lock_holder_pid(sweep / j) for j in ("0", "1")]
+        jobs = [sweep / f"seed={j}_job{j}" for j in (0, 1)]
+        wait_for(lambda: all((j / "epochs.jsonl").is_file()
+                             and (j / "epochs.jsonl").read_text().strip()
+                             for j in jobs), timeout=120, what="both jobs' first epoch")
+        pids = [rundir.lock_holder_pid(j) for j in jobs]
         assert all(pids) and proc.pid not in pids  # the jobs run in worker processes
         if sig == SIGINT:
             os.killpg(proc.pid, sig)
@@ -103,18 +106,18 @@ def test_a_signal_to_a_joblib_sweep_reaches_its_jobs(tmp_path, sig, code):
             os.killpg(proc.pid, 9)
     assert proc.returncode == code, err
     assert "Traceback" not in err
-    for job in ("0", "1"):
-        assert summary(sweep / job)["status"] == "interrupted"
-        assert f"resume with: rltrain resume={sweep / job}" in err
-    assert summary(sweep / "2")["status"] == "not started"
-    assert not (sweep / "2" / "epochs.jsonl").exists()
+    for job in jobs:
+        assert summary(job)["status"] == "interrupted"
+        assert f"resume with: rltrain resume={job}" in err
+    assert summary(job_dir(sweep, 2))["status"] == "not started"
+    assert not (job_dir(sweep, 2) / "epochs.jsonl").exists()
     for pid in pids:  # no orphan: the workers are gone with the sweep
         wait_for(lambda p=pid: not Path(f"/proc/{p}").exists(), timeout=30,
                  what=f"worker {pid} to end")
-    res = subprocess.run([str(RLTRAIN), f"resume={sweep / '0'}", "trainer.max_epochs=4"],
+    res = subprocess.run([str(RLTRAIN), f"resume={job_dir(sweep, 0)}", "trainer.max_epochs=4"],
                          cwd=tmp_path, capture_output=True, text=True, env=cli_env())
     assert res.returncode == 0, res.stderr
-    assert [r["epoch"] for r in read_jsonl(sweep / "0" / "epochs.jsonl")] == [1, 2, 3, 4]
+    assert [r["epoch"] for r in read_jsonl(job_dir(sweep, 0) / "epochs.jsonl")] == [1, 2, 3, 4]
 
 
 def test_a_signal_to_a_basic_sweep_stops_it_after_the_running_job(tmp_path):
@@ -123,9 +126,9 @@ def test_a_signal_to_a_basic_sweep_stops_it_after_the_running_job(tmp_path):
                        "trainer.epoch_num_steps=2048", f"hydra.sweep.dir={sweep}"], tmp_path,
                       lambda line: line.startswith("epoch   1/30"), SIGTERM)
     assert res.returncode == 143, res.stderr
-    assert summary(sweep / "0")["status"] == "interrupted"
-    assert summary(sweep / "1")["status"] == "not started"
-    assert f"resume with: rltrain resume={sweep / '0'}" in res.stderr
+    assert summary(job_dir(sweep, 0))["status"] == "interrupted"
+    assert summary(job_dir(sweep, 1))["status"] == "not started"
+    assert f"resume with: rltrain resume={job_dir(sweep, 0)}" in res.stderr
 
 
 def test_a_sweep_run_again_skips_finished_jobs_and_resumes_unfinished_ones(cli, tmp_path):
@@ -146,27 +149,29 @@ def test_a_sweep_run_again_skips_finished_jobs_and_resumes_unfinished_ones(cli, 
 
     res = signal_when([*args, f"hydra.sweep.dir={broken}"], tmp_path, job_1_epoch_2, SIGTERM)
     assert res.returncode == 143, res.stderr
-    assert summary(broken / "0")["status"] == "completed"
-    assert summary(broken / "1")["status"] == "interrupted"
-    job_0_files = {p: p.read_bytes() for p in (broken / "0").rglob("*") if p.is_file()}
+    assert summary(job_dir(broken, 0))["status"] == "completed"
+    assert summary(job_dir(broken, 1))["status"] == "interrupted"
+    job_0_files = {p: p.read_bytes() for p in (job_dir(broken, 0)).rglob("*") if p.is_file()}
 
     res = cli(*args, f"hydra.sweep.dir={broken}")
     assert res.returncode == 0, res.stderr
     assert "Traceback" not in res.stderr
-    assert f"job 0: already completed in {broken / '0'}: skipped" in res.stdout
-    assert f"job 1: resuming the unfinished run in {broken / '1'}" in res.stdout
-    assert {p: p.read_bytes() for p in (broken / "0").rglob("*") if p.is_file()} == job_0_files
-    for job in ("0", "1"):
-        assert learning_records(broken / job) == learning_records(full / job)
-        assert summary(broken / job)["status"] == "completed"
-    assert summary(broken / "1")["resumes"][0]["exact"] is True
+    assert f"job 0: already completed in {job_dir(broken, 0)}: skipped" in res.stdout
+    assert f"job 1: resuming the unfinished run in {job_dir(broken, 1)}" in res.stdout
+    assert {p: p.read_bytes() for p in (job_dir(broken, 0)).rglob("*") if p.is_file()} == job_0_files
+    for job in (0, 1):
+        assert learning_records(job_dir(broken, job)) == learning_records(job_dir(full, job))
+        assert summary(job_dir(broken, job))["status"] == "completed"
+    assert summary(job_dir(broken, 1))["resumes"][0]["exact"] is True
 
-    res = cli("--multirun", *SMOKE, "seed=5,6", "trainer.max_epochs=4",
+    # jobs are named by what differs between them: a sweep of other seeds gets directories of
+    # its own beside these; one of the same seeds but other settings would reuse their names
+    res = cli("--multirun", *SMOKE, "seed=0,1", "trainer.max_epochs=5",
               "trainer.epoch_num_steps=1024", f"hydra.sweep.dir={broken}")
     assert res.returncode == 1
-    assert f"{broken / '0'} already holds a different run" in res.stderr
+    assert f"{job_dir(broken, 0)} already holds a different run" in res.stderr
     assert "Traceback" not in res.stderr
-    assert {p: p.read_bytes() for p in (broken / "0").rglob("*") if p.is_file()} == job_0_files
+    assert {p: p.read_bytes() for p in (job_dir(broken, 0)).rglob("*") if p.is_file()} == job_0_files
 
 
 SUBMITIT_RUN = ["algo=dqn", "env=cartpole", "seed=0", "trainer.stop_score=null",
@@ -188,7 +193,7 @@ def test_a_preempted_submitit_job_checkpoints_requeues_and_resumes_exactly(cli, 
         [str(RLTRAIN), "--multirun", "hydra/launcher=submitit_local", *args,
          f"hydra.sweep.dir={sweep}"], cwd=tmp_path, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True, env=cli_env(), start_new_session=True)
-    job = sweep / "0"
+    job = sweep / "job0"  # a sweep of one job: no override differs
     try:
         wait_for(lambda: (job / "epochs.jsonl").is_file()
                  and len((job / "epochs.jsonl").read_text().splitlines()) >= 3,
@@ -223,9 +228,9 @@ def test_a_submitit_job_past_its_timeout_is_requeued_and_resumes_exactly(cli, tm
     res = cli("--multirun", "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=1",
               *args, f"hydra.sweep.dir={sweep}", timeout=600)
     assert res.returncode == 0, res.stderr
-    assert summary(sweep / "0")["resumes"], "the run was never requeued (a faster machine?)"
-    assert all(r["exact"] for r in summary(sweep / "0")["resumes"])
-    assert learning_records(sweep / "0") == learning_records(full)
+    assert summary(job_dir(sweep, 0))["resumes"], "the run was never requeued (a faster machine?)"
+    assert all(r["exact"] for r in summary(job_dir(sweep, 0))["resumes"])
+    assert learning_records(job_dir(sweep, 0)) == learning_records(full)
 
 
 def test_the_slurm_example_composes_with_requeueing_on(cli):
@@ -250,8 +255,8 @@ def test_a_ray_sweep_records_a_failing_job_and_runs_the_others(cli, tmp_path):
     res = cli("--multirun", "hydra/launcher=ray", "-q", *SMOKE, "env.num_train_envs=0,8",
               f"hydra.sweep.dir={sweep}", env={"RAY_USAGE_STATS_ENABLED": "0"}, timeout=600)
     assert res.returncode == 1, res.stderr
-    assert summary(sweep / "0")["status"] == "failed"
-    assert summary(sweep / "0")["error"] == "env.num_train_envs must be > 0, got 0"
-    assert summary(sweep / "1")["status"] == "completed"
-    assert "env.num_train_envs=8" in summary(sweep / "1")["system"]["overrides"]
+    assert summary(job_dir(sweep, 0))["status"] == "failed"
+    assert summary(job_dir(sweep, 0))["error"] == "env.num_train_envs must be > 0, got 0"
+    assert summary(job_dir(sweep, 1))["status"] == "completed"
+    assert "env.num_train_envs=8" in summary(job_dir(sweep, 1))["system"]["overrides"]
     assert "2 job(s): 1 failed, 0 interrupted" in res.stderr

@@ -18,6 +18,8 @@ from optuna.distributions import (  # noqa: E402
 )
 from optuna.trial import TrialState  # noqa: E402
 
+from conftest import job_dir  # noqa: E402
+from rltrain.config import job_number  # noqa: E402
 from rltrain.optuna_sweeper import encode, search_space  # noqa: E402
 from rltrain.tune import objective  # noqa: E402
 
@@ -173,8 +175,11 @@ def test_rerun_continues_the_study_and_a_stale_trial_is_asked_again(cli, tmp_pat
     assert trials[2].state == TrialState.FAIL and trials[2].user_attrs["interrupted"]
     assert trials[3].params == stale.params  # asked again
     assert all(t.state == TrialState.COMPLETE for t in trials if t.number != 2)
-    assert sorted(p.name for p in sweep.iterdir() if p.name.isdigit()) == ["0", "1", "3", "4"]
-    assert summary(sweep / "0")["status"] == "completed"  # untouched
+    jobs = {job_number(p.name): p.name for p in sweep.iterdir() if p.is_dir()}
+    assert sorted(n for n in jobs if n is not None) == [0, 1, 3, 4]
+    # each trial's directory is named by its sampled value, then its number
+    assert jobs[3] == f"algo.lr={trials[3].params['algo.lr']}_job3"
+    assert summary(job_dir(sweep, 0))["status"] == "completed"  # untouched
 
 
 @pytest.mark.parametrize("storage", ["sqlite", "journal"])

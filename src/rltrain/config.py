@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -301,9 +302,34 @@ def env_dir_name(env_id: str) -> str:
     return env_id.rpartition(":")[2].replace("/", "-") or "env"
 
 
+#: the longest part of a sweep job's directory name taken by its overrides
+JOB_NAME_LIMIT = 100
+
+
+def job_dir_name(overrides: str, num: Any) -> str:
+    """A sweep job's directory: the overrides that differ between its sweep's jobs (Hydra's
+    ``override_dirname``, whose constant keys the sweep's callback excludes), then the job
+    number, e.g. ``algo=dqn,seed=3_job7``; just ``job7`` when nothing differs. A ``/`` in a
+    value becomes ``-`` (no nested directories), and long names are cut (the number keeps
+    them apart)."""
+    name = str(overrides).replace("/", "-").replace("\\", "-").strip(".")
+    if len(name) > JOB_NAME_LIMIT:
+        name = name[:JOB_NAME_LIMIT].rstrip(",") + "~"
+    return f"{name}_job{num}" if name else f"job{num}"
+
+
+def job_number(name: str) -> int | None:
+    """The job number in a sweep job's directory name (``..._job7``, ``job7``; an older
+    sweep's plain ``7``), or None."""
+    found = re.fullmatch(r"(?:.*_)?job(\d+)|(\d+)", name)
+    return None if found is None else int(found.group(1) or found.group(2))
+
+
 def register_resolvers() -> None:
-    """``${rltrain_env_name:ID}`` (conf/env/gym.yaml), needed wherever a config is read."""
+    """``${rltrain_env_name:ID}`` (conf/env/gym.yaml) and ``${rltrain_job_dir:...}`` (a sweep
+    job's directory, conf/config.yaml), needed wherever a config is read."""
     OmegaConf.register_new_resolver("rltrain_env_name", env_dir_name, replace=True)
+    OmegaConf.register_new_resolver("rltrain_job_dir", job_dir_name, replace=True)
 
 
 def register_configs() -> None:

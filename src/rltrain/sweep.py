@@ -25,6 +25,7 @@ from hydra.errors import CompactHydraException
 from hydra.experimental.callback import Callback
 
 from rltrain import rundir, signals
+from rltrain.config import job_number
 
 STOP_FILE = ".rltrain-stop"
 #: set by a sweeper that judges the sweep itself (the Optuna sweeper: a study with failed
@@ -68,9 +69,33 @@ class HydraCallback(Callback):
             print(f"rltrain: error: {e}", file=sys.stderr)
             sys.exit(2)
         sweep_dir = path
+        name_jobs_by_what_differs(config)
         (path / STOP_FILE).unlink(missing_ok=True)  # left by an earlier, stopped sweep
         os.environ[signals.SWEEP_PID_ENV] = str(os.getpid())
         signals.between_jobs(_stop_sweep)
+
+
+def name_jobs_by_what_differs(config: Any) -> None:
+    """Leave out of each job's directory name (``hydra.job.override_dirname``) the overrides
+    every job of the sweep shares: the command line's overrides that sweep nothing, and the
+    ``tune.*`` keys the Optuna sweeper gives its trials. What remains differs between jobs
+    (the swept values, a search space's sampled ones). Each job's config is composed again
+    from the sweep's ``hydra.overrides.hydra`` (whatever the launcher), so the exclusion is
+    added there."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import open_dict, read_write
+
+    parsed = OverridesParser.create().parse_overrides(list(config.hydra.overrides.task))
+    constant = {o.key_or_group for o in parsed if not o.is_sweep_override()}
+    constant |= {f"tune.{key}" for key in ("storage", "study", "trial", "objective", "last_k",
+                                           "prune")}
+    constant |= set(config.hydra.job.config.override_dirname.exclude_keys)
+    quoted = ",".join("'" + key.replace("\\", "\\\\").replace("'", "\\'") + "'"
+                      for key in sorted(constant))
+    with read_write(config.hydra), open_dict(config.hydra):
+        config.hydra.overrides.hydra.append(
+            f"hydra.job.config.override_dirname.exclude_keys=[{quoted}]")
+        config.hydra.job.config.override_dirname.exclude_keys = sorted(constant)
 
 
 def stop_requested(job_sweep_dir: Path) -> bool:
@@ -122,8 +147,7 @@ def write_status(job_dir: Path, status: str, error: str | None = None,
 def _jobs(path: Path) -> list[Path]:
     found = {p.parent for p in path.rglob("summary.json")}
     found |= {p.parent for p in path.rglob(rundir.LOCK)}
-    return sorted(found, key=lambda p: (len(p.parts), int(p.name) if p.name.isdigit() else 0,
-                                        str(p)))
+    return sorted(found, key=lambda p: (len(p.parts), job_number(p.name) or 0, str(p)))
 
 
 def report(path: Path, quiet: bool = False) -> tuple[int, int, int]:
@@ -146,7 +170,8 @@ def report(path: Path, quiet: bool = False) -> tuple[int, int, int]:
         else:
             failed += status == "failed" or status == "unknown"
             detail = str(summary.get("error") or "")
-        rows.append(f"  {job.name:>4}  {status:<11}  {job}  {detail}")
+        num = job_number(job.name)
+        rows.append(f"  {'' if num is None else num:>4}  {status:<11}  {job}  {detail}")
     total = len(rows)
     counts = f"{total} job(s): {failed} failed, {interrupted} interrupted"
     clean = not failed and not interrupted and signals.requested() is None
