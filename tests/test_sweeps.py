@@ -246,6 +246,21 @@ def test_the_slurm_example_composes_with_requeueing_on(cli):
     assert launcher["max_num_timeout"] > 0 and launcher["signal_delay_s"] > 0
 
 
+def test_a_launcher_that_refuses_its_settings_is_one_line_and_exit_2(cli, tmp_path):
+    """submitit refuses an unknown executor parameter with a NameError from inside the
+    launcher: one line naming it, no traceback, no job started."""
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher",
+                        reason="hydra-submitit-launcher (extra: cluster) is not installed")
+    sweep = tmp_path / "sweep"
+    res = cli("--multirun", "hydra/launcher=submitit_local", "+hydra.launcher.foo=1", *SMOKE,
+              f"hydra.sweep.dir={sweep}")
+    assert res.returncode == 2, res.stderr
+    assert "Traceback" not in res.stderr and 'File "' not in res.stderr
+    assert ("rltrain: error: the sweep could not run: NameError: Unknown argument 'foo'"
+            in res.stderr)
+    assert not list(sweep.glob("*/summary.json"))
+
+
 def test_a_ray_sweep_records_a_failing_job_and_runs_the_others(cli, tmp_path):
     """hydra/launcher=ray on a local Ray instance (extra: ray): each job is a Ray task in its
     own worker process; a job with a config error is recorded and the sweep goes on."""

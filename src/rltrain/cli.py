@@ -454,6 +454,8 @@ def _hydra(argv: list[str]) -> tuple[int, bool]:
         return _error(str(e)), multirun
     sys.argv = [sys.argv[0], *argv]
     register_configs()
+    if multirun and not _full_error():
+        _brief_launcher_errors()
     code = 0
     try:
         hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")(task)()
@@ -478,6 +480,45 @@ def _hydra(argv: list[str]) -> tuple[int, bool]:
         elif failed:
             code = 1
     return code, multirun
+
+
+class LauncherError(Exception):
+    """A sweeper or launcher plugin failed outside any job (an unknown launcher setting, a
+    cluster that refuses the submission): one line, not the plugin's traceback."""
+
+
+def _brief_launcher_errors() -> None:
+    """Hydra prints the traceback of any plain exception a sweeper or launcher raises
+    (``hydra._internal.utils.run_and_report``); rltrain turns such an exception into a
+    compact one, which Hydra prints as its message alone. Hydra's own errors (already
+    compact, or config errors it explains) pass unchanged; ``HYDRA_FULL_ERROR=1`` skips this
+    for the whole traceback."""
+    from hydra._internal import utils as hydra_utils
+    from hydra.errors import CompactHydraException, HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    original = hydra_utils.run_and_report
+    if getattr(original, "rltrain_brief", False):
+        return
+
+    def brief(func: Any) -> Any:
+        def call() -> Any:
+            try:
+                return func()
+            except (HydraException, OmegaConfBaseException):
+                raise
+            except Exception as e:  # noqa: BLE001 - reported in one line, as below
+                from rltrain import sweep
+                from rltrain.trainer import failure_text
+
+                sweep.outcome_code = 2  # the sweep could not start: no job report
+                # Hydra adds its line on HYDRA_FULL_ERROR=1 after this one
+                raise CompactHydraException(
+                    f"rltrain: error: the sweep could not run: {failure_text(e)}") from None
+        return original(call)
+
+    brief.rltrain_brief = True  # type: ignore[attr-defined]
+    hydra_utils.run_and_report = brief
 
 
 def main() -> None:
