@@ -45,8 +45,9 @@ def test_a_job_with_a_config_error_does_not_end_the_sweep(cli, tmp_path, launche
     assert (job_dir(sweep, 0) / ".hydra" / "config.yaml").is_file()  # to see what the job was
     report = res.stderr[res.stderr.index(f"rltrain: sweep {sweep}"):]
     assert "2 job(s): 1 failed, 0 interrupted" in report
-    assert re.search(rf"0\s+failed\s+{re.escape(str(job_dir(sweep, 0)))}\s+env.num_train_envs must be > 0", report)
-    assert re.search(rf"1\s+completed\s+{re.escape(str(job_dir(sweep, 1)))}", report)
+    job_0, job_1 = (re.escape(str(job_dir(sweep, n))) for n in (0, 1))
+    assert re.search(rf"0\s+failed\s+{job_0}\s+env.num_train_envs must be > 0", report)
+    assert re.search(rf"1\s+completed\s+{job_1}", report)
 
 
 def test_a_job_that_fails_while_training_does_not_end_the_sweep(cli, tmp_path):
@@ -151,14 +152,14 @@ def test_a_sweep_run_again_skips_finished_jobs_and_resumes_unfinished_ones(cli, 
     assert res.returncode == 143, res.stderr
     assert summary(job_dir(broken, 0))["status"] == "completed"
     assert summary(job_dir(broken, 1))["status"] == "interrupted"
-    job_0_files = {p: p.read_bytes() for p in (job_dir(broken, 0)).rglob("*") if p.is_file()}
+    job_0_files = {p: p.read_bytes() for p in job_dir(broken, 0).rglob("*") if p.is_file()}
 
     res = cli(*args, f"hydra.sweep.dir={broken}")
     assert res.returncode == 0, res.stderr
     assert "Traceback" not in res.stderr
     assert f"job 0: already completed in {job_dir(broken, 0)}: skipped" in res.stdout
     assert f"job 1: resuming the unfinished run in {job_dir(broken, 1)}" in res.stdout
-    assert {p: p.read_bytes() for p in (job_dir(broken, 0)).rglob("*") if p.is_file()} == job_0_files
+    assert {p: p.read_bytes() for p in job_dir(broken, 0).rglob("*") if p.is_file()} == job_0_files
     for job in (0, 1):
         assert learning_records(job_dir(broken, job)) == learning_records(job_dir(full, job))
         assert summary(job_dir(broken, job))["status"] == "completed"
@@ -171,7 +172,7 @@ def test_a_sweep_run_again_skips_finished_jobs_and_resumes_unfinished_ones(cli, 
     assert res.returncode == 1
     assert f"{job_dir(broken, 0)} already holds a different run" in res.stderr
     assert "Traceback" not in res.stderr
-    assert {p: p.read_bytes() for p in (job_dir(broken, 0)).rglob("*") if p.is_file()} == job_0_files
+    assert {p: p.read_bytes() for p in job_dir(broken, 0).rglob("*") if p.is_file()} == job_0_files
 
 
 SUBMITIT_RUN = ["algo=dqn", "env=cartpole", "seed=0", "trainer.stop_score=null",
