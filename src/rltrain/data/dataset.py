@@ -1,0 +1,632 @@
+"""Offline-RL datasets: transitions in time order, in a file, with what made them.
+
+A :class:`Dataset` holds the transitions of whole episodes one after another (an
+episode ends at a transition that is ``terminated`` or ``truncated``; the last
+transition of a dataset always ends one), the env's own actions, and a ``meta``
+record: the env, its spaces as plain data, the policy that acted, the episode returns.
+
+Files: rltrain's own ``.h5``/``.hdf5`` (h5py; one HDF5 dataset per array, gzip, meta as a
+JSON string attribute) and ``.npz`` (numpy; meta as a JSON string entry), written
+atomically; and Minari datasets from local storage (``minari:ID``, read only). Every
+problem a user can fix (a missing or damaged file, a wrong space, a missing package)
+raises :class:`rltrain.config.ConfigError` with one line that names the file or id.
+
+For training, :func:`to_buffer` puts a dataset into a one-lane :class:`ReplayBuffer`
+(actions in the algorithm's normalised space); :func:`from_replay_buffer` turns an
+off-policy run's checkpointed replay buffer back into a dataset (the env's actions).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import gymnasium as gym
+import numpy as np
+
+from rltrain.config import ConfigError
+
+if TYPE_CHECKING:
+    from rltrain.data.buffers import ReplayBuffer
+
+# rltrain.actions and the buffers are imported where they are used: they import torch, which
+# reading, writing and merging datasets (rltrain-collect --merge) do without
+
+#: the arrays of a dataset, in file order
+ARRAYS = ("obs", "act", "rew", "next_obs", "terminated", "truncated")
+#: the file suffixes rltrain reads and writes
+SUFFIXES = (".h5", ".hdf5", ".npz")
+FORMAT = "rltrain-dataset"
+FORMAT_VERSION = 1
+MINARI_PREFIX = "minari:"
+MINARI_INSTALL = 'pip install -e ".[minari]"'
+#: bounds of two Box spaces closer than this are the same
+BOUNDS_TOLERANCE = 1e-6
+
+
+@dataclass(frozen=True, eq=False)
+class Dataset:
+    """Transitions of whole episodes in time order (see the module docstring)."""
+
+    #: (N, *obs_shape) float32
+    obs: np.ndarray
+    #: (N, *act_shape): the env's own actions (int64 for Discrete, float32 for Box)
+    act: np.ndarray
+    #: (N,) float32
+    rew: np.ndarray
+    #: (N, *obs_shape) float32: the true next observation, also at an episode's end
+    next_obs: np.ndarray
+    #: (N,) bool
+    terminated: np.ndarray
+    #: (N,) bool: the last transition of every episode that did not terminate (time
+    #: limit, or cut by the end of collection)
+    truncated: np.ndarray
+    #: env_id, env_kwargs, observation_space, action_space (plain dicts, see
+    #: :func:`describe_space`), policy, episode_returns, source, created, rltrain_version
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.rew)
+
+    @property
+    def dones(self) -> np.ndarray:
+        """Episode boundaries: the last transition of each episode."""
+        return self.terminated | self.truncated
+
+    def episode_starts(self) -> np.ndarray:
+        """Index of the first transition of each episode."""
+        ends = np.flatnonzero(self.dones)
+        return np.concatenate([[0], ends[:-1] + 1]).astype(np.int64) if len(ends) else \
+            np.zeros(0, dtype=np.int64)
+
+    def episode_lengths(self) -> np.ndarray:
+        return np.diff(np.append(self.episode_starts(), len(self)))
+
+    def episode_returns(self) -> np.ndarray:
+        """Undiscounted return of each episode, summed in float64 from the stored rewards."""
+        starts = self.episode_starts()
+        if not len(starts):
+            return np.zeros(0)
+        return np.add.reduceat(self.rew.astype(np.float64), starts)
+
+    @property
+    def num_episodes(self) -> int:
+        return int(self.dones.sum())
+
+    def summary(self) -> dict[str, Any]:
+        """Transitions, episodes and their returns, for printing."""
+        returns = self.episode_returns()
+        stats = ({"return_mean": float(returns.mean()), "return_std": float(returns.std()),
+                  "return_min": float(returns.min()), "return_max": float(returns.max())}
+                 if len(returns) else {})
+        return {"transitions": len(self), "episodes": len(returns),
+                "terminated": int(self.terminated.sum()),
+                "length_mean": float(self.episode_lengths().mean()) if len(returns) else 0.0,
+                **stats, "env_id": self.meta.get("env_id"), "source": self.meta.get("source")}
+
+
+# --------------------------------------------------------------------------- spaces as data
+def describe_space(space: gym.Space) -> dict[str, Any]:
+    """A Box or Discrete space as plain JSON data (infinite bounds as "inf"/"-inf")."""
+    if isinstance(space, gym.spaces.Discrete):
+        return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
+    if isinstance(space, gym.spaces.Box):
+        def bounds(a: np.ndarray) -> list[Any]:
+            return [float(x) if np.isfinite(x) else ("inf" if x > 0 else "-inf")
+                    for x in np.asarray(a, dtype=np.float64).reshape(-1)]
+        return {"type": "Box", "shape": list(space.shape), "low": bounds(space.low),
+                "high": bounds(space.high), "dtype": np.dtype(space.dtype).name}
+    raise ConfigError(f"{type(space).__name__} spaces cannot be stored in a dataset; rltrain "
+                      "datasets hold Box and Discrete spaces")
+
+
+def space_from_dict(d: Mapping[str, Any]) -> gym.Space:
+    """The gymnasium space that :func:`describe_space` described (ValueError if malformed)."""
+    try:
+        if d["type"] == "Discrete":
+            return gym.spaces.Discrete(int(d["n"]), start=int(d.get("start", 0)))
+        if d["type"] == "Box":
+            shape = tuple(int(n) for n in d["shape"])
+            dtype = np.dtype(d.get("dtype", "float32"))
+            bounds = [np.array([float(x) for x in d[k]]).reshape(shape) for k in ("low", "high")]
+            if dtype.kind == "f":  # exact: the bounds were written from this dtype
+                bounds = [b.astype(dtype) for b in bounds]
+            with warnings.catch_warnings():  # gymnasium's notes on casting integer bounds
+                warnings.simplefilter("ignore")
+                return gym.spaces.Box(*bounds, shape, dtype)
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"malformed space description ({type(e).__name__}: {e})") from None
+    raise ValueError(f"unknown space type {d.get('type')!r}")
+
+
+def space_text(d: Mapping[str, Any]) -> str:
+    """A described space in one short line, as gymnasium prints it where it can:
+    ``Discrete(3)``, ``Box(-2.0, 2.0, (1,), float32)``, and per-dimension bounds as lists
+    (the middle of a long one left out)."""
+    try:
+        space = space_from_dict(d)
+    except ValueError:
+        return json.dumps(d)[:80]
+    if not isinstance(space, gym.spaces.Box):
+        return str(space)
+    low, high = space.low.reshape(-1), space.high.reshape(-1)
+    if len(low) and (low == low[0]).all() and (high == high[0]).all():
+        return str(space)
+
+    def values(a: np.ndarray) -> str:
+        shown = [f"{x:.6g}" for x in (a if len(a) <= 6 else [*a[:3], *a[-2:]])]
+        if len(a) > 6:
+            shown.insert(3, "...")
+        return f"[{', '.join(shown)}]"
+    return f"Box({values(low)}, {values(high)}, {space.shape}, {space.dtype})"
+
+
+def space_mismatch(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
+    """Why two described spaces differ (None if they are the same for rltrain): type, and
+    Box shape and bounds (within :data:`BOUNDS_TOLERANCE` where finite), Discrete n and
+    start. The Box dtype does not count: observations are stored as float32 anyway."""
+    if a.get("type") != b.get("type"):
+        return "type"
+    if a["type"] == "Discrete":
+        if (int(a["n"]), int(a.get("start", 0))) != (int(b["n"]), int(b.get("start", 0))):
+            return "n or start"
+        return None
+    if list(a["shape"]) != list(b["shape"]):
+        return "shape"
+    for key in ("low", "high"):
+        x = np.array([float(v) for v in a[key]])
+        y = np.array([float(v) for v in b[key]])
+        finite = np.isfinite(x)
+        if x.shape != y.shape or not (finite == np.isfinite(y)).all() or \
+                (x[~finite] != y[~finite]).any() or \
+                (np.abs(x[finite] - y[finite]) > BOUNDS_TOLERANCE).any():
+            return "bounds"
+    return None
+
+
+def check_spaces(ds: Dataset, obs_space: gym.Space, action_space: gym.Space, env_id: str,
+                 spec: str) -> None:
+    """Refuse a dataset whose observation or action space is not the env's, naming both.
+
+    Only the spaces decide: a dataset collected on another env id with the same spaces (a
+    registered copy, a variant) is accepted.
+    """
+    for what, space, key in (("observation", obs_space, "observation_space"),
+                             ("action", action_space, "action_space")):
+        mine = ds.meta.get(key)
+        try:
+            env_d = describe_space(space)
+        except ConfigError:
+            raise ConfigError(f"{env_id} has a {type(space).__name__} {what} space; rltrain "
+                              "datasets hold Box and Discrete spaces") from None
+        if not isinstance(mine, Mapping) or space_mismatch(mine, env_d) is not None:
+            theirs = space_text(mine) if isinstance(mine, Mapping) else "none recorded"
+            raise ConfigError(f"dataset {spec} has {what} space {theirs} but {env_id} has "
+                              f"{space_text(env_d)}; collect the dataset on the same env")
+
+
+# --------------------------------------------------------------------------- building
+def new_meta(**fields: Any) -> dict[str, Any]:
+    """A meta record with rltrain's own fields (format, version, creation time) filled in."""
+    import rltrain
+
+    return {"format": FORMAT, "format_version": FORMAT_VERSION,
+            "rltrain_version": rltrain.__version__,
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            **fields}
+
+
+def make_dataset(obs: np.ndarray, act: np.ndarray, rew: np.ndarray, next_obs: np.ndarray,
+                 terminated: np.ndarray, truncated: np.ndarray, meta: dict[str, Any]) -> Dataset:
+    """A dataset from arrays in time order, with rltrain's dtypes; its last transition is
+    marked truncated if it ends no episode, and ``meta["episode_returns"]`` is set from the
+    arrays (so the two always agree)."""
+    discrete = meta["action_space"]["type"] == "Discrete"
+    truncated = np.array(truncated, dtype=bool)
+    terminated = np.asarray(terminated, dtype=bool)
+    if len(truncated) and not (terminated[-1] or truncated[-1]):
+        truncated[-1] = True
+    ds = Dataset(obs=np.asarray(obs, dtype=np.float32),
+                 act=np.asarray(act, dtype=np.int64 if discrete else np.float32),
+                 rew=np.asarray(rew, dtype=np.float32),
+                 next_obs=np.asarray(next_obs, dtype=np.float32),
+                 terminated=terminated, truncated=truncated, meta=dict(meta))
+    ds.meta["episode_returns"] = [float(r) for r in ds.episode_returns()]
+    return ds
+
+
+def concatenate(parts: list[Dataset], meta: dict[str, Any]) -> Dataset:
+    """The datasets one after another (each ends an episode, so episodes stay whole)."""
+    return make_dataset(*(np.concatenate([getattr(p, name) for p in parts]) for name in ARRAYS),
+                        meta=meta)
+
+
+# --------------------------------------------------------------------------- files
+def _suffix(path: Path, verb: str) -> str:
+    suffix = path.suffix.lower()
+    if suffix not in SUFFIXES:
+        shown = f"suffix {path.suffix!r}" if path.suffix else "no suffix"
+        raise ConfigError(f"{path}: cannot {verb} a dataset with {shown}; use .h5, .hdf5 "
+                          "(HDF5) or .npz (numpy)")
+    return suffix
+
+
+def save_dataset(ds: Dataset, path: Path | str) -> Path:
+    """Write ``ds`` to ``path`` (.h5/.hdf5 or .npz) atomically: a temporary file in the same
+    folder, renamed over ``path`` once complete.
+
+    :raises ConfigError: an unknown suffix. OSError: the file system's own error.
+    """
+    path = Path(path)
+    suffix = _suffix(path, "write")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    meta = json.dumps(ds.meta, allow_nan=False)
+    try:
+        if suffix == ".npz":
+            with open(tmp, "wb") as f:  # a file object: numpy appends no second ".npz"
+                np.savez(f, **{name: getattr(ds, name) for name in ARRAYS}, meta=np.array(meta))
+                f.flush()
+                os.fsync(f.fileno())
+        else:
+            import h5py
+
+            with h5py.File(tmp, "w") as f:
+                f.attrs["format"] = FORMAT
+                f.attrs["meta"] = meta
+                for name in ARRAYS:
+                    a = getattr(ds, name)
+                    big = a.size > 1024
+                    f.create_dataset(name, data=a, track_times=False,
+                                     compression="gzip" if big else None,
+                                     compression_opts=4 if big else None, shuffle=big)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _read_file(path: Path, spec: str) -> tuple[dict[str, np.ndarray], str | None]:
+    """The arrays and the meta JSON of an rltrain dataset file."""
+    suffix = _suffix(path, "read")
+    arrays: dict[str, np.ndarray] = {}
+    if suffix == ".npz":
+        import zipfile
+
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                names = set(z.files)
+                for name in ARRAYS:
+                    if name in names:
+                        arrays[name] = z[name]
+                meta = str(z["meta"][()]) if "meta" in names else None
+        except (zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError) as e:
+            raise ConfigError(f"dataset {spec} is not a readable .npz file (damaged or "
+                              f"truncated?): {_first_line(e)}") from None
+    else:
+        import h5py
+
+        try:
+            with h5py.File(path, "r") as f:
+                for name in ARRAYS:
+                    if name in f and isinstance(f[name], h5py.Dataset):
+                        arrays[name] = f[name][()]
+                meta = f.attrs.get("meta")
+        except (OSError, KeyError, ValueError, RuntimeError, TypeError) as e:
+            raise ConfigError(f"dataset {spec} is not a readable HDF5 file (damaged or "
+                              f"truncated?): {_first_line(e)}") from None
+        if isinstance(meta, bytes):
+            meta = meta.decode("utf-8", "replace")
+        elif meta is not None and not isinstance(meta, str):
+            meta = str(meta)
+    missing = [name for name in ARRAYS if name not in arrays]
+    if len(missing) == len(ARRAYS):
+        raise ConfigError(f"{spec} is not an rltrain dataset (it has none of the arrays "
+                          f"{', '.join(ARRAYS)}); make one with rltrain-collect")
+    if missing:
+        raise ConfigError(f"dataset {spec} has no {' or '.join(missing)} array; an rltrain "
+                          f"dataset holds {', '.join(ARRAYS)}")
+    return arrays, meta
+
+
+def _first_line(e: BaseException, limit: int = 160) -> str:
+    text = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _validated(arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any], spec: str) -> Dataset:
+    """Check what was read against rltrain's layout; one ConfigError naming ``spec`` and the
+    first problem."""
+    def bad(problem: str) -> ConfigError:
+        return ConfigError(f"dataset {spec} {problem}")
+
+    spaces, texts = {}, {}
+    for key in ("observation_space", "action_space"):
+        d = meta.get(key)
+        if not isinstance(d, Mapping):
+            raise bad(f"records no {key} in its meta; it was not written by rltrain-collect")
+        try:
+            spaces[key] = space_from_dict(d)
+        except ValueError as e:
+            raise bad(f"has a damaged {key} in its meta ({e})") from None
+        texts[key] = space_text(d)
+    lengths = {name: (len(a) if np.ndim(a) else 0) for name, a in arrays.items()}
+    if len(set(lengths.values())) > 1:
+        shown = ", ".join(f"{name} {count}" for name, count in lengths.items())
+        raise bad(f"has arrays of unequal length ({shown}); every array needs one entry per "
+                  "transition")
+    if lengths["rew"] == 0:
+        raise bad("holds no transitions")
+    obs_shape = spaces["observation_space"].shape
+    for name in ("obs", "next_obs"):
+        a = arrays[name]
+        if a.shape[1:] != obs_shape or a.dtype.kind not in "fiu":
+            raise bad(f"has {name} of shape {a.shape[1:]} and dtype {a.dtype}, but its "
+                      f"observation space is {texts['observation_space']}")
+    act, act_space = arrays["act"], spaces["action_space"]
+    if isinstance(act_space, gym.spaces.Discrete):
+        if act.shape[1:] != () or act.dtype.kind not in "iu":
+            raise bad(f"has act of shape {act.shape[1:]} and dtype {act.dtype}; its action "
+                      f"space {act_space} needs one integer per transition")
+        lo, hi = int(act_space.start), int(act_space.start + act_space.n)
+        outside = (act < lo) | (act >= hi)
+        if outside.any():
+            raise bad(f"has action {int(act[outside][0])} outside its action space {act_space}")
+    elif act.shape[1:] != act_space.shape or act.dtype.kind not in "fiu":
+        raise bad(f"has act of shape {act.shape[1:]} and dtype {act.dtype}, but its action "
+                  f"space is {texts['action_space']}")
+    if arrays["rew"].ndim != 1 or arrays["rew"].dtype.kind not in "fiu":
+        raise bad(f"has rew of shape {arrays['rew'].shape} and dtype {arrays['rew'].dtype}; "
+                  "it needs one number per transition")
+    for name in ("terminated", "truncated"):
+        a = arrays[name]
+        if a.ndim != 1 or not (a.dtype == bool or (a.dtype.kind in "iu" and
+                                                   np.isin(a, (0, 1)).all())):
+            raise bad(f"has {name} of shape {a.shape} and dtype {a.dtype}; it needs one bool "
+                      "per transition")
+    for name in ("obs", "next_obs", "act", "rew"):
+        a = arrays[name]
+        if a.dtype.kind == "f" and not np.isfinite(a).all():
+            where = int(np.flatnonzero(~np.isfinite(a.reshape(len(a), -1)).all(axis=1))[0])
+            raise bad(f"has a non-finite value in {name} (transition {where}); remove or "
+                      "recollect it")
+    return make_dataset(*(arrays[name] for name in ARRAYS), meta=dict(meta))
+
+
+def load_dataset(spec: str) -> Dataset:
+    """A dataset from an rltrain file (``.h5``, ``.hdf5``, ``.npz``) or a Minari dataset in
+    local storage (``minari:ID``; ``MINARI_DATASETS_PATH`` chooses the storage).
+
+    :raises ConfigError: one line naming the file or id and what would be right.
+    """
+    spec = str(spec)
+    if spec.startswith(MINARI_PREFIX):
+        return _load_minari(spec[len(MINARI_PREFIX):], spec)
+    path = Path(spec)
+    if not path.exists():
+        raise ConfigError(f"dataset {spec} does not exist; pass an .h5, .hdf5 or .npz file "
+                          "written by rltrain-collect, or minari:ID")
+    if path.is_dir():
+        raise ConfigError(f"dataset {spec} is a directory; pass an .h5, .hdf5 or .npz file "
+                          "written by rltrain-collect, or minari:ID")
+    arrays, meta_text = _read_file(path, spec)
+    if meta_text is None:
+        raise ConfigError(f"dataset {spec} has no meta record (env, spaces); it was not "
+                          "written by rltrain-collect")
+    try:
+        meta = json.loads(meta_text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"dataset {spec} has a damaged meta record (not JSON: {e})") from None
+    if not isinstance(meta, dict):
+        raise ConfigError(f"dataset {spec} has a damaged meta record (not a JSON object)")
+    return _validated(arrays, meta, spec)
+
+
+# --------------------------------------------------------------------------- Minari
+def _minari(spec: str) -> Any:
+    try:
+        import minari
+    except ImportError:
+        raise ConfigError(f"{spec} needs the minari package, which is not installed: "
+                          f"{MINARI_INSTALL} (in the rltrain repository)") from None
+    return minari
+
+
+def _minari_dir(dataset_id: str, spec: str) -> Path:
+    """The local folder of a Minari dataset; ConfigError listing the local ids if none."""
+    minari = _minari(spec)
+    from minari.dataset.minari_dataset import parse_dataset_id
+    from minari.storage.datasets_root_dir import get_dataset_path
+
+    try:
+        parse_dataset_id(dataset_id)
+    except ValueError:
+        raise ConfigError(f"{spec}: {dataset_id!r} is not a Minari dataset id (they read "
+                          "[namespace/]name-vN, e.g. minari:D4RL/door/human-v2)") from None
+    path = get_dataset_path(dataset_id)
+    if not (path / "data").is_dir():
+        with warnings.catch_warnings():  # a misconfigured neighbour is not this error
+            warnings.simplefilter("ignore")
+            local = sorted(minari.list_local_datasets())
+        root = get_dataset_path()
+        have = (f"local datasets: {', '.join(local[:10])}{', ...' if len(local) > 10 else ''}"
+                if local else "there are no local datasets")
+        raise ConfigError(f"{spec}: no Minari dataset {dataset_id!r} in {root} ({have}); "
+                          "download it with `minari download ID`, or set MINARI_DATASETS_PATH")
+    return path
+
+
+def _load_minari(dataset_id: str, spec: str) -> Dataset:
+    """Convert a local Minari dataset: each episode's T+1 observations and T actions,
+    rewards, terminations and truncations become T transitions."""
+    path = _minari_dir(dataset_id, spec)
+    minari = _minari(spec)
+    try:
+        data = minari.load_dataset(dataset_id)
+    except Exception as e:  # noqa: BLE001 - minari's own errors are plain ValueError etc.
+        raise ConfigError(f"{spec}: Minari could not load {path}: {_first_line(e)}") from None
+    spaces = {}
+    for key, what in (("observation_space", "observation"), ("action_space", "action")):
+        space = getattr(data, key)
+        allowed = (gym.spaces.Box,) if key == "observation_space" else (
+            gym.spaces.Box, gym.spaces.Discrete)
+        if not isinstance(space, allowed):
+            kinds = "Box" if key == "observation_space" else "Box and Discrete"
+            raise ConfigError(f"{spec} has a {type(space).__name__} {what} space; rltrain "
+                              f"reads {kinds} {what}s")
+        spaces[key] = describe_space(space)
+    fields: dict[str, list[np.ndarray]] = {name: [] for name in ARRAYS}
+    try:
+        for ep in data.iterate_episodes():
+            o = np.asarray(ep.observations)
+            t = len(ep.rewards)
+            if t == 0:
+                continue
+            if len(o) != t + 1 or len(ep.actions) != t:
+                raise ConfigError(f"{spec}: episode {ep.id} has {len(o)} observations and "
+                                  f"{len(ep.actions)} actions for {t} rewards (expected "
+                                  f"{t + 1} and {t})")
+            term = np.asarray(ep.terminations, dtype=bool)
+            trunc = np.asarray(ep.truncations, dtype=bool).copy()
+            if not (term[-1] or trunc[-1]):  # the recording stopped mid-episode
+                trunc[-1] = True
+            for name, value in (("obs", o[:-1]), ("next_obs", o[1:]),
+                                ("act", np.asarray(ep.actions)),
+                                ("rew", np.asarray(ep.rewards)), ("terminated", term),
+                                ("truncated", trunc)):
+                fields[name].append(value)
+    except ConfigError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a damaged storage file
+        raise ConfigError(f"{spec}: reading {path} failed: {_first_line(e)}") from None
+    if not fields["rew"]:
+        raise ConfigError(f"{spec} holds no transitions")
+    env_spec = data.env_spec
+    meta = new_meta(
+        env_id=None if env_spec is None else env_spec.id,
+        env_kwargs={} if env_spec is None else json_safe(dict(env_spec.kwargs or {})),
+        **spaces,
+        policy={"kind": "minari", "algorithm": json_safe(
+            data.storage.metadata.get("algorithm_name"))},
+        source=spec,
+        minari_version=str(data.minari_version),
+    )
+    arrays = {name: np.concatenate(parts) for name, parts in fields.items()}
+    return _validated(arrays, meta, spec)
+
+
+def json_safe(obj: Any) -> Any:
+    """JSON-safe: what json cannot write becomes its repr."""
+    try:
+        json.dumps(obj, allow_nan=False)
+        return obj
+    except (TypeError, ValueError):
+        if isinstance(obj, dict):
+            return {str(k): json_safe(v) for k, v in obj.items()}
+        return repr(obj)
+
+
+# --------------------------------------------------------------------------- fingerprint
+def _hash_file(path: Path, h: Any, chunk: int = 1 << 20) -> None:
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+
+
+def dataset_fingerprint(spec: str) -> dict[str, Any]:
+    """What identifies a dataset's contents: ``{"spec", "path", "sha256"}``. The hash is
+    of the file's bytes, or for ``minari:ID`` of the dataset folder's files (relative path
+    and bytes, in sorted order); both are read in chunks."""
+    spec = str(spec)
+    h = hashlib.sha256()
+    if spec.startswith(MINARI_PREFIX):
+        path = _minari_dir(spec[len(MINARI_PREFIX):], spec).resolve()
+        for file in sorted(p for p in path.rglob("*") if p.is_file()):
+            h.update(file.relative_to(path).as_posix().encode() + b"\0")
+            _hash_file(file, h)
+    else:
+        path = Path(spec).resolve()
+        if not path.is_file():
+            raise ConfigError(f"dataset {spec} does not exist")
+        _hash_file(path, h)
+    return {"spec": spec, "path": str(path), "sha256": h.hexdigest()}
+
+
+# --------------------------------------------------------------------------- buffers
+def to_buffer(ds: Dataset, *, discrete: bool, action_low: np.ndarray | None,
+              action_high: np.ndarray | None, n_step: int, gamma: float,
+              seed: int) -> ReplayBuffer:
+    """A one-lane replay buffer holding ``ds`` in order, for offline training.
+
+    Continuous actions are mapped into the algorithm's normalised space with
+    :func:`rltrain.actions.to_agent`; discrete ones are stored as they are (int64). The
+    buffer's n-step windows stop at ``terminated | truncated``, which :func:`make_dataset`
+    guarantees at the end of every episode, the dataset's last included.
+    """
+    from rltrain.actions import to_agent
+    from rltrain.data.buffers import ReplayBuffer
+
+    is_discrete = ds.meta.get("action_space", {}).get("type") == "Discrete"
+    if is_discrete != discrete:
+        kind = "discrete" if is_discrete else "continuous"
+        raise ConfigError(f"dataset has {kind} actions, but the algorithm was built for "
+                          f"{'discrete' if discrete else 'continuous'} ones")
+    act = ds.act.astype(np.int64) if discrete else to_agent(ds.act, action_low, action_high)
+    if not len(ds):
+        raise ConfigError("the dataset holds no transitions")
+    buffer = ReplayBuffer(1, len(ds), ds.obs.shape[1:], ds.act.shape[1:],
+                          np.int64 if discrete else np.float32, circular=True, n_step=n_step,
+                          gamma=gamma, seed=seed)
+    truncated = ds.truncated.copy()
+    truncated[-1] |= not ds.terminated[-1]  # the data ends: so does its last episode
+    buffer.extend(*(a[:, None] for a in (ds.obs, act, ds.rew, ds.next_obs, ds.terminated,
+                                         truncated)))
+    return buffer
+
+
+def _numpy(x: Any) -> np.ndarray:
+    return x.numpy() if hasattr(x, "numpy") else np.asarray(x)
+
+
+def from_replay_buffer(state: Mapping[str, Any], *, discrete: bool,
+                       action_low: np.ndarray | None, action_high: np.ndarray | None,
+                       meta: dict[str, Any]) -> Dataset:
+    """A dataset from a replay buffer's ``state_dict()`` (``ckpt["buffer"]`` of an
+    off-policy run's checkpoint): lanes one after another, each in time order (a full lane
+    starts at ``ptr``, its oldest entry), its last transition marked truncated when the
+    episode was still running. Continuous actions go back to the env's space with
+    :func:`rltrain.actions.to_env` (the buffer holds the algorithm's normalised actions).
+
+    The first episode of a lane that has wrapped around is a tail: its start was
+    overwritten.
+    """
+    from rltrain.actions import to_env
+
+    arrays = {name: _numpy(state[name]) for name in (*ARRAYS, "ptr", "size")}
+    capacity = arrays["rew"].shape[1]
+    parts: dict[str, list[np.ndarray]] = {name: [] for name in ARRAYS}
+    for lane, (ptr, size) in enumerate(zip(arrays["ptr"], arrays["size"], strict=True)):
+        size = int(size)
+        if size == 0:
+            continue
+        start = int(ptr) if size == capacity else 0
+        order = (start + np.arange(size)) % capacity
+        for name in ARRAYS:
+            parts[name].append(arrays[name][lane, order])
+        trunc = parts["truncated"][-1]
+        if not (trunc[-1] or parts["terminated"][-1][-1]):
+            trunc[-1] = True  # a fancy-indexed copy: the state is left as it was
+    if not parts["rew"]:
+        raise ConfigError("the replay buffer is empty")
+    out = {name: np.concatenate(p) for name, p in parts.items()}
+    if not discrete:
+        out["act"] = to_env(out["act"], action_low, action_high)
+    return make_dataset(*(out[name] for name in ARRAYS), meta=meta)
