@@ -70,6 +70,13 @@ def sample_categorical(logits: torch.Tensor) -> torch.Tensor:
     return (logits - torch.rand_like(logits).log_().neg_().log_()).argmax(-1)
 
 
+def diagonal_gaussian_log_prob(x: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor
+                               ) -> torch.Tensor:
+    """log N(x; mean, exp(log_std)^2), summed over the last dimension."""
+    z = (x - mean) * torch.exp(-log_std)
+    return (-0.5 * z.pow(2) - log_std - _HALF_LOG_2PI).sum(-1)
+
+
 class CategoricalActor(nn.Module):
     """Discrete actions: logits over the actions."""
 
@@ -114,9 +121,41 @@ class GaussianActor(nn.Module):
                          ) -> tuple[torch.Tensor, torch.Tensor]:
         mean = self.net.forward(obs)
         log_std = self.log_std.expand_as(mean)
-        z = (act.reshape(mean.shape) - mean) * torch.exp(-log_std)
-        logp = (-0.5 * z.pow(2) - log_std - _HALF_LOG_2PI).sum(-1)
+        logp = diagonal_gaussian_log_prob(act.reshape(mean.shape), mean, log_std)
         return logp, (0.5 + _HALF_LOG_2PI + log_std).sum(-1)
+
+
+class TanhMeanGaussianActor(nn.Module):
+    """A diagonal Gaussian whose mean tanh(f(s)) is in [-1, 1], with a state-independent log
+    standard deviation clamped to [LOG_STD_MIN, LOG_STD_MAX] (IQL's policy, Kostrikov et al.
+    2021, arXiv:2110.06169). The density is a plain Gaussian's around the bounded mean, not a
+    squashed one, so actions at exactly -1 or 1 (a dataset's, at the env's bounds) have a
+    finite log-probability. The deterministic action is the mean."""
+
+    LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+
+    def __init__(self, obs_dim: int, hidden_sizes: Sequence[int], action_dim: int,
+                 activation: str) -> None:
+        super().__init__()
+        self.net = mlp(obs_dim, hidden_sizes, action_dim, activation, 0.01)
+        self.log_std = nn.Parameter(torch.zeros(action_dim))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.net.forward(obs))
+
+    def _clamped_log_std(self) -> torch.Tensor:
+        return self.log_std.clamp(self.LOG_STD_MIN, self.LOG_STD_MAX)
+
+    def sample(self, obs: torch.Tensor) -> torch.Tensor:
+        """An action drawn around the mean (it may leave [-1, 1]; the env-side scaling
+        clips it)."""
+        mean = self.forward(obs)
+        return torch.normal(mean, self._clamped_log_std().exp().expand_as(mean))
+
+    def log_prob(self, obs: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
+        """log pi(a|s) of the actions ``act`` (batch, action_dim)."""
+        mean = self.forward(obs)
+        return diagonal_gaussian_log_prob(act, mean, self._clamped_log_std().expand_as(mean))
 
 
 class SquashedGaussianActor(nn.Module):

@@ -115,6 +115,11 @@ class DDPG(OffPolicyAlgorithm):
         """The action the TD target evaluates at the next state."""
         return self.pi_target(next_obs)
 
+    def actor_loss(self, obs: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
+        """The actor's objective on a batch of states (and the batch's actions, which TD3+BC
+        regresses onto): ascend the first critic's value of the actor's action."""
+        return -self.critic(obs, self.pi(obs))[0].mean()
+
     def update(self, batch: Batch, *, progress: Progress) -> DDPGStats:
         cfg = self.cfg
         obs, next_obs = self._obs(batch.obs), self._obs(batch.next_obs)
@@ -129,10 +134,10 @@ class DDPG(OffPolicyAlgorithm):
         critic_loss = (q - target).pow(2).mean(1).sum()
         clip_and_step(critic_loss, self.critic_optim, cfg.max_grad_norm)
 
-        # actor: ascend the first critic's value of its action; then the targets follow
+        # actor: its objective (actor_loss); then the targets follow
         if progress.gradient_step % cfg.policy_delay == 0:
             self.critic.requires_grad_(False)  # the actor's loss needs no critic gradients
-            actor_loss = -self.critic(obs, self.pi(obs))[0].mean()
+            actor_loss = self.actor_loss(obs, act)
             clip_and_step(actor_loss, self.actor_optim, cfg.max_grad_norm)
             self.critic.requires_grad_(True)
             soft_update(self.pi_target_flat, self.actor_optim.flat, cfg.tau)

@@ -118,6 +118,12 @@ class DQN(OffPolicyAlgorithm):
         explore = self.rng.random(len(obs)) < self.epsilon(progress.fraction)
         return np.where(explore, self.rng.integers(self.num_actions, size=len(obs)), greedy)
 
+    def td_loss(self, q_sa: torch.Tensor, target: torch.Tensor, q_all: torch.Tensor
+                ) -> torch.Tensor:
+        """The loss of Q(s, a) at the batch's actions against the TD target: Huber. ``q_all``
+        (batch, actions), every action's value, is for the penalties subclasses add (CQL)."""
+        return F.smooth_l1_loss(q_sa, target, beta=self.cfg.huber_delta)
+
     def update(self, batch: Batch, *, progress: Progress) -> DQNStats:
         cfg = self.cfg
         obs, next_obs = self._obs(batch.obs), self._obs(batch.next_obs)
@@ -130,8 +136,9 @@ class DQN(OffPolicyAlgorithm):
             else:
                 next_v = next_q_target.max(-1).values
             target = self._tensor(self._rew(batch.rew)) + self._tensor(batch.discount) * next_v
-        q_sa = self.q(obs).gather(1, act.unsqueeze(1)).squeeze(1)
-        loss = F.smooth_l1_loss(q_sa, target, beta=cfg.huber_delta)
+        q_all = self.q(obs)
+        q_sa = q_all.gather(1, act.unsqueeze(1)).squeeze(1)
+        loss = self.td_loss(q_sa, target, q_all)
         clip_and_step(loss, self.optim, cfg.max_grad_norm)
         if (progress.gradient_step + 1) % cfg.target_update_interval == 0:
             self.q_target.load_state_dict(self.q.state_dict())

@@ -121,6 +121,13 @@ class SAC(OffPolicyAlgorithm):
             act = self.pi.sample(x, self.exploration_noise(len(obs), self.cfg.noise_beta))[0]
         return act.reshape(len(obs), *self.info.action_shape).cpu().numpy()
 
+    def critic_loss(self, q: torch.Tensor, target: torch.Tensor, obs: torch.Tensor,
+                    next_obs: torch.Tensor) -> torch.Tensor:
+        """The critics' loss from their values ``q`` (critics, batch) at the batch's actions:
+        squared TD errors, averaged over the batch and summed over the critics. The states are
+        for the penalties subclasses add (CQL)."""
+        return (q - target).pow(2).mean(1).sum()
+
     def update(self, batch: Batch, *, progress: Progress) -> SACStats:
         cfg = self.cfg
         obs, next_obs = self._obs(batch.obs), self._obs(batch.next_obs)
@@ -134,7 +141,7 @@ class SAC(OffPolicyAlgorithm):
             target = (self._tensor(self._rew(batch.rew))
                       + self._tensor(batch.discount) * (next_q - alpha * next_logp))
         q = self.critic(obs, act)
-        critic_loss = (q - target).pow(2).mean(1).sum()
+        critic_loss = self.critic_loss(q, target, obs, next_obs)
         clip_and_step(critic_loss, self.critic_optim, cfg.max_grad_norm)
 
         # actor and temperature, every policy_delay gradient steps

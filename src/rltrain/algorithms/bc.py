@@ -1,0 +1,109 @@
+"""Behaviour cloning: Pomerleau 1991, "Efficient Training of Artificial Neural Networks for
+Autonomous Navigation" (Neural Computation 3(1):88-97), the baseline of the offline RL
+literature (e.g. Fu et al. 2020, D4RL, arXiv:2004.07219; Fujimoto & Gu 2021, arXiv:2106.06860).
+
+Supervised learning of the dataset's actions from its states, no rewards: discrete actions by
+cross-entropy on a categorical actor's logits, continuous ones by the mean squared error of a
+deterministic tanh actor's action against the data action, in the normalised space of
+:mod:`rltrain.actions` (where the env's bounds are -1 and 1). Offline only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from rltrain.algorithms.base import OffPolicyAlgorithm, Progress, clip_and_step
+from rltrain.algorithms.registry import CONTINUOUS, DISCRETE, AlgoSpec, register
+from rltrain.config import AlgoConfig, check_network, check_positive
+from rltrain.data.buffers import Batch
+from rltrain.envs import SpaceInfo
+from rltrain.nets import CategoricalActor, DeterministicActor
+from rltrain.optim import Adam
+
+
+@dataclass
+class BCConfig(AlgoConfig):
+    """Behaviour cloning (Pomerleau 1991), offline; discrete and continuous actions."""
+
+    name: str = "bc"
+    #: hidden layer sizes of the actor
+    hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])
+    activation: str = "relu"
+    lr: float = 3e-4
+    #: clip the global gradient norm (null: no clipping)
+    max_grad_norm: float | None = None
+
+    def check(self) -> None:
+        check_network(self)
+        check_positive(self, "algo", "lr", "max_grad_norm")
+
+
+@dataclass(frozen=True)
+class BCStats:
+    """Continuous actions: the loss is the mean squared error to the data actions."""
+
+    loss: float
+
+
+@dataclass(frozen=True)
+class DiscreteBCStats:
+    #: cross-entropy of the data actions under the actor's logits
+    loss: float
+    #: fraction of the batch where the actor's argmax is the data action
+    accuracy: float
+
+
+class BC(OffPolicyAlgorithm):
+    def __init__(self, cfg: BCConfig, info: SpaceInfo, device: torch.device, seed: int) -> None:
+        super().__init__(cfg, info, device, seed)
+        self.discrete = info.discrete
+        if info.discrete:
+            self.pi: CategoricalActor | DeterministicActor = CategoricalActor(
+                info.obs_dim, cfg.hidden_sizes, info.action_dim, cfg.activation)
+        else:
+            self.pi = DeterministicActor(info.obs_dim, cfg.hidden_sizes, info.action_dim,
+                                         cfg.activation)
+        self.to(device)
+        self.optim = Adam(self.pi.parameters(), lr=cfg.lr)
+
+    def actor(self) -> nn.Module:
+        return self.pi
+
+    def optimizers(self) -> dict[str, Adam]:
+        return {"actor": self.optim}
+
+    def _act(self, obs: np.ndarray, *, deterministic: bool, progress: Progress) -> np.ndarray:
+        """The cloned policy's action; a discrete one samples its logits unless deterministic
+        (a continuous one has no noise to add)."""
+        x = self._obs(obs)
+        if self.discrete:
+            act = self.pi(x).argmax(-1) if deterministic else self.pi.sample(x)
+            return act.cpu().numpy()
+        return self.pi(x).reshape(len(obs), *self.info.action_shape).cpu().numpy()
+
+    def update(self, batch: Batch, *, progress: Progress) -> BCStats | DiscreteBCStats:
+        obs = self._obs(batch.obs)
+        if self.discrete:
+            act = self._tensor(batch.act, torch.long)
+            logits = self.pi(obs)
+            loss = F.cross_entropy(logits, act)
+            clip_and_step(loss, self.optim, self.cfg.max_grad_norm)
+            accuracy = (logits.detach().argmax(-1) == act).float().mean()
+            return DiscreteBCStats(float(loss.detach()), float(accuracy))
+        act = self._tensor(batch.act).reshape(len(obs), -1)
+        loss = F.mse_loss(self.pi(obs), act)
+        clip_and_step(loss, self.optim, self.cfg.max_grad_norm)
+        return BCStats(float(loss.detach()))
+
+
+register(AlgoSpec(
+    name="bc", config=BCConfig, cls=BC, trainers=("offline",), actions=(DISCRETE, CONTINUOUS),
+    console=(("loss", "loss"),),  # accuracy (discrete only) is in the records
+    bounded_actions=True,
+    paper="Pomerleau 1991, Neural Computation 3(1):88-97",
+))
