@@ -242,6 +242,9 @@ class RunConfig:
     torch_threads: int = 1
     #: set by the Optuna sweeper (``hydra/sweeper=optuna``) for its trials
     tune: TuneConfig = field(default_factory=TuneConfig)
+    #: what an offline algorithm (trainer=offline: bc, td3bc, cql, iql) learns from: an .h5,
+    #: .hdf5 or .npz file written by rltrain-collect, or minari:ID (a local Minari dataset)
+    dataset: str | None = None
 
 
 #: the trainer schemas, by trainer name (``trainer=<name>``)

@@ -34,10 +34,17 @@ log = logging.getLogger("rltrain")
 class Logger:
     """The logger protocol; every hook is optional."""
 
+    #: the record's count that curves are plotted against: ``env_step``, or ``gradient_step``
+    #: for an offline run (set from the plan by :meth:`start_run`)
+    step_key = "env_step"
+
     def start_run(self, plan: dict[str, Any]) -> None:
-        """Training begins: ``plan`` has ``planned_env_steps`` (the run's budget, 0 if not
-        known), ``env_step`` (where it starts: 0, or a resumed run's count) and
-        ``max_epochs``."""
+        """Training begins: ``plan`` has ``step_key`` (what an epoch's steps count: env_step
+        or, offline, gradient_step), ``planned_steps`` (the run's budget in those, 0 if not
+        known), ``step`` (where it starts: 0, or a resumed run's count), ``max_epochs``, and
+        the env-step figures ``planned_env_steps`` and ``env_step``. Subclasses that override
+        this call it."""
+        self.step_key = str(plan.get("step_key") or "env_step")
 
     def start_epoch(self, epoch: int, num_steps: int, done: int = 0) -> None:
         """An epoch of ``num_steps`` steps begins (``done`` of them before a resume)."""
@@ -175,10 +182,10 @@ class TensorBoardLogger(Logger):
             self.writer.flush()
 
     def log_epoch(self, record: dict[str, Any]) -> None:
-        step = int(record["env_step"])
+        step = int(record[self.step_key])
         for key, value in record.items():
             numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
-            if numeric and key != "env_step" and math.isfinite(value):
+            if numeric and key != self.step_key and math.isfinite(value):
                 self.writer.add_scalar(key, value, step)
         self.writer.flush()
 
@@ -258,8 +265,9 @@ class ConsoleLogger(Logger):
         self._env_step = 0
 
     def start_run(self, plan: dict[str, Any]) -> None:
-        self._planned = int(plan.get("planned_env_steps") or 0)
-        self._env_step = int(plan.get("env_step") or 0)
+        self._planned = int(plan.get("planned_steps", plan.get("planned_env_steps")) or 0)
+        self._env_step = int(plan.get("step", plan.get("env_step")) or 0)
+        super().start_run(plan)
 
     def _rate(self) -> float | None:
         if self._run_start is None:
@@ -334,7 +342,8 @@ class ConsoleLogger(Logger):
         budget = f"/{_count(self._planned)}" if self._planned else ""
         line = "  ".join((
             f"epoch {r['epoch']:>3}/{self.max_epochs}",
-            f"{_count(r['env_step']):>6}{budget} steps",
+            f"{_count(r[self.step_key]):>6}{budget} "
+            + ("steps" if self.step_key == "env_step" else "updates"),
             f"train {_ret(r['train/return_mean'])}",
             f"test {_ret(r['test/return_mean'])}±{_ret(r['test/return_std'])}",
             f"best {_ret(r['best/score'])} ({r['best/epoch']})",

@@ -85,6 +85,8 @@ class Settings:
     device: torch.device
     torch_threads: int
     tune: TuneConfig = field(default_factory=TuneConfig)
+    #: an offline run's dataset (``dataset=PATH`` or ``minari:ID``)
+    dataset: str | None = None
 
 
 def settings(cfg: DictConfig) -> Settings:
@@ -117,8 +119,13 @@ def settings(cfg: DictConfig) -> Settings:
         raise ConfigError(f"tune.objective must be one of {', '.join(OBJECTIVES)}, "
                           f"got {tune.objective!r}")
     check_positive(tune, "tune", "last_k")
+    dataset = cfg.get("dataset")
+    if dataset is not None and not str(dataset).strip():
+        raise ConfigError("dataset= is empty; give a file written by rltrain-collect (.h5, "
+                          ".hdf5, .npz) or minari:ID")
     return Settings(**obj, seed=check_seed(cfg.seed), device=_device(cfg.device),
-                    torch_threads=int(cfg.torch_threads), tune=tune)
+                    torch_threads=int(cfg.torch_threads), tune=tune,
+                    dataset=None if dataset is None else str(dataset))
 
 
 def resume_point(run_dir: Path) -> tuple[dict[str, Any], DictConfig, Path, list[str]]:
@@ -198,7 +205,9 @@ def check_actions(spec: AlgoSpec, info: SpaceInfo) -> None:
     if kind not in spec.actions:
         from rltrain.algorithms import ALGORITHMS
 
-        fits = sorted(name for name, other in ALGORITHMS.items() if kind in other.actions)
+        # what would work here: the same kind of training (online or offline), this action space
+        fits = sorted(name for name, other in ALGORITHMS.items() if kind in other.actions
+                      and set(other.trainers) & set(spec.trainers))
         space = (f"discrete actions (Discrete({info.num_actions}))" if info.discrete else
                  f"continuous actions (Box, shape {info.action_shape})")
         raise ConfigError(f"algo={spec.name} needs {' or '.join(spec.actions)} actions, but "
@@ -328,12 +337,27 @@ def check_pairing(s: Settings) -> None:
     if TRAINER_SCHEMAS.get(trainer) is not type(s.trainer):
         raise ConfigError(f"trainer.name={trainer!r} does not match the trainer's parameters; "
                           "choose a trainer with trainer=<name>, not trainer.name")
-    if isinstance(s.trainer, OfflineTrainerParams):
-        raise ConfigError("the offline trainer needs a dataset; no offline algorithm ships yet")
     if trainer not in spec.trainers:
         raise ConfigError(
             f"algo={spec.name} runs with trainer={' or trainer='.join(spec.trainers)}, not "
             f"trainer={trainer}; leave the trainer to the algorithm")
+    offline = isinstance(s.trainer, OfflineTrainerParams)
+    if offline and s.dataset is None:
+        raise ConfigError(
+            f"algo={spec.name} learns offline, from a dataset: add dataset=PATH (a file written "
+            "by rltrain-collect: .h5, .hdf5 or .npz) or dataset=minari:ID")
+    if not offline and s.dataset is not None:
+        from rltrain.algorithms import ALGORITHMS
+
+        names = sorted(n for n, other in ALGORITHMS.items() if "offline" in other.trainers)
+        raise ConfigError(
+            f"dataset= is for the offline algorithms ({', '.join(names)}); algo={spec.name} "
+            "learns online from its env: drop dataset= or choose an offline algo")
+    if offline and s.env.normalize.reward:
+        raise ConfigError(
+            "env.normalize.reward=true scales rewards as they are collected, and an offline run "
+            "collects none: drop it (env.normalize.obs=true works: its statistics come from "
+            "the dataset)")
 
 
 def _git(cwd: Path) -> dict[str, Any] | None:
@@ -381,10 +405,18 @@ class Parts:
     info: SpaceInfo
     algorithm: Algorithm
     buffer: ReplayBuffer
-    train_collector: Collector
+    #: None offline: nothing is collected in training
+    train_collector: Collector | None
     test_collector: Collector
     train_seed: int
     test_seed: int
+    #: an offline run's dataset: its fingerprint (spec, path, sha256) and summary
+    dataset: dict[str, Any] | None = None
+
+    def close(self) -> None:
+        if self.train_collector is not None:
+            self.train_collector.envs.close()
+        self.test_collector.envs.close()
 
 
 def build_parts(s: Settings) -> Parts:
@@ -398,37 +430,86 @@ def build_parts(s: Settings) -> Parts:
                     f"{limit:,} steps ({source}); set env.max_episode_steps to choose")
     # a test env without a quota of episodes would only idle
     num_test_envs = min(s.env.num_test_envs, s.trainer.test_step_num_episodes)
-    train_envs = make_vector_env(s.env, s.env.num_train_envs)
+    offline = isinstance(s.trainer, OfflineTrainerParams)
+    # offline, training takes no env step: only the test envs are made
+    train_envs = None if offline else make_vector_env(s.env, s.env.num_train_envs)
     try:
         test_envs = make_vector_env(s.env, num_test_envs)
     except BaseException:
-        train_envs.close()
+        if train_envs is not None:
+            train_envs.close()
         raise
+    dataset = None
     try:
-        info = space_info(train_envs, s.env.id, limit, s.env.reward_threshold)
+        info = space_info(test_envs if train_envs is None else train_envs, s.env.id, limit,
+                          s.env.reward_threshold)
         check_pairing(s)
         algorithm = build_algorithm(s, info)
-        check_feasible(s, algorithm)
-        buffer = build_buffer(s, algorithm, info)
+        if offline:
+            buffer, dataset = build_offline_buffer(s, algorithm, info, test_envs)
+        else:
+            check_feasible(s, algorithm)
+            buffer = build_buffer(s, algorithm, info)
     except BaseException:
-        train_envs.close()
+        if train_envs is not None:
+            train_envs.close()
         test_envs.close()
         raise
     if not info.discrete:  # the algorithm acts in [-1, 1]; the envs scale to their bounds
-        train_envs, test_envs = ScaleActions(train_envs), ScaleActions(test_envs)
-    scaler = algorithm.reward_scaler
-    train_collector = Collector(train_envs, buffer,
-                                on_step=None if scaler is None else scaler.observe)
+        test_envs = ScaleActions(test_envs)
+        train_envs = None if train_envs is None else ScaleActions(train_envs)
+    train_collector = None
+    if train_envs is not None:
+        scaler = algorithm.reward_scaler
+        train_collector = Collector(train_envs, buffer,
+                                    on_step=None if scaler is None else scaler.observe)
+        train_collector.reset(seed=train_seed)
     test_collector = Collector(test_envs)
-    train_collector.reset(seed=train_seed)
     test_collector.reset(seed=test_seed)
-    return Parts(info, algorithm, buffer, train_collector, test_collector, train_seed, test_seed)
+    return Parts(info, algorithm, buffer, train_collector, test_collector, train_seed, test_seed,
+                 dataset)
+
+
+def build_offline_buffer(s: Settings, algorithm: Algorithm, info: SpaceInfo, envs: Any
+                         ) -> tuple[ReplayBuffer, dict[str, Any]]:
+    """An offline run's data: the dataset loaded, checked against the env's spaces and the
+    trainer's settings, as a one-lane buffer in the algorithm's action space; with
+    ``env.normalize.obs``, the observation statistics are the dataset's (fixed)."""
+    from rltrain.data import dataset as datasets
+
+    assert s.dataset is not None  # check_pairing
+    data = datasets.load_dataset(s.dataset)
+    datasets.check_spaces(data, envs.single_observation_space, envs.single_action_space,
+                          s.env.id, s.dataset)
+    t = s.trainer
+    if t.batch_size is None or t.batch_size > len(data):
+        raise ConfigError(
+            f"trainer.batch_size={t.batch_size} is larger than the dataset ({len(data):,} "
+            f"transitions in {s.dataset}): lower trainer.batch_size or collect more data")
+    s.algo.check_plan(t.max_epochs * t.epoch_num_steps)
+    if algorithm.obs_norm is not None:
+        algorithm.obs_norm.update(torch.as_tensor(data.obs, dtype=torch.float32,
+                                                  device=s.device).flatten(1))
+    buffer = datasets.to_buffer(data, discrete=info.discrete, action_low=info.action_low,
+                                action_high=info.action_high,
+                                n_step=getattr(s.algo, "n_step", 1),
+                                gamma=getattr(s.algo, "gamma", 0.99), seed=s.seed)
+    returns = np.asarray(data.episode_returns(), dtype=np.float64)
+    facts = {**datasets.dataset_fingerprint(s.dataset), "transitions": len(data),
+             "episodes": int(returns.size),
+             "return_mean": float(returns.mean()) if returns.size else None,
+             "source": data.meta.get("source"), "policy": data.meta.get("policy")}
+    return buffer, facts
 
 
 def build_trainer(s: Settings, parts: Parts, **kwargs: Any) -> Trainer:
     """The trainer the algorithm runs with; ``kwargs`` go to it (loggers, callbacks)."""
-    assert isinstance(s.trainer, OnlineTrainerParams)
     trainer_cls = TRAINERS[type(s.trainer)]
+    if parts.train_collector is None:  # offline
+        return trainer_cls(parts.algorithm, s.trainer, parts.buffer, parts.test_collector,
+                           reward_threshold=parts.info.reward_threshold,
+                           test_seed=parts.test_seed, **kwargs)
+    assert isinstance(s.trainer, OnlineTrainerParams)
     if trainer_cls is OffPolicyTrainer:
         kwargs["random_policy"] = random_policy(parts.train_collector.envs, parts.train_seed)
     return trainer_cls(parts.algorithm, s.trainer, parts.buffer, parts.train_collector,
@@ -500,10 +581,23 @@ def run(cfg: DictConfig, ctx: RunContext | Path, started: float | None = None,
     s = settings(cfg)
     parts = build_parts(s)
     try:
+        if resume and parts.dataset is not None:
+            _check_same_dataset(resume, parts.dataset)
         return _train(cfg, s, ctx, parts, resume)
     finally:
-        parts.train_collector.envs.close()
-        parts.test_collector.envs.close()
+        parts.close()
+
+
+def _check_same_dataset(ckpt: dict[str, Any], now: dict[str, Any]) -> None:
+    """An offline run resumes only on the data it began with: the checkpoint holds the
+    dataset's content hash, not a copy."""
+    then = ckpt.get("dataset") or {}
+    if then.get("sha256") != now["sha256"]:
+        raise ConfigError(
+            f"the dataset {now['spec']} is not the one this run began with ({then.get('path')}, "
+            f"sha256 {str(then.get('sha256'))[:12]}...; now {now['path']}, sha256 "
+            f"{now['sha256'][:12]}...): a resume must learn from the same data; restore that "
+            "file, or start a new run")
 
 
 def _train(cfg: DictConfig, s: Settings, ctx: RunContext, parts: Parts,
@@ -529,6 +623,8 @@ def _train(cfg: DictConfig, s: Settings, ctx: RunContext, parts: Parts,
         "resumes": history["resumes"],
         "checkpoint": None,
     }
+    if parts.dataset is not None:
+        summary_extra["dataset"] = parts.dataset
     jsonl = JsonlLogger(run_dir, keep_epochs=done_epochs if resume else None,
                         extra_summary=summary_extra)
     if ctx.trial is not None and resume:
@@ -539,7 +635,8 @@ def _train(cfg: DictConfig, s: Settings, ctx: RunContext, parts: Parts,
                                            stats=algorithm_spec(s.algo.name).console),
                              jsonl]
     if s.logger.tensorboard:
-        purge = resume["trainer"]["env_step"] + 1 if resume else None
+        step_key = "gradient_step" if parts.dataset is not None else "env_step"
+        purge = resume["trainer"][step_key] + 1 if resume else None
         loggers.append(TensorBoardLogger(run_dir / "tb", purge_step=purge,
                                          config=OmegaConf.to_container(cfg, resolve=True)))
     if s.logger.wandb.enabled or s.logger.mlflow.enabled:
@@ -560,7 +657,9 @@ def _train(cfg: DictConfig, s: Settings, ctx: RunContext, parts: Parts,
 
     def checkpoint() -> None:
         nonlocal warned_inexact
-        collectors = {"train": train_collector.state_dict(), "test": test_collector.state_dict()}
+        collectors = {name: c.state_dict() for name, c in (("train", train_collector),
+                                                             ("test", test_collector))
+                      if c is not None}
         missing = [f"{name} envs: {what}" for name, c in collectors.items()
                    for what in c["not_captured"]]
         if missing and not warned_inexact:
@@ -575,6 +674,9 @@ def _train(cfg: DictConfig, s: Settings, ctx: RunContext, parts: Parts,
             "trainer": trainer.state_dict(),
             "collectors": collectors,
             "buffer": buffer.state_dict() if save_buffer else None,
+            # offline: the dataset by reference (its hash), and where sampling stands
+            "dataset": parts.dataset,
+            "buffer_rng": buffer.rng.bit_generator.state if parts.dataset is not None else None,
             "rng": rng_state(),
             "history": history,
         }
@@ -625,7 +727,7 @@ def _train(cfg: DictConfig, s: Settings, ctx: RunContext, parts: Parts,
     if s.env.kwargs:
         # a crash in the env's own code: its arguments are the usual suspect
         trainer.crash_hint = f" (the env was made with env.kwargs={dict(s.env.kwargs)})"
-    _log_build(s, info, train_collector, trainer, run_dir)
+    _log_build(s, info, train_collector, trainer, run_dir, parts.dataset)
     jsonl.extra_summary["startup_time"] = time.perf_counter() - ctx.started
     try:
         with signals.training(trainer.request_stop):
@@ -693,12 +795,16 @@ def _restore(ckpt: dict[str, Any], s: Settings, parts: Parts, trainer: Trainer) 
         trainer.stopped_early = False
     if ckpt["buffer"] is not None:
         buffer.load_state_dict(ckpt["buffer"])
+    elif ckpt.get("buffer_rng") is not None:  # offline: the data is the dataset's
+        buffer.rng.bit_generator.state = ckpt["buffer_rng"]
     elif isinstance(s.trainer, OffPolicyTrainerParams):
         notes.append("the checkpoint holds no replay buffer (trainer.checkpoint_buffer=false): "
                      "the buffer starts empty")
     env_step = ckpt["trainer"]["env_step"]
     for name, collector, seed in (("train", parts.train_collector, parts.train_seed),
                                   ("test", parts.test_collector, parts.test_seed)):
+        if collector is None:
+            continue
         problems = collector.load_state_dict(ckpt["collectors"][name],
                                              seed=derived_seed(seed, env_step))
         if problems and name == "train":
@@ -715,19 +821,27 @@ def _restore(ckpt: dict[str, Any], s: Settings, parts: Parts, trainer: Trainer) 
     return notes
 
 
-def _log_build(s: Settings, info: SpaceInfo, collector: Collector, trainer: Trainer,
-               run_dir: Path) -> None:
+def _log_build(s: Settings, info: SpaceInfo, collector: Collector | None, trainer: Trainer,
+               run_dir: Path, dataset: dict[str, Any] | None = None) -> None:
     actions = f"Discrete({info.num_actions})" if info.discrete else f"Box{info.action_shape}"
-    mode = "next-step" if collector.next_step_mode else "same-step"
-    log.info(f"env {s.env.id}: {s.env.num_train_envs} train / {trainer.test_collector.num_envs} "
+    mode = "next-step" if (collector or trainer.test_collector).next_step_mode else "same-step"
+    train = f"{s.env.num_train_envs} train / " if collector is not None else ""
+    log.info(f"env {s.env.id}: {train}{trainer.test_collector.num_envs} "
              f"test envs ({mode} autoreset), obs {info.obs_shape}, actions {actions}, "
              f"reward threshold {info.reward_threshold}, episodes of at most "
              f"{info.max_episode_steps:,} steps")
+    if dataset is not None:
+        mean = dataset["return_mean"]
+        log.info(f"dataset {dataset['spec']}: {dataset['transitions']:,} transitions, "
+                 f"{dataset['episodes']:,} episodes"
+                 + ("" if mean is None else f" (mean return {mean:.1f})")
+                 + f", sha256 {dataset['sha256'][:12]}")
     if s.env.wrappers:
         log.info(f"env wrappers: {', '.join(map(str, s.env.wrappers))}")
     log.info(f"algorithm {type(trainer.algorithm).__name__}: "
              f"{sum(p.numel() for p in trainer.algorithm.parameters()):,} parameters on "
              f"{s.device}, seed {s.seed}")
+    unit = "gradient steps" if trainer.step_key == "gradient_step" else "env steps"
     log.info(f"trainer {type(trainer).__name__}: up to {s.trainer.max_epochs} epochs of "
-             f"{s.trainer.epoch_num_steps} steps, stop score {trainer.stop_score}")
+             f"{s.trainer.epoch_num_steps} {unit}, stop score {trainer.stop_score}")
     log.info(f"run directory {run_dir}")

@@ -76,7 +76,7 @@ class WandbLogger(Logger):
         (run_dir / ".wandb_id").write_text(self.run.id, encoding="utf-8")
 
     def log_epoch(self, record: dict[str, Any]) -> None:
-        self.run.log(_numbers(record), step=int(record["env_step"]))
+        self.run.log(_numbers(record), step=int(record[self.step_key]))
 
     def finish(self, info: dict[str, Any]) -> None:
         summary = _numbers(info)
@@ -128,11 +128,11 @@ class MlflowLogger(Logger):
             self.client.log_batch(self.run_id, metrics=metrics[i:i + self.BATCH])
 
     def log_epoch(self, record: dict[str, Any]) -> None:
-        self._metrics(_numbers(record), int(record["env_step"]))
+        self._metrics(_numbers(record), int(record[self.step_key]))
 
     def finish(self, info: dict[str, Any]) -> None:
         self._metrics({f"summary/{k}": v for k, v in _numbers(info).items()},
-                      int(info.get("env_step") or 0))
+                      int(info.get(self.step_key) or 0))
         status = str(info.get("status") or "completed")
         self.client.set_tag(self.run_id, "rltrain.status", status)
         self.client.set_terminated(self.run_id, {"completed": "FINISHED", "pruned": "FINISHED",

@@ -107,9 +107,20 @@ class Trainer(Iterator[EpochStats]):
         #: added to the message of a failure that is not a TrainingError (a crash)
         self.crash_hint = ""
 
+    #: the count an epoch's steps advance and the loggers plot against: env steps online,
+    #: gradient steps offline
+    step_key = "env_step"
+
     # ------------------------------------------------------------------ progress
     def planned_env_steps(self) -> int:
         return 0
+
+    def planned_steps(self) -> int:
+        """The run's budget in :attr:`step_key` units (0 if not known)."""
+        return self.planned_env_steps()
+
+    def steps_done(self) -> int:
+        return int(getattr(self, self.step_key))
 
     def progress(self) -> Progress:
         planned = self.planned_env_steps()
@@ -170,7 +181,7 @@ class Trainer(Iterator[EpochStats]):
             self.epoch += 1
             self._partial = _EpochInProgress()
         part = self._partial
-        epoch_start, env_step_before = time.perf_counter(), self.env_step
+        epoch_start, steps_before = time.perf_counter(), self.steps_done()
         for logger in self.loggers:
             logger.start_epoch(self.epoch, self.params.epoch_num_steps, done=part.steps)
         self._early_test = None
@@ -213,7 +224,7 @@ class Trainer(Iterator[EpochStats]):
             best=self.best,
             timing=timing,
             training_steps=part.training_steps,
-            steps_per_s=_rate(self.env_step - env_step_before, time.perf_counter() - epoch_start),
+            steps_per_s=_rate(self.steps_done() - steps_before, time.perf_counter() - epoch_start),
         )
         t0 = time.perf_counter()
         if is_best and self.callbacks.on_best:
@@ -240,7 +251,8 @@ class Trainer(Iterator[EpochStats]):
         info says ``interrupted``; the on_stop callback can then save a checkpoint.
         """
         plan = {"planned_env_steps": self.planned_env_steps(), "env_step": self.env_step,
-                "max_epochs": self.params.max_epochs}
+                "max_epochs": self.params.max_epochs, "step_key": self.step_key,
+                "planned_steps": self.planned_steps(), "step": self.steps_done()}
         for logger in self.loggers:
             logger.start_run(plan)
         try:
@@ -514,10 +526,20 @@ class OffPolicyTrainer(OnlineTrainer):
 
 
 class OfflineTrainer(Trainer):
-    """Learns from a filled buffer; a training step is one gradient step."""
+    """Learns from a filled buffer (a dataset); a training step is one gradient step, and
+    schedules advance with gradient steps (no env step is ever taken in training)."""
 
     params: OfflineTrainerParams
     algorithm: OffPolicyAlgorithm
+    step_key = "gradient_step"
+
+    def planned_steps(self) -> int:
+        return self.params.max_epochs * self.params.epoch_num_steps
+
+    def progress(self) -> Progress:
+        planned = self.planned_steps()
+        fraction = min(self.gradient_step / planned, 1.0) if planned else 0.0
+        return Progress(self.env_step, self.gradient_step, fraction)
 
     def training_step(self) -> tuple[int, Episodes | None, list[Any], Timing]:
         t0 = time.perf_counter()

@@ -1,0 +1,159 @@
+"""Offline runs through the real CLI: every offline algorithm from a dataset that
+rltrain-collect wrote, the run directory it leaves, exact resume, the dataset referenced by
+its hash, and the ways a user can get an offline run wrong."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from conftest import SIGTERM, learning_records, read_jsonl, run_tool, signal_when
+from rltrain.algorithms import ALGORITHMS, DISCRETE
+
+OFFLINE = sorted(name for name, spec in ALGORITHMS.items() if "offline" in spec.trainers)
+#: every offline algorithm on each action space it accepts (listed from the registry, so a
+#: new one is smoke-run without touching this file)
+SMOKE_CASES = [(name, env) for name in OFFLINE
+               for env in (["cartpole"] if DISCRETE in ALGORITHMS[name].actions else [])
+               + (["pendulum"] if "continuous" in ALGORITHMS[name].actions else [])]
+SMALL = ["experiment=smoke", "trainer.epoch_num_steps=200", "trainer.batch_size=32",
+         "logger.progress_bar=false"]
+
+
+@pytest.fixture(scope="module")
+def datasets(tmp_path_factory) -> dict[str, Path]:
+    """A uniformly random dataset per env, written by rltrain-collect."""
+    where = tmp_path_factory.mktemp("datasets")
+    out = {"cartpole": where / "cartpole.h5", "pendulum": where / "pendulum.npz"}
+    for args in (["--env", "CartPole-v1", "--episodes", "20", "--out", out["cartpole"]],
+                 ["--env", "Pendulum-v1", "--steps", "2000", "--out", out["pendulum"]]):
+        res = run_tool("rltrain-collect", "--random", *args, cwd=where)
+        assert res.returncode == 0, res.stderr
+    return out
+
+
+def test_offline_algorithms_are_registered():
+    assert {"bc", "td3bc", "cql", "iql"} <= set(OFFLINE)
+
+
+@pytest.mark.parametrize(("algo", "env"), SMOKE_CASES, ids=[f"{a}-{e}" for a, e in SMOKE_CASES])
+def test_offline_smoke_run_writes_complete_run_dir(cli, tmp_path, datasets, algo, env):
+    run_dir = tmp_path / "run"
+    res = cli(*SMALL, f"algo={algo}", f"env={env}", f"dataset={datasets[env]}",
+              f"hydra.run.dir={run_dir}")
+    assert res.returncode == 0, res.stderr
+    assert "Traceback" not in res.stderr
+    assert "epoch   2/2" in res.stdout and "updates" in res.stdout
+    rows = read_jsonl(run_dir / "epochs.jsonl")
+    assert [r["epoch"] for r in rows] == [1, 2]
+    # an epoch is epoch_num_steps gradient steps, then a test on the live env; no env step
+    assert [r["gradient_step"] for r in rows] == [200, 400]
+    assert all(r["env_step"] == 0 for r in rows)
+    assert all(r["test"]["n_episodes"] == 2 for r in rows)
+    spec = ALGORITHMS[algo]
+    assert {key for key, _ in spec.console} <= rows[0]["update"].keys()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["gradient_step"] == 400
+    data = summary["dataset"]
+    assert data["path"] == str(datasets[env].resolve()) and len(data["sha256"]) == 64
+    assert data["transitions"] > 0
+    # TensorBoard's curves are against gradient steps offline
+    acc = EventAccumulator(str(run_dir / "tb"))
+    acc.Reload()
+    assert [s.step for s in acc.Scalars("test/return_mean")] == [200, 400]
+    ckpt = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=False)
+    assert ckpt["buffer"] is None  # the data is referenced, not copied
+    assert ckpt["dataset"]["sha256"] == data["sha256"]
+    for name in ("best", "final"):
+        policy = torch.load(run_dir / name / "policy.pt", weights_only=True)
+        assert policy["meta"]["algo"] == algo
+    # the saved policy evaluates like any other
+    res = run_tool("rltrain-eval", run_dir, "--episodes", "2", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+
+
+@pytest.mark.parametrize("algo", ["cql", "iql"])
+def test_offline_sigterm_and_resume_equal_an_unbroken_run(cli, tmp_path, datasets, algo):
+    args = [*SMALL, f"algo={algo}", "env=pendulum", f"dataset={datasets['pendulum']}",
+            "trainer.max_epochs=4", "logger.tensorboard=false"]
+    full, broken = tmp_path / "full", tmp_path / "broken"
+    assert cli(*args, f"hydra.run.dir={full}").returncode == 0
+    seen = []
+
+    def mid_epoch_3(line: str) -> bool:  # the end of epoch 2's line: epoch 3 is under way
+        seen.append(line.startswith("epoch   2/4"))
+        return any(seen)
+
+    res = signal_when([*args, f"hydra.run.dir={broken}"], tmp_path, mid_epoch_3, SIGTERM)
+    assert res.returncode == 143, res.stderr
+    assert json.loads((broken / "summary.json").read_text())["interrupted"] is True
+    res = cli(f"resume={broken}")
+    assert res.returncode == 0, res.stderr
+    summary = json.loads((broken / "summary.json").read_text())
+    assert summary["resumes"] and all(r["exact"] for r in summary["resumes"])
+    assert learning_records(broken) == learning_records(full)
+
+
+def test_resume_refuses_a_dataset_whose_content_changed(cli, tmp_path, datasets):
+    data = tmp_path / "data.h5"
+    shutil.copy(datasets["cartpole"], data)
+    run_dir = tmp_path / "run"
+    args = [*SMALL, "algo=bc", "env=cartpole", f"dataset={data}", "trainer.max_epochs=4",
+            f"hydra.run.dir={run_dir}"]
+    res = signal_when(args, tmp_path, lambda line: line.startswith("epoch   1/4"), SIGTERM)
+    assert res.returncode == 143, res.stderr
+    before = (run_dir / "epochs.jsonl").read_bytes()
+    other = tmp_path / "other.h5"
+    res = run_tool("rltrain-collect", "--random", "--env", "CartPole-v1", "--episodes", "3",
+                   "--seed", "7", "--out", other, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    shutil.copy(other, data)
+    res = cli(f"resume={run_dir}")
+    assert res.returncode == 2
+    assert "is not the one this run began with" in res.stderr and "Traceback" not in res.stderr
+    assert (run_dir / "epochs.jsonl").read_bytes() == before  # nothing touched
+
+
+BAD = {
+    "online algorithm given a dataset": (
+        ["algo=dqn", "env=cartpole", "dataset={cartpole}"],
+        ["dataset= is for the offline algorithms", "algo=dqn learns online"]),
+    "offline algorithm without a dataset": (
+        ["algo=bc", "env=cartpole"], ["algo=bc learns offline", "dataset=PATH"]),
+    "missing dataset file": (
+        ["algo=bc", "env=cartpole", "dataset=nowhere.h5"], ["nowhere.h5"]),
+    "dataset of another env": (
+        ["algo=bc", "env=cartpole", "dataset={pendulum}"],
+        ["has observation space Box([-1, -1, -8], [1, 1, 8], (3,), float32) but CartPole-v1 "
+         "has Box([-4.8,"]),
+    "continuous-only algorithm on a discrete dataset": (
+        ["algo=td3bc", "env=cartpole", "dataset={cartpole}"],
+        ["algo=td3bc needs continuous actions"]),
+    "batch larger than the dataset": (
+        ["algo=bc", "env=cartpole", "dataset={cartpole}", "trainer.batch_size=100000"],
+        ["trainer.batch_size=100000 is larger than the dataset"]),
+    "reward scaling offline": (
+        ["algo=iql", "env=pendulum", "dataset={pendulum}", "env.normalize.reward=true"],
+        ["env.normalize.reward=true", "offline run collects none"]),
+    "unknown minari dataset": (
+        ["algo=bc", "env=cartpole", "dataset=minari:nothing/here-v0"], ["nothing/here-v0"]),
+    "empty dataset": (["algo=bc", "env=cartpole", "dataset="], ["dataset="]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_offline_input_is_one_clear_line(cli, tmp_path, datasets, case):
+    args, needles = BAD[case]
+    args = [a.format(**{k: str(v) for k, v in datasets.items()}) for a in args]
+    res = cli(*SMALL, *args, f"hydra.run.dir={tmp_path / 'run'}",
+              env={"MINARI_DATASETS_PATH": str(tmp_path / "minari")})
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert "Traceback" not in res.stderr
+    for needle in needles:
+        assert needle in res.stderr, res.stderr
+    assert not (tmp_path / "run" / "epochs.jsonl").exists()
