@@ -56,11 +56,12 @@ def check_run_dir(run_dir: Path, algo: str, epochs: int) -> None:
         assert all(torch.isfinite(t).all() for t in policy["state_dict"].values())
 
 
-#: every registered algorithm on an env it accepts (listed from the registry, so a new
+#: every registered online algorithm on an env it accepts (listed from the registry, so a new
 #: algorithm is smoke-run through the CLI without touching this file), plus a few more pairs
 SMOKE_CASES = [
     (name, ["env=cartpole"] if DISCRETE in spec.actions else ["env=pendulum"])
     for name, spec in sorted(ALGORITHMS.items())
+    if "offline" not in spec.trainers  # smoke-run from a dataset in test_offline.py
 ] + [
     ("ppo", ["env=pendulum", "env.normalize.obs=true", "env.normalize.reward=true"]),
     ("dqn", ["env=gym", "env.id=Acrobot-v1", "env.num_train_envs=2"]),
@@ -89,7 +90,7 @@ def test_default_run_dir_layout(cli, tmp_path):
 def test_help_lists_groups_and_options(cli):
     res = cli("--help")
     assert res.returncode == 0
-    for text in ("usage: rltrain", "algo:", "dqn, ppo", "env:", "cartpole, gym",
+    for text in ("usage: rltrain", "algo:", "dqn, iql, ppo", "env:", "cartpole, gym",
                  "experiment:", "smoke"):
         assert text in res.stdout
 

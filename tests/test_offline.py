@@ -157,3 +157,47 @@ def test_bad_offline_input_is_one_clear_line(cli, tmp_path, datasets, case):
     for needle in needles:
         assert needle in res.stderr, res.stderr
     assert not (tmp_path / "run" / "epochs.jsonl").exists()
+
+
+def test_a_minari_dataset_from_minaris_own_collector_trains_through_the_cli(cli, tmp_path):
+    """Minari's DataCollector records a random CartPole policy into a local dataset (its
+    ``create_dataset``); ``dataset=minari:ID`` trains BC on it through the CLI."""
+    minari = pytest.importorskip("minari", reason="minari is not installed (extra: minari)")
+    pytest.importorskip("jax", reason="jax is not installed: Minari's DataCollector needs it "
+                        "(pip install 'minari[create]')")
+    import gymnasium as gym
+
+    store = tmp_path / "minari"
+    env = minari.DataCollector(gym.make("CartPole-v1"))
+    import os
+
+    old = os.environ.get("MINARI_DATASETS_PATH")
+    os.environ["MINARI_DATASETS_PATH"] = str(store)
+    try:
+        env.reset(seed=0)
+        env.action_space.seed(0)
+        for _ in range(30):
+            done = False
+            while not done:
+                _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+                done = terminated or truncated
+            env.reset()
+        dataset = env.create_dataset(dataset_id="rltrain/cartpole-random-v0",
+                                     algorithm_name="uniform random", author="rltrain tests",
+                                     author_email="tests@rltrain.invalid",
+                                     code_permalink="https://example.invalid/rltrain")
+        returns = [float(ep.rewards.sum()) for ep in dataset.iterate_episodes()]
+    finally:
+        if old is None:
+            os.environ.pop("MINARI_DATASETS_PATH")
+        else:
+            os.environ["MINARI_DATASETS_PATH"] = old
+    run_dir = tmp_path / "run"
+    res = cli(*SMALL, "algo=bc", "env=cartpole", "dataset=minari:rltrain/cartpole-random-v0",
+              f"hydra.run.dir={run_dir}", env={"MINARI_DATASETS_PATH": str(store)})
+    assert res.returncode == 0, res.stderr
+    data = json.loads((run_dir / "summary.json").read_text())["dataset"]
+    assert data["spec"] == "minari:rltrain/cartpole-random-v0"
+    assert data["episodes"] == len(returns) == 30
+    assert data["return_mean"] == pytest.approx(sum(returns) / len(returns))
+    assert len(read_jsonl(run_dir / "epochs.jsonl")) == 2

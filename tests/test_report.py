@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import yaml
 
-from conftest import run_cli, run_tool
+from conftest import job_dir, run_cli, run_tool
 from rltrain.report import cli, compose, stats
 from rltrain.report.runs import group_runs, load_run
 
@@ -114,7 +114,7 @@ def test_sweep_report(sweep: Path) -> None:
 
 def test_iqm_and_metrics_against_hand_computation(sweep: Path, tmp_path: Path) -> None:
     finals = [100, 0, 5, 1, 4, 2, 6, 3]
-    runs = [make_run(sweep / "0", tmp_path / f"r{i}", [50, f + 1, f, f - 1], seed=i)
+    runs = [make_run(job_dir(sweep, 0), tmp_path / f"r{i}", [50, f + 1, f, f - 1], seed=i)
             for i, f in enumerate(finals)]
     (group,), keys = groups_of(*runs)
     assert keys == [] and group.name == "ppo on CartPole-v1"
@@ -146,9 +146,9 @@ def test_probability_of_improvement_equals_rliables() -> None:
 
 
 def test_early_stop_is_carried_forward(sweep: Path, tmp_path: Path) -> None:
-    runs = [make_run(sweep / "0", tmp_path / "a", [10, 20, 30, 40], seed=0),
-            make_run(sweep / "0", tmp_path / "b", [10, 20, 30, 60], seed=1),
-            make_run(sweep / "0", tmp_path / "solved", [100, 480], seed=2,
+    runs = [make_run(job_dir(sweep, 0), tmp_path / "a", [10, 20, 30, 40], seed=0),
+            make_run(job_dir(sweep, 0), tmp_path / "b", [10, 20, 30, 60], seed=1),
+            make_run(job_dir(sweep, 0), tmp_path / "solved", [100, 480], seed=2,
                      summary={"stopped_early": True, "solved": True})]
     (group,), _ = groups_of(*runs)
     at = np.array([512, 1024, 1536, 2048])
@@ -156,7 +156,7 @@ def test_early_stop_is_carried_forward(sweep: Path, tmp_path: Path) -> None:
     np.testing.assert_allclose(curve.mean, [40, (40 + 480) / 3, (60 + 480) / 3, (100 + 480) / 3])
     assert (curve.carried, curve.short) == (1, 0)
     # a run that ends early without having reached the threshold is not carried forward
-    short = make_run(sweep / "0", tmp_path / "short", [0, 0], seed=3)
+    short = make_run(job_dir(sweep, 0), tmp_path / "short", [0, 0], seed=3)
     (group,), _ = groups_of(*runs[:2], short)
     curve = stats.curve(group, at, reps=50)
     np.testing.assert_allclose(curve.mean, [20 / 3, 40 / 3, 30, 50])
@@ -174,7 +174,7 @@ def test_group_names(sweep: Path, tmp_path: Path) -> None:
         for envs in (4, 8):
             for seed in (0, 1):
                 runs.append(make_run(
-                    sweep / "0", tmp_path / f"{lr}-{envs}-{seed}", [1, 2], seed=seed,
+                    job_dir(sweep, 0), tmp_path / f"{lr}-{envs}-{seed}", [1, 2], seed=seed,
                     config={"algo.lr": lr, "env.num_train_envs": envs,
                             "logger.quiet": bool(seed)},   # logging never splits a group
                     overrides=["experiment=smoke", f"algo.lr={lr}",
@@ -196,12 +196,12 @@ def test_damaged_failed_and_torn_runs(sweep: Path, tmp_path: Path) -> None:
     """Damaged: skipped with a warning naming it. Failed: in runs.csv, not in the statistics.
     Torn last line: dropped, the run kept."""
     extra = tmp_path / "extra"
-    damaged = make_run(sweep / "0", extra / "damaged", [1, 2, 3])
+    damaged = make_run(job_dir(sweep, 0), extra / "damaged", [1, 2, 3])
     lines = (damaged / "epochs.jsonl").read_text().splitlines()
     (damaged / "epochs.jsonl").write_text(f"{lines[0]}\n{{not json\n{lines[2]}\n")
-    failed = make_run(sweep / "0", extra / "failed", [5], seed=7, summary={
+    failed = make_run(job_dir(sweep, 0), extra / "failed", [5], seed=7, summary={
         "status": "failed", "error": "the update's v_loss is nan"})
-    torn = make_run(sweep / "1", extra / "torn", [1, 2], seed=8)
+    torn = make_run(job_dir(sweep, 1), extra / "torn", [1, 2], seed=8)
     with (torn / "epochs.jsonl").open("a") as f:
         f.write('{"epoch": 3, "env_st')
     res = run_tool(TOOL, sweep, extra, "--out", tmp_path / "out", *REPS, cwd=tmp_path)
@@ -224,9 +224,9 @@ def test_bad_inputs(sweep: Path, tmp_path: Path) -> None:
                           "nowhere does not exist")
     (tmp_path / "empty").mkdir()
     assert_one_line_error(run_tool(TOOL, tmp_path / "empty", cwd=tmp_path), "no runs under")
-    bad = make_run(sweep / "0", tmp_path / "bad" / "empty-epochs", [1])
+    bad = make_run(job_dir(sweep, 0), tmp_path / "bad" / "empty-epochs", [1])
     (bad / "epochs.jsonl").write_text("")
-    failed = make_run(sweep / "0", tmp_path / "bad" / "failed", [1],
+    failed = make_run(job_dir(sweep, 0), tmp_path / "bad" / "failed", [1],
                       summary={"status": "failed"})
     res = run_tool(TOOL, tmp_path / "bad", cwd=tmp_path)
     assert f"warning: skipping {bad}: epochs.jsonl is empty" in res.stderr
@@ -274,7 +274,7 @@ def test_across_tasks(sweep: Path, tmp_path: Path) -> None:
             for seed in (0, 1):
                 score = scores[2 * i + seed]
                 runs.append(load_run(make_run(
-                    sweep / "0", tmp_path / f"{env_id}-{lr}-{seed}", [score] * 3, seed=seed,
+                    job_dir(sweep, 0), tmp_path / f"{env_id}-{lr}-{seed}", [score] * 3, seed=seed,
                     config={"env.id": env_id, "algo.lr": lr},
                     summary={"reward_threshold": threshold},
                     overrides=[f"algo.lr={lr}", f"seed={seed}"])))

@@ -39,6 +39,8 @@ examples:
   rltrain --multirun hydra/launcher=joblib seed=0,1,2   jobs in parallel processes
   rltrain --multirun hparams_search=ppo_cartpole hydra.sweeper.n_trials=20
                                                  tune with Optuna (extra: tune)
+  rltrain algo=bc env=cartpole dataset=data.h5   learn offline from a dataset (make one
+                                                 with rltrain-collect; or dataset=minari:ID)
   rltrain --cfg job algo=dqn                     print the composed config and exit
 
 config groups (GROUP=OPTION):
@@ -78,7 +80,7 @@ def help_text() -> str:
     lines = []
     for group in USER_GROUPS:
         options = sorted(p.stem for p in (root / group).glob("*.yaml"))
-        lines.append(f"  {group + ':':<12}{', '.join(options)}")
+        lines.append(f"  {group + ':':<16}{', '.join(options)}")
     return USAGE.format(groups="\n".join(lines))
 
 

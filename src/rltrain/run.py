@@ -206,8 +206,9 @@ def check_actions(spec: AlgoSpec, info: SpaceInfo) -> None:
         from rltrain.algorithms import ALGORITHMS
 
         # what would work here: the same kind of training (online or offline), this action space
+        offline = "offline" in spec.trainers
         fits = sorted(name for name, other in ALGORITHMS.items() if kind in other.actions
-                      and set(other.trainers) & set(spec.trainers))
+                      and ("offline" in other.trainers) == offline)
         space = (f"discrete actions (Discrete({info.num_actions}))" if info.discrete else
                  f"continuous actions (Box, shape {info.action_shape})")
         raise ConfigError(f"algo={spec.name} needs {' or '.join(spec.actions)} actions, but "
