@@ -288,6 +288,29 @@ def test_continuous_cql_penalty_by_hand_with_the_same_sampled_actions():
     assert not torch.equal(from_s, from_next)
 
 
+@pytest.mark.parametrize("backup_entropy", [False, True])
+def test_continuous_cql_td_target_with_and_without_the_entropy_bonus(backup_entropy):
+    """CQL's TD target leaves out SAC's entropy bonus by default (the official code's
+    backup_entropy=False): critic_loss less the penalty is the TD loss of
+    r + discount * min Q_target(s', a'), with a' drawn as the update draws it."""
+    assert CQLConfig().backup_entropy is False
+    cql = CQL(CQLConfig(**SMALL, init_alpha=0.5, backup_entropy=backup_entropy), BOX, CPU, 0)
+    batch = random_batch(BOX, seed=4)
+    obs, next_obs = (torch.from_numpy(x) for x in (batch.obs, batch.next_obs))
+    torch.manual_seed(7)
+    with torch.no_grad():
+        next_act, next_logp = cql.pi.sample(next_obs)
+        soft = cql.critic_target(next_obs, next_act).min(0).values
+        if backup_entropy:
+            soft = soft - 0.5 * next_logp
+        target = torch.from_numpy(batch.rew) + torch.from_numpy(batch.discount) * soft
+        q = cql.critic(obs, torch.from_numpy(batch.act))
+        td = float((q - target).pow(2).mean(1).sum())
+    torch.manual_seed(7)
+    stats = cql.update(batch, progress=progress(0))
+    assert stats.critic_loss - stats.cql_penalty == pytest.approx(td, rel=1e-5)
+
+
 def test_continuous_cql_penalty_pushes_down_sampled_and_up_data_actions():
     """Its gradient with respect to Q at the data actions is -cql_alpha / batch (descent
     raises them), and it reaches the critics through the sampled actions too. Trained on a

@@ -58,6 +58,9 @@ class CQLConfig(SACConfig):
     #: continuous: actions per state from each of the three proposals (uniform, pi(.|s),
     #: pi(.|s')) in the logsumexp estimate (num_random in the official code)
     num_sampled_actions: int = 10
+    #: continuous: keep SAC's entropy bonus in the TD target; the official code's default
+    #: (backup_entropy) is false, which keeps the critic's values on the reward's scale
+    backup_entropy: bool = False
     #: discrete: double Q-learning targets
     discrete_double_q: bool = True
     #: discrete: Huber loss threshold of the TD error
@@ -113,6 +116,7 @@ class ContinuousCQL(SAC):
                  ) -> None:
         super().__init__(cfg, info, device, seed)
         self.cql_alpha = cfg.penalty_weight(discrete=False)
+        self.backup_entropy = cfg.backup_entropy
         #: log density of the uniform distribution on [-1, 1]^d
         self.log_uniform_density = -info.action_dim * math.log(2.0)
         # the penalty of the update in progress, read out for its stats

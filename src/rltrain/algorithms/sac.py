@@ -103,6 +103,8 @@ class SAC(OffPolicyAlgorithm):
         self.target_entropy = (-float(d) if cfg.target_entropy is None
                                else float(cfg.target_entropy))
         self._policy_stats = (math.nan, math.nan, math.nan)
+        #: the TD target includes the entropy bonus (soft Q-learning); CQL may leave it out
+        self.backup_entropy = True
 
     def actor(self) -> nn.Module:
         return self.pi
@@ -139,7 +141,8 @@ class SAC(OffPolicyAlgorithm):
             next_act, next_logp = self.pi.sample(next_obs)
             next_q = self.critic_target(next_obs, next_act).min(0).values
             target = (self._tensor(self._rew(batch.rew))
-                      + self._tensor(batch.discount) * (next_q - alpha * next_logp))
+                      + self._tensor(batch.discount) * (
+                          next_q - alpha * next_logp if self.backup_entropy else next_q))
         q = self.critic(obs, act)
         critic_loss = self.critic_loss(q, target, obs, next_obs)
         clip_and_step(critic_loss, self.critic_optim, cfg.max_grad_norm)
