@@ -39,7 +39,8 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def make_run(template: Path, dest: Path, scores: list[float], seed: int = 0,
              config: dict[str, Any] | None = None, summary: dict[str, Any] | None = None,
-             overrides: list[str] | None = None, step: int = 512) -> Path:
+             overrides: list[str] | None = None, step: int = 512, offline: bool = False
+             ) -> Path:
     """A copy of a real run whose test returns are ``scores`` (one epoch each, ``step`` env
     steps apart) and whose config and summary carry the given dotted keys and fields."""
     shutil.copytree(template, dest, ignore=shutil.ignore_patterns(
@@ -57,7 +58,8 @@ def make_run(template: Path, dest: Path, scores: list[float], seed: int = 0,
     first = json.loads((template / "epochs.jsonl").read_text().splitlines()[0])
     lines = []
     for i, score in enumerate(scores, 1):
-        first.update(epoch=i, env_step=i * step)
+        # an offline run takes no env step: its epochs are gradient steps
+        first.update(epoch=i, env_step=0 if offline else i * step, gradient_step=i * step)
         first["test"]["return_mean"] = score
         lines.append(json.dumps(first))
     (dest / "epochs.jsonl").write_text("".join(line + "\n" for line in lines))
@@ -166,6 +168,17 @@ def test_early_stop_is_carried_forward(sweep: Path, tmp_path: Path) -> None:
     compose.build([load_run(r) for r in runs], out, compose.Settings(3, 50))
     assert ("1 of 3 runs stopped early at the reward threshold; their curves are carried "
             "forward") in (out / "report.md").read_text()
+
+
+def test_offline_runs_are_plotted_by_gradient_step(sweep: Path, tmp_path: Path) -> None:
+    runs = [make_run(job_dir(sweep, 0), tmp_path / f"off{i}", [10, 20, 30], seed=i, step=1000,
+                     offline=True, config={"trainer.name": "offline", "algo.name": "bc"})
+            for i in range(2)]
+    assert load_run(runs[0]).steps == [1000, 2000, 3000]  # env_step is 0 in every record
+    out = tmp_path / "report"
+    res = run_tool(TOOL, *runs, "--out", out, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "by gradient step, 95% CI band" in (out / "report.md").read_text()
 
 
 def test_group_names(sweep: Path, tmp_path: Path) -> None:

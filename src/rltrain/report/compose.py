@@ -99,9 +99,14 @@ def _task_section(doc: render.Doc, notes: list[str], task: str, groups: list[Gro
                          "group's last env step (interrupted or still running); past their "
                          "end the curve averages the other seeds")
     stem = f"curves_{_slug(task)}"
+    offline = [any(r.offline for r in g.usable) for g in groups]
+    x_label = ("gradient steps" if all(offline) else
+               "env steps (offline runs: gradient steps)" if any(offline) else "env steps")
     files = plots.curves_figure(out / stem, task, at, curves,
-                                {g.name: len(g.usable) for g in groups}, ref.high if ref else None)
-    doc.figure(stem, f"{task}: mean test return over seeds by env step, 95% CI band")
+                                {g.name: len(g.usable) for g in groups}, ref.high if ref else None,
+                                x_label)
+    doc.figure(stem, f"{task}: mean test return over seeds by {x_label.split(' (')[0][:-1]}, "
+                     "95% CI band")
     table = stats.task_table(groups, settings.last, ref.high if ref else None, settings.reps)
     header = ["group", "seeds", *METRICS[: 4 if ref else 3]]
     doc.table(header, [[g.name, str(len(g.usable)),

@@ -32,7 +32,8 @@ def colour(i: int) -> str:
 
 
 def curves_figure(path: Path, task: str, steps: np.ndarray, curves: dict[str, Curve],
-                  seeds: dict[str, int], threshold: float | None) -> list[Path]:
+                  seeds: dict[str, int], threshold: float | None,
+                  x_label: str = "env steps") -> list[Path]:
     """One line per group (mean over seeds) with its 95% CI band; the threshold dashed."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 5.2), layout="constrained")
@@ -49,7 +50,7 @@ def curves_figure(path: Path, task: str, steps: np.ndarray, curves: dict[str, Cu
     if threshold is not None:
         _reference_line(ax, threshold, curves)
     ax.set_title(f"{task}: test return, mean over seeds (95% bootstrap CI)")
-    ax.set_xlabel("env steps")
+    ax.set_xlabel(x_label)
     ax.set_ylabel("test return")
     ax.ticklabel_format(axis="x", style="sci", scilimits=(-3, 4), useMathText=True)
     ax.grid(alpha=0.3)

@@ -40,9 +40,14 @@ class Run:
     config: dict[str, Any]
     overrides: list[str]
     summary: dict[str, Any] | None
-    #: env step and test ``return_mean`` of each epoch, in order
+    #: env step (an offline run: gradient step) and test ``return_mean`` of each epoch
     steps: list[float]
     scores: list[float]
+
+    @property
+    def offline(self) -> bool:
+        """An offline run takes no env step in training: its curve is by gradient step."""
+        return self.config.get("trainer.name") == "offline"
 
     @property
     def status(self) -> str:
@@ -141,7 +146,8 @@ def load_run(path: Path, warn: Any = print) -> Run:
     scores: list[float] = []
     epochs = path / "epochs.jsonl"
     if epochs.is_file():
-        steps, scores = _read_epochs(epochs, warn)
+        key = "gradient_step" if config.get("trainer.name") == "offline" else "env_step"
+        steps, scores = _read_epochs(epochs, warn, key)
     if not scores and (summary or {}).get("status") != "failed":
         raise DamagedRun("epochs.jsonl is missing" if not epochs.is_file() else
                          "epochs.jsonl is empty" if not epochs.stat().st_size else
@@ -149,7 +155,8 @@ def load_run(path: Path, warn: Any = print) -> Run:
     return Run(path, config, _read_overrides(path), summary, steps, scores)
 
 
-def _read_epochs(path: Path, warn: Any) -> tuple[list[float], list[float]]:
+def _read_epochs(path: Path, warn: Any, key: str = "env_step"
+                 ) -> tuple[list[float], list[float]]:
     text = path.read_text(errors="replace")
     lines = text.splitlines()
     steps: list[float] = []
@@ -159,7 +166,7 @@ def _read_epochs(path: Path, warn: Any) -> tuple[list[float], list[float]]:
             continue
         try:
             record = json.loads(line)
-            step = record["env_step"]
+            step = record[key]
             score = (record.get("test") or {}).get("return_mean")
         except (ValueError, KeyError, TypeError, AttributeError):
             if number == len(lines) and not text.endswith("\n"):
@@ -168,7 +175,7 @@ def _read_epochs(path: Path, warn: Any) -> tuple[list[float], list[float]]:
                 break
             raise DamagedRun(f"epochs.jsonl line {number} is not an epoch record") from None
         if not _is_number(step) or (steps and step <= steps[-1]):
-            raise DamagedRun(f"epochs.jsonl line {number}: env_step {step!r} does not follow "
+            raise DamagedRun(f"epochs.jsonl line {number}: {key} {step!r} does not follow "
                              f"{steps[-1] if steps else 'the start'}")
         if _is_number(score) and math.isfinite(score):
             steps.append(float(step))
