@@ -699,6 +699,48 @@ def sweep_cases() -> list[Case]:
                  must_mention=("num_train_envs",), check=job_one_ran)]
 
 
+def offline_cases() -> list[Case]:
+    """Offline runs and rltrain-collect: datasets that are missing, damaged, of another env,
+    or given to the wrong kind of algorithm."""
+    def random_data(env_id: str, name: str) -> list[str]:
+        return ["rltrain-collect", "--random", "--env", env_id, "--episodes", "3", "--out", name]
+
+    def with_data(env_id: str, name: str, *argv: str) -> Setup:
+        def setup(tmp: Path) -> list[str]:
+            subprocess.run([str(BIN / "rltrain-collect"), *random_data(env_id, name)[1:]],
+                           cwd=tmp, check=True, capture_output=True)
+            return list(argv)
+        return setup
+
+    def damaged(tmp: Path) -> list[str]:
+        (tmp / "bad.h5").write_bytes(b"\x89HDF\r\n\x1a\n" + b"\0" * 64)
+        return ["rltrain", SMOKE, "algo=bc", "dataset=bad.h5", "hydra.run.dir=run"]
+
+    return [
+        Case("offline algo without dataset=", ["rltrain", SMOKE, "algo=bc"],
+             must_mention=("dataset=",)),
+        Case("dataset= a missing file", ["rltrain", SMOKE, "algo=bc", "dataset=none.h5"],
+             must_mention=("none.h5",)),
+        Case("dataset= a damaged HDF5 file", damaged, must_mention=("bad.h5",)),
+        Case("dataset of another env", with_data(
+            "Pendulum-v1", "p.h5", "rltrain", SMOKE, "algo=bc", "dataset=p.h5",
+            "hydra.run.dir=run"), must_mention=("Pendulum", "CartPole")),
+        Case("online algo given dataset=", with_data(
+            "CartPole-v1", "c.h5", "rltrain", SMOKE, "algo=dqn", "dataset=c.h5",
+            "hydra.run.dir=run"), must_mention=("offline",)),
+        Case("dataset=minari:unknown", ["rltrain", SMOKE, "algo=bc", "dataset=minari:no/pe-v0"],
+             must_mention=("no/pe-v0",)),
+        Case("collect --episodes 0", ["rltrain-collect", "--random", "--env", "CartPole-v1",
+                                      "--episodes", "0", "--out", "x.h5"],
+             must_mention=("episodes",)),
+        Case("collect --out x.txt", ["rltrain-collect", "--random", "--env", "CartPole-v1",
+                                     "--episodes", "2", "--out", "x.txt"],
+             must_mention=(".txt",)),
+        Case("collect from /nonexistent", ["rltrain-collect", "/nonexistent", "--episodes", "2",
+                                           "--out", "x.h5"], must_mention=("/nonexistent",)),
+    ]
+
+
 SECTIONS: dict[str, Callable[[], list[Case]]] = {
     "Controls": control_cases,
     "Config and keys": config_cases,
@@ -709,6 +751,7 @@ SECTIONS: dict[str, Callable[[], list[Case]]] = {
     "Signals and streams": signal_cases,
     "Concurrency": concurrency_cases,
     "Sweeps": sweep_cases,
+    "Offline": offline_cases,
 }
 
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from conftest import SIGTERM, learning_records, read_jsonl, run_tool, signal_when
+from conftest import SIGTERM, learning_records, read_jsonl, run_cli, run_tool, signal_when
 from rltrain.algorithms import ALGORITHMS, DISCRETE
 
 OFFLINE = sorted(name for name, spec in ALGORITHMS.items() if "offline" in spec.trainers)
@@ -97,6 +97,23 @@ def test_offline_sigterm_and_resume_equal_an_unbroken_run(cli, tmp_path, dataset
     summary = json.loads((broken / "summary.json").read_text())
     assert summary["resumes"] and all(r["exact"] for r in summary["resumes"])
     assert learning_records(broken) == learning_records(full)
+
+
+def test_resume_from_another_directory_finds_a_relative_dataset(tmp_path, datasets):
+    """dataset=data.h5, relative to where the run began; resumed from elsewhere, the run
+    finds the file it began with (the checkpoint holds its absolute path and hash)."""
+    start, elsewhere = tmp_path / "start", tmp_path / "elsewhere"
+    start.mkdir()
+    elsewhere.mkdir()
+    shutil.copy(datasets["cartpole"], start / "data.h5")
+    run_dir = tmp_path / "run"
+    res = signal_when([*SMALL, "algo=bc", "env=cartpole", "dataset=data.h5",
+                       "trainer.max_epochs=4", f"hydra.run.dir={run_dir}"], start,
+                      lambda line: line.startswith("epoch   1/4"), SIGTERM)
+    assert res.returncode == 143, res.stderr
+    res = run_cli(f"resume={run_dir}", cwd=elsewhere)
+    assert res.returncode == 0, res.stderr
+    assert [r["epoch"] for r in read_jsonl(run_dir / "epochs.jsonl")] == [1, 2, 3, 4]
 
 
 def test_resume_refuses_a_dataset_whose_content_changed(cli, tmp_path, datasets):

@@ -579,6 +579,8 @@ def run(cfg: DictConfig, ctx: RunContext | Path, started: float | None = None,
         ctx = RunContext(ctx)
     if started is not None:
         ctx.started = started
+    if resume and (resume.get("dataset") or {}).get("path"):
+        _dataset_where_it_was(cfg, resume["dataset"]["path"])
     s = settings(cfg)
     parts = build_parts(s)
     try:
@@ -587,6 +589,16 @@ def run(cfg: DictConfig, ctx: RunContext | Path, started: float | None = None,
         return _train(cfg, s, ctx, parts, resume)
     finally:
         parts.close()
+
+
+def _dataset_where_it_was(cfg: DictConfig, recorded: str) -> None:
+    """A resume from another working directory: a relative ``dataset=`` path that does not
+    resolve from here is the file the run began with (its absolute path is in the
+    checkpoint); whether it is still the same data, its hash says next."""
+    spec = cfg.get("dataset")
+    if (spec and not str(spec).startswith("minari:") and not Path(spec).is_absolute()
+            and not Path(spec).exists() and Path(recorded).exists()):
+        cfg.dataset = recorded
 
 
 def _check_same_dataset(ckpt: dict[str, Any], now: dict[str, Any]) -> None:
