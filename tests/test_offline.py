@@ -154,6 +154,9 @@ BAD = {
     "batch larger than the dataset": (
         ["algo=bc", "env=cartpole", "dataset={cartpole}", "trainer.batch_size=100000"],
         ["trainer.batch_size=100000 is larger than the dataset"]),
+    "no batch size": (
+        ["algo=bc", "env=cartpole", "dataset={cartpole}", "trainer.batch_size=null"],
+        ["trainer.batch_size=null", "trainer.batch_size=256"]),
     "reward scaling offline": (
         ["algo=iql", "env=pendulum", "dataset={pendulum}", "env.normalize.reward=true"],
         ["env.normalize.reward=true", "offline run collects none"]),

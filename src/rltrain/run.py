@@ -483,7 +483,10 @@ def build_offline_buffer(s: Settings, algorithm: Algorithm, info: SpaceInfo, env
     datasets.check_spaces(data, envs.single_observation_space, envs.single_action_space,
                           s.env.id, s.dataset)
     t = s.trainer
-    if t.batch_size is None or t.batch_size > len(data):
+    if t.batch_size is None:
+        raise ConfigError("trainer.batch_size=null: an offline gradient step samples a batch "
+                          "from the dataset; give it a size, e.g. trainer.batch_size=256")
+    if t.batch_size > len(data):
         raise ConfigError(
             f"trainer.batch_size={t.batch_size} is larger than the dataset ({len(data):,} "
             f"transitions in {s.dataset}): lower trainer.batch_size or collect more data")
