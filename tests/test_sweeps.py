@@ -23,12 +23,30 @@ from conftest import (
     wait_for,
 )
 from rltrain import rundir
+from rltrain.config import job_dir_name, job_number
 
 SMOKE = ["experiment=smoke", "logger.tensorboard=false"]
 
 
 def summary(job: Path) -> dict:
     return json.loads((job / "summary.json").read_text())
+
+
+@pytest.mark.parametrize(("overrides", "name"), [
+    ("", "job4"),
+    ("algo=dqn,seed=3", "algo=dqn,seed=3_job4"),
+    ("env.id=my_pkg/Thing-v0", "env.id=my_pkg-Thing-v0_job4"),
+    # an Optuna trial's sampled floats to four significant digits; short ones as given
+    ("algo.clip_ratio=0.3920509890656153,algo.lr=0.0008752409682826399,trainer.batch_size=256",
+     "algo.clip_ratio=0.3921,algo.lr=0.0008752,trainer.batch_size=256_job4"),
+    ("algo.lr=1.2345678e-05,algo.gamma=0.99,env.id=v1.123456x",
+     "algo.lr=1.235e-05,algo.gamma=0.99,env.id=v1.123456x_job4"),
+    ("algo.hidden_sizes=[0.123456,2]", "algo.hidden_sizes=[0.1235,2]_job4"),
+    ("algo.x=" + "1" * 200, "algo.x=" + "1" * 153 + "~_job4"),
+])
+def test_job_directory_names(overrides, name):
+    assert job_dir_name(overrides, 4) == name
+    assert job_number(name) == 4
 
 
 @pytest.mark.parametrize("launcher", ["basic", "joblib"])

@@ -305,17 +305,26 @@ def env_dir_name(env_id: str) -> str:
     return env_id.rpartition(":")[2].replace("/", "-") or "env"
 
 
-#: the longest part of a sweep job's directory name taken by its overrides
-JOB_NAME_LIMIT = 100
+#: the longest part of a sweep job's directory name taken by its overrides (a file name may
+#: have 255 bytes; five Optuna parameters at four digits take about 130)
+JOB_NAME_LIMIT = 160
+
+
+#: a decimal number with five or more digits after the point, standing alone as an override's
+#: value or a list item
+_LONG_NUMBER = re.compile(r"(?<=[=,\[ ])-?\d+\.\d{5,}(?:e[-+]?\d+)?(?=$|[,\] ])")
 
 
 def job_dir_name(overrides: str, num: Any) -> str:
     """A sweep job's directory: the overrides that differ between its sweep's jobs (Hydra's
     ``override_dirname``, whose constant keys the sweep's callback excludes), then the job
     number, e.g. ``algo=dqn,seed=3_job7``; just ``job7`` when nothing differs. A ``/`` in a
-    value becomes ``-`` (no nested directories), and long names are cut (the number keeps
-    them apart)."""
-    name = str(overrides).replace("/", "-").replace("\\", "-").strip(".")
+    value becomes ``-`` (no nested directories), a number with five or more decimals (an
+    Optuna trial's ``algo.lr=0.0008752409682826399``) is written to four significant digits
+    (``algo.lr=0.0008752``; the exact values are in the job's ``.hydra/overrides.yaml``), and
+    long names are cut (the number keeps them apart)."""
+    name = _LONG_NUMBER.sub(lambda m: f"{float(m.group()):.4g}", str(overrides))
+    name = name.replace("/", "-").replace("\\", "-").strip(".")
     if len(name) > JOB_NAME_LIMIT:
         name = name[:JOB_NAME_LIMIT].rstrip(",") + "~"
     return f"{name}_job{num}" if name else f"job{num}"
