@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Literal
 
 BIN = Path(sys.executable).parent
-PROGRAMS = ("rltrain", "rltrain-eval", "rltrain-export")
+PROGRAMS = ("rltrain", "rltrain-eval", "rltrain-export", "rltrain-collect", "rltrain-report")
 SMOKE = "experiment=smoke"
 MAX_STDERR_LINES = 12
 FIRST_LINE_CHARS = 110
@@ -728,6 +728,19 @@ def offline_cases() -> list[Case]:
         Case("online algo given dataset=", with_data(
             "CartPole-v1", "c.h5", "rltrain", SMOKE, "algo=dqn", "dataset=c.h5",
             "hydra.run.dir=run"), must_mention=("offline",)),
+        Case("offline algo on the off-policy trainer", with_data(
+            "CartPole-v1", "c.h5", "rltrain", SMOKE, "algo=bc", "dataset=c.h5",
+            "trainer=offpolicy"), must_mention=("trainer=offpolicy", "offline")),
+        Case("offline batch larger than the dataset", with_data(
+            "CartPole-v1", "c.h5", "rltrain", SMOKE, "algo=bc", "dataset=c.h5",
+            "trainer.batch_size=100000"), must_mention=("batch_size", "dataset")),
+        Case("collect --merge of two envs", lambda tmp: [
+            *with_data("CartPole-v1", "c.h5")(tmp), *with_data("Pendulum-v1", "p.h5")(tmp),
+            "rltrain-collect", "--merge", "c.h5", "p.h5", "--out", "m.h5"],
+            must_mention=("p.h5", "c.h5")),
+        Case("collect --noise -1", ["rltrain-collect", "--random", "--env", "CartPole-v1",
+                                    "--episodes", "2", "--noise", "-1", "--out", "x.h5"],
+             must_mention=("--noise",)),
         Case("dataset=minari:unknown", ["rltrain", SMOKE, "algo=bc", "dataset=minari:no/pe-v0"],
              must_mention=("no/pe-v0",)),
         Case("collect --episodes 0", ["rltrain-collect", "--random", "--env", "CartPole-v1",

@@ -121,6 +121,10 @@ ERROR_CASES = {
                                ["collection_step_num_env_steps", "collection_step_num_episodes"]),
     "bad stop score": (["trainer.stop_score=high"], ["trainer.stop_score"]),
     "bad device": (["device=gpu"], ["device", "cpu"]),
+    "another algorithm's trainer": (["algo=dqn", "trainer=onpolicy"],
+                                    ["trainer=onpolicy", "algo=dqn", "offpolicy"]),
+    "the default algorithm's wrong trainer": (["trainer=offline"], ["trainer=offline",
+                                                                     "algo=ppo", "onpolicy"]),
 }
 
 

@@ -197,14 +197,16 @@ def test_check_spaces() -> None:
     check_spaces(ds, obs_space, gym.spaces.Discrete(3), "Test-v0", "data.h5")  # the same
     with pytest.raises(ConfigError) as e:
         check_spaces(ds, obs_space, PENDULUM_ACTIONS, "Pendulum-v1", "data.h5")
-    _one_line(e, "dataset data.h5 has action space Discrete(3) but Pendulum-v1 has "
+    _one_line(e, "dataset data.h5 (collected on Test-v0) has action space Discrete(3) but "
+                 "Pendulum-v1 has "
                  "Box(-2.0, 2.0, (1,), float32); collect the dataset on the same env")
     with pytest.raises(ConfigError) as e:
         check_spaces(ds, obs_space, gym.spaces.Discrete(3, start=1), "X-v0", "data.h5")
     _one_line(e, "Discrete(3)", "Discrete(3, start=1)")
     with pytest.raises(ConfigError) as e:
         check_spaces(ds, PENDULUM_OBS, gym.spaces.Discrete(3), "Pendulum-v1", "d.npz")
-    _one_line(e, "d.npz has observation space Box(-inf, inf, (2,), float32) but Pendulum-v1 "
+    _one_line(e, "d.npz (collected on Test-v0) has observation space Box(-inf, inf, (2,), "
+                 "float32) but Pendulum-v1 "
                  "has Box([-1, -1, -8], [1, 1, 8], (3,), float32)")
 
     box = episodes_dataset([3])

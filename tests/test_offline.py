@@ -146,8 +146,8 @@ BAD = {
         ["algo=bc", "env=cartpole", "dataset=nowhere.h5"], ["nowhere.h5"]),
     "dataset of another env": (
         ["algo=bc", "env=cartpole", "dataset={pendulum}"],
-        ["has observation space Box([-1, -1, -8], [1, 1, 8], (3,), float32) but CartPole-v1 "
-         "has Box([-4.8,"]),
+        ["(collected on Pendulum-v1) has observation space Box([-1, -1, -8], [1, 1, 8], (3,), "
+         "float32) but CartPole-v1 has Box([-4.8,"]),
     "continuous-only algorithm on a discrete dataset": (
         ["algo=td3bc", "env=cartpole", "dataset={cartpole}"],
         ["algo=td3bc needs continuous actions"]),

@@ -136,6 +136,7 @@ def prepare(argv: list[str], conf_root: Path) -> list[str]:
     for override in parsed:
         if override.key_or_group == "algo" and not override.is_delete():
             algos = _choices(override)
+    _check_trainer(parsed, algos)
     free = free_form_prefixes()
     rewritten: dict[str, str] = {}
     for override in parsed:
@@ -159,6 +160,29 @@ def prepare(argv: list[str], conf_root: Path) -> list[str]:
         positional = not arg.startswith("-") and not is_value
         out.append(rewritten.get(arg, arg) if positional else arg)
     return out
+
+
+def _check_trainer(parsed: list, algos: list[str] | None) -> None:
+    """``trainer=X`` must be the trainer of the algorithm it runs with: the algorithm's YAML
+    picks it (``algo=dqn`` brings ``trainer=offpolicy``), and another one's keys would fail in
+    Hydra's composition with a long message about the tuned file."""
+    from rltrain.config import algorithm_specs
+
+    named = {o.key_or_group for o in parsed}
+    if algos is None and named & {"algo", "experiment", "hparams_search"}:
+        return  # a glob sweep or a preset: the algorithm is not known here
+    specs = algorithm_specs()
+    for override in parsed:
+        if override.key_or_group != "trainer" or override.is_delete():
+            continue
+        for algo in algos or ["ppo"]:  # conf/config.yaml's default algorithm
+            trainers = specs[algo].trainers if algo in specs else ()
+            for trainer in _choices(override) or []:
+                if trainers and trainer not in trainers:
+                    raise ConfigError(
+                        f"trainer={trainer} does not fit algo={algo}, which runs on the "
+                        f"{' or '.join(trainers)} trainer; leave trainer= out (each algorithm "
+                        f"picks its own) or choose another algo")
 
 
 def _choices(override) -> list[str] | None:  # noqa: ANN001 - hydra's Override

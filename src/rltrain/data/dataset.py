@@ -208,7 +208,9 @@ def check_spaces(ds: Dataset, obs_space: gym.Space, action_space: gym.Space, env
                               "datasets hold Box and Discrete spaces") from None
         if not isinstance(mine, Mapping) or space_mismatch(mine, env_d) is not None:
             theirs = space_text(mine) if isinstance(mine, Mapping) else "none recorded"
-            raise ConfigError(f"dataset {spec} has {what} space {theirs} but {env_id} has "
+            where = ds.meta.get("env_id")
+            origin = f" (collected on {where})" if where and where != env_id else ""
+            raise ConfigError(f"dataset {spec}{origin} has {what} space {theirs} but {env_id} has "
                               f"{space_text(env_d)}; collect the dataset on the same env")
 
 
