@@ -177,8 +177,9 @@ def test_rerun_continues_the_study_and_a_stale_trial_is_asked_again(cli, tmp_pat
     assert all(t.state == TrialState.COMPLETE for t in trials if t.number != 2)
     jobs = {job_number(p.name): p.name for p in sweep.iterdir() if p.is_dir()}
     assert sorted(n for n in jobs if n is not None) == [0, 1, 3, 4]
-    # each trial's directory is named by its sampled value, then its number
-    assert jobs[3] == f"algo.lr={trials[3].params['algo.lr']}_job3"
+    # each trial's directory is named by its sampled value (four significant digits), then
+    # its number
+    assert jobs[3] == f"algo.lr={trials[3].params['algo.lr']:.4g}_job3"
     assert summary(job_dir(sweep, 0))["status"] == "completed"  # untouched
 
 
