@@ -14,15 +14,16 @@ from filelock import FileLock
 
 from conftest import read_jsonl, run_cli, run_tool
 
-#: the README's dataset recipes: (run overrides, rltrain-collect calls), in order
+#: the README's dataset recipes: (overrides of a run into ./run, rltrain-collect calls on
+#: it), in order
 RECIPES = {
     "cartpole": (["algo=ppo", "env=cartpole"],
-                 [["RUN", "--episodes", "50", "--out", "expert.h5"],
+                 [["run", "--episodes", "50", "--out", "expert.h5"],
                   ["--random", "--env", "CartPole-v1", "--steps", "25000", "--out", "random.h5"],
                   ["--merge", "expert.h5", "random.h5", "--out", "mixed.h5"]]),
     "pendulum": (["algo=sac", "env=pendulum", "trainer.stop_score=-300"],
-                 [["RUN", "--buffer", "--out", "replay.h5"],
-                  ["RUN", "--steps", "97000", "--noise", "0.8", "--weights", "final",
+                 [["run", "--buffer", "--out", "replay.h5"],
+                  ["run", "--steps", "97000", "--noise", "0.8", "--weights", "final",
                    "--out", "noisy.h5"],
                   ["--merge", "replay.h5", "noisy.h5", "--out", "medium_replay.h5"]]),
 }
@@ -33,8 +34,7 @@ def _make(where: Path, env: str) -> None:
     res = run_cli(*overrides, "hydra.run.dir=run", cwd=where, timeout=600)
     assert res.returncode == 0, res.stderr
     for args in calls:
-        res = run_tool("rltrain-collect", *[a if a != "RUN" else "run" for a in args],
-                       cwd=where, timeout=600)
+        res = run_tool("rltrain-collect", *args, cwd=where, timeout=600)
         assert res.returncode == 0, res.stderr
 
 

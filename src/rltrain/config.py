@@ -273,6 +273,15 @@ def schemas() -> dict[str, type]:
     return out
 
 
+def trainer_problem(algo: str, trainer: str) -> str | None:
+    """Why ``trainer`` cannot run ``algo`` (each algorithm's YAML picks its trainer), or None."""
+    spec = algorithm_specs().get(algo)
+    if spec is None or trainer in spec.trainers:
+        return None
+    return (f"algo={algo} runs with trainer={' or trainer='.join(spec.trainers)}, not "
+            f"trainer={trainer}; leave trainer= out (each algorithm picks its own)")
+
+
 def typed_run_config(raw: DictConfig) -> DictConfig:
     """Give a composed config read back from a run directory (``.hydra/config.yaml``)
     its schemas again, so it is checked and converts to the same dataclasses."""

@@ -15,7 +15,13 @@ import argparse
 import difflib
 from pathlib import Path
 
-from rltrain.config import ConfigError, free_form_prefixes, key_problem, value_problem
+from rltrain.config import (
+    ConfigError,
+    free_form_prefixes,
+    key_problem,
+    trainer_problem,
+    value_problem,
+)
 
 #: the options of ``hydra.main``'s command line that take a value
 _VALUED = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
@@ -163,26 +169,19 @@ def prepare(argv: list[str], conf_root: Path) -> list[str]:
 
 
 def _check_trainer(parsed: list, algos: list[str] | None) -> None:
-    """``trainer=X`` must be the trainer of the algorithm it runs with: the algorithm's YAML
-    picks it (``algo=dqn`` brings ``trainer=offpolicy``), and another one's keys would fail in
-    Hydra's composition with a long message about the tuned file."""
-    from rltrain.config import algorithm_specs
-
+    """``trainer=X`` must be a trainer of the algorithm it runs with, checked here because
+    another trainer's keys fail in Hydra's composition first, with a long message about the
+    tuned file (``run.check_pairing`` says the same after composition)."""
     named = {o.key_or_group for o in parsed}
     if algos is None and named & {"algo", "experiment", "hparams_search"}:
         return  # a glob sweep or a preset: the algorithm is not known here
-    specs = algorithm_specs()
     for override in parsed:
-        if override.key_or_group != "trainer" or override.is_delete():
-            continue
-        for algo in algos or ["ppo"]:  # conf/config.yaml's default algorithm
-            trainers = specs[algo].trainers if algo in specs else ()
-            for trainer in _choices(override) or []:
-                if trainers and trainer not in trainers:
-                    raise ConfigError(
-                        f"trainer={trainer} does not fit algo={algo}, which runs on the "
-                        f"{' or '.join(trainers)} trainer; leave trainer= out (each algorithm "
-                        f"picks its own) or choose another algo")
+        if override.key_or_group == "trainer" and not override.is_delete():
+            for algo in algos or ["ppo"]:  # conf/config.yaml's default algorithm
+                for trainer in _choices(override) or []:
+                    problem = trainer_problem(algo, trainer)
+                    if problem is not None:
+                        raise ConfigError(problem)
 
 
 def _choices(override) -> list[str] | None:  # noqa: ANN001 - hydra's Override

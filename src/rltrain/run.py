@@ -59,6 +59,7 @@ from rltrain.config import (
     check_seed,
     check_trainer,
     env_steps_per_collection,
+    trainer_problem,
     typed_run_config,
 )
 from rltrain.data.buffers import ReplayBuffer
@@ -338,10 +339,9 @@ def check_pairing(s: Settings) -> None:
     if TRAINER_SCHEMAS.get(trainer) is not type(s.trainer):
         raise ConfigError(f"trainer.name={trainer!r} does not match the trainer's parameters; "
                           "choose a trainer with trainer=<name>, not trainer.name")
-    if trainer not in spec.trainers:
-        raise ConfigError(
-            f"algo={spec.name} runs with trainer={' or trainer='.join(spec.trainers)}, not "
-            f"trainer={trainer}; leave the trainer to the algorithm")
+    problem = trainer_problem(spec.name, trainer)
+    if problem is not None:
+        raise ConfigError(problem)
     offline = isinstance(s.trainer, OfflineTrainerParams)
     if offline and s.dataset is None:
         raise ConfigError(
