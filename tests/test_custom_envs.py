@@ -99,3 +99,23 @@ def test_a_users_env_mistakes_get_one_clear_line(cli, tmp_path, args, named):
 def test_the_toy_envs_are_where_the_tests_say():
     assert (TESTS / "toy_envs.py").is_file() and (TESTS / "fault_envs.py").is_file()
     assert Path(__file__).parent == TESTS
+
+
+@pytest.mark.parametrize(("args", "caveat"), [
+    ([SCALED], "env.wrappers changes the rewards (fault_envs.ScaleReward)"),
+    (["env.wrappers=[NormalizeReward]"], "env.wrappers changes the rewards (NormalizeReward)"),
+    (["env.max_episode_steps=200"], "env.max_episode_steps=200 is not the registered 500"),
+    ([SCALED, "env.reward_threshold=4000"], None),  # the user's own threshold: no warning
+    (["env.wrappers=[FlattenObservation]"], None),  # rewards unchanged
+])
+def test_a_registered_threshold_under_changed_rewards_is_warned_of(cli, tmp_path, args, caveat):
+    """CartPole's registered 475 is for its own rewards and 500-step limit: with rewards
+    scaled or episodes cut, 'solved' and stop_score=auto would quietly mean something else."""
+    run_dir = tmp_path / "run"
+    res = cli(*SMOKE, *args, f"hydra.run.dir={run_dir}")
+    assert res.returncode == 0, res.stderr
+    warned = "the reward threshold 475 is CartPole-v1's registered one" in res.stdout
+    assert warned == (caveat is not None), res.stdout
+    if caveat is not None:
+        assert caveat in res.stdout and "set env.reward_threshold" in res.stdout
+        assert caveat in (run_dir / "rltrain.log").read_text()

@@ -119,6 +119,21 @@ def max_episode_steps(cfg: EnvConfig) -> tuple[int, str]:
     return DEFAULT_MAX_EPISODE_STEPS, "rltrain's default for envs without a time limit"
 
 
+def registered_threshold_caveats(cfg: EnvConfig) -> list[str]:
+    """Why the env's registered reward threshold may not mean what it says for this run: it
+    was set for the env's own rewards and time limit, so a reward wrapper in ``env.wrappers``
+    or another ``env.max_episode_steps`` can put it out of reach (or make it trivial)."""
+    out = [f"env.wrappers changes the rewards ({spec.label})"
+           for spec in resolve_wrappers(list(cfg.wrappers))
+           if isinstance(spec.factory, type) and issubclass(
+               spec.factory, (gym.RewardWrapper, gym.wrappers.NormalizeReward))]
+    registered = _spec(cfg.id).max_episode_steps
+    if cfg.max_episode_steps is not None and cfg.max_episode_steps != registered:
+        out.append(f"env.max_episode_steps={cfg.max_episode_steps:,} is not the registered "
+                   f"{registered if registered is None else format(registered, ',')}")
+    return out
+
+
 #: rltrain's extras, by the package of gymnasium's envs that needs them (pyproject.toml)
 EXTRAS = {"gymnasium.envs.mujoco": "mujoco", "gymnasium.envs.box2d": "box2d"}
 

@@ -63,7 +63,14 @@ from rltrain.config import (
     typed_run_config,
 )
 from rltrain.data.buffers import ReplayBuffer
-from rltrain.envs import SpaceInfo, env_seeds, make_vector_env, max_episode_steps, space_info
+from rltrain.envs import (
+    SpaceInfo,
+    env_seeds,
+    make_vector_env,
+    max_episode_steps,
+    registered_threshold_caveats,
+    space_info,
+)
 from rltrain.errors import SaveError
 from rltrain.loggers import ConsoleLogger, JsonlLogger, Logger, TensorBoardLogger
 from rltrain.normalize import ObsNormalizer, RewardScaler
@@ -444,6 +451,14 @@ def build_parts(s: Settings) -> Parts:
     try:
         info = space_info(test_envs if train_envs is None else train_envs, s.env.id, limit,
                           s.env.reward_threshold)
+        if s.env.reward_threshold is None and info.reward_threshold is not None:
+            caveats = registered_threshold_caveats(s.env)
+            if caveats:
+                log.warning(
+                    f"the reward threshold {info.reward_threshold:g} is {s.env.id}'s registered "
+                    f"one, for its own rewards and time limit, but {'; '.join(caveats)}: "
+                    "'solved' and trainer.stop_score=auto may be out of reach or trivial; set "
+                    "env.reward_threshold (or trainer.stop_score) for this setting")
         check_pairing(s)
         algorithm = build_algorithm(s, info)
         if offline:
