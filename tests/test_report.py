@@ -170,6 +170,25 @@ def test_early_stop_is_carried_forward(sweep: Path, tmp_path: Path) -> None:
             "forward") in (out / "report.md").read_text()
 
 
+def test_a_repeated_seed_counts_once(sweep: Path, tmp_path: Path) -> None:
+    """Two runs of seed 0 with one config are one run done twice: the statistics keep one
+    (the one tested more often), runs.csv lists both, the notes say which was left out."""
+    runs = [make_run(job_dir(sweep, 0), tmp_path / "a", [10, 20], seed=0),
+            make_run(job_dir(sweep, 0), tmp_path / "b", [10, 20, 30], seed=0),
+            make_run(job_dir(sweep, 0), tmp_path / "c", [50, 60], seed=1)]
+    (group,), _ = groups_of(*runs)
+    assert [r.path.name for r in group.usable] == ["b", "c"]
+    assert [r.path.name for r in group.repeats] == ["a"]
+    table = stats.task_table([group], last=1, gamma=None, reps=50)[group.name]
+    assert table.point[0] == pytest.approx((30 + 60) / 2)  # the mean over seeds 0 and 1
+    out = tmp_path / "out"
+    out.mkdir()
+    compose.build([load_run(r) for r in runs], out, compose.Settings(1, 50))
+    rows = {Path(r["run_dir"]).name: r for r in csv.DictReader((out / "runs.csv").open())}
+    assert {n: r["in_statistics"] for n, r in rows.items()} == {"a": "no", "b": "yes", "c": "yes"}
+    assert "repeats seed 0" in (out / "report.md").read_text()
+
+
 def test_offline_runs_are_plotted_by_gradient_step(sweep: Path, tmp_path: Path) -> None:
     runs = [make_run(job_dir(sweep, 0), tmp_path / f"off{i}", [10, 20, 30], seed=i, step=1000,
                      offline=True, config={"trainer.name": "offline", "algo.name": "bc"})

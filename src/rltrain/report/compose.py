@@ -168,6 +168,7 @@ def _write_runs_csv(path: Path, groups: list[Group], keys: list[str], last: int)
               "best_score", "env_steps", "wall_time_s", "stopped_early", "in_statistics"]
     rows = []
     for g in groups:
+        counted = {id(r) for r in g.usable}
         for r in g.runs:
             summary = r.summary or {}
             best = summary.get("best_score", max(r.scores) if r.scores else None)
@@ -176,7 +177,7 @@ def _write_runs_csv(path: Path, groups: list[Group], keys: list[str], last: int)
                          _csv_num(r.final_score(last) if r.scores else None), _csv_num(best),
                          summary.get("env_step", int(r.steps[-1]) if r.steps else ""),
                          _csv_num(summary.get("wall_time")), str(r.stopped_early).lower(),
-                         "yes" if r.usable else "no"])
+                         "yes" if id(r) in counted else "no"])
     render.write_csv(path, header, sorted(rows, key=lambda row: natural(row[0])))
 
 
@@ -191,6 +192,10 @@ def _notes(groups: list[Group], skipped: Sequence[str]) -> list[str]:
             elif r.status == "unknown":
                 notes.append(f"`{r.path}` has no readable summary.json (still running, or "
                              "killed): its epochs so far are used")
+        for r in g.repeats:
+            notes.append(f"`{r.path}` repeats seed {show(r.seed)} of {g.name} (same config): "
+                         "listed in runs.csv and left out of the statistics, which count one "
+                         "run per seed")
     return notes
 
 

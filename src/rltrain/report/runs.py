@@ -100,7 +100,22 @@ class Group:
 
     @property
     def usable(self) -> list[Run]:
-        return [r for r in self.runs if r.usable]
+        """The runs the statistics count: usable ones, one per seed. A seed run twice with one
+        config (a README example repeated, a run copied) repeats the same run, as rltrain's
+        runs are deterministic; counting both would shrink the CIs with no new evidence. The
+        one kept is the one tested most often (the first by path on a tie)."""
+        kept: dict[Any, Run] = {}
+        for r in self.runs:
+            if r.usable and (r.seed not in kept or len(r.scores) > len(kept[r.seed].scores)):
+                kept[r.seed] = r
+        chosen = {id(r) for r in kept.values()}
+        return [r for r in self.runs if id(r) in chosen]
+
+    @property
+    def repeats(self) -> list[Run]:
+        """Usable runs left out because another run of the group has their seed."""
+        chosen = {id(r) for r in self.usable}
+        return [r for r in self.runs if r.usable and id(r) not in chosen]
 
 
 def find_runs(path: Path) -> list[Path]:
