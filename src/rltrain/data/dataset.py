@@ -564,14 +564,17 @@ def dataset_fingerprint(spec: str) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- buffers
 def to_buffer(ds: Dataset, *, discrete: bool, action_low: np.ndarray | None,
-              action_high: np.ndarray | None, n_step: int, gamma: float,
-              seed: int) -> ReplayBuffer:
+              action_high: np.ndarray | None) -> ReplayBuffer:
     """A one-lane replay buffer holding ``ds`` in order, for offline training.
 
     Continuous actions are mapped into the algorithm's normalised space with
-    :func:`rltrain.actions.to_agent`; discrete ones are stored as they are (int64). The
-    buffer's n-step windows stop at ``terminated | truncated``, which :func:`make_dataset`
-    guarantees at the end of every episode, the dataset's last included.
+    :func:`rltrain.actions.to_agent`; discrete ones are stored as they are (int64). Each
+    observation is stored once: the next observation of a transition is the next row's,
+    except where the dataset says otherwise (an episode's end; rows that are not
+    consecutive), which the buffer keeps aside, so batches see exactly ``ds.next_obs``. The
+    n-step windows of :func:`rltrain.data.returns.nstep_batch` stop at ``terminated |
+    truncated``, which :func:`make_dataset` guarantees at the end of every episode, the
+    dataset's last included.
     """
     from rltrain.actions import to_agent
     from rltrain.data.buffers import ReplayBuffer
@@ -581,12 +584,16 @@ def to_buffer(ds: Dataset, *, discrete: bool, action_low: np.ndarray | None,
         kind = "discrete" if is_discrete else "continuous"
         raise ConfigError(f"dataset has {kind} actions, but the algorithm was built for "
                           f"{'discrete' if discrete else 'continuous'} ones")
-    act = ds.act.astype(np.int64) if discrete else to_agent(ds.act, action_low, action_high)
+    if discrete:
+        act = ds.act.astype(np.int64)
+    elif action_low is None or action_high is None:
+        raise ValueError("continuous actions need action_low and action_high")
+    else:
+        act = to_agent(ds.act, action_low, action_high)
     if not len(ds):
         raise ConfigError("the dataset holds no transitions")
     buffer = ReplayBuffer(1, len(ds), ds.obs.shape[1:], ds.act.shape[1:],
-                          np.int64 if discrete else np.float32, circular=True, n_step=n_step,
-                          gamma=gamma, seed=seed)
+                          np.int64 if discrete else np.float32, circular=True)
     truncated = ds.truncated.copy()
     truncated[-1] |= not ds.terminated[-1]  # the data ends: so does its last episode
     buffer.extend(*(a[:, None] for a in (ds.obs, act, ds.rew, ds.next_obs, ds.terminated,
@@ -594,41 +601,38 @@ def to_buffer(ds: Dataset, *, discrete: bool, action_low: np.ndarray | None,
     return buffer
 
 
-def _numpy(x: Any) -> np.ndarray:
-    return x.numpy() if hasattr(x, "numpy") else np.asarray(x)
-
-
 def from_replay_buffer(state: Mapping[str, Any], *, discrete: bool,
                        action_low: np.ndarray | None, action_high: np.ndarray | None,
                        meta: dict[str, Any]) -> Dataset:
-    """A dataset from a replay buffer's ``state_dict()`` (``ckpt["buffer"]`` of an
-    off-policy run's checkpoint): lanes one after another, each in time order (a full lane
-    starts at ``ptr``, its oldest entry), its last transition marked truncated when the
-    episode was still running. Continuous actions go back to the env's space with
-    :func:`rltrain.actions.to_env` (the buffer holds the algorithm's normalised actions).
+    """A dataset from a replay buffer's ``state_dict()`` (the buffer in an off-policy
+    run's checkpoint; today's format or the previous release's full-capacity one): lanes
+    one after another, each in time order (oldest first), its last transition marked
+    truncated when the episode was still running. Continuous actions go back to the env's
+    space with :func:`rltrain.actions.to_env` (the buffer holds the algorithm's normalised
+    actions).
 
     The first episode of a lane that has wrapped around is a tail: its start was
     overwritten.
+
+    :raises ConfigError: the buffer is empty. ValueError: its state is damaged (the field
+        named; the caller names the checkpoint).
     """
     from rltrain.actions import to_env
+    from rltrain.data.buffers import stored_transitions
 
-    arrays = {name: _numpy(state[name]) for name in (*ARRAYS, "ptr", "size")}
-    capacity = arrays["rew"].shape[1]
-    parts: dict[str, list[np.ndarray]] = {name: [] for name in ARRAYS}
-    for lane, (ptr, size) in enumerate(zip(arrays["ptr"], arrays["size"], strict=True)):
-        size = int(size)
-        if size == 0:
-            continue
-        start = int(ptr) if size == capacity else 0
-        order = (start + np.arange(size)) % capacity
-        for name in ARRAYS:
-            parts[name].append(arrays[name][lane, order])
-        trunc = parts["truncated"][-1]
-        if not (trunc[-1] or parts["terminated"][-1][-1]):
-            trunc[-1] = True  # a fancy-indexed copy: the state is left as it was
-    if not parts["rew"]:
+    out = stored_transitions(state)
+    size = out.pop("size")
+    if not size.sum():
         raise ConfigError("the replay buffer is empty")
-    out = {name: np.concatenate(p) for name, p in parts.items()}
+    # each lane's last transition: cut there if its episode was still running (copies: the
+    # checkpoint's state is left as it was)
+    ends = np.cumsum(size)[size > 0] - 1
+    truncated = out["truncated"].astype(bool)
+    truncated[ends] |= ~out["terminated"][ends].astype(bool)
+    out["truncated"] = truncated
     if not discrete:
+        if action_low is None or action_high is None:
+            raise ValueError("continuous actions need action_low and action_high")
         out["act"] = to_env(out["act"], action_low, action_high)
-    return make_dataset(*(out[name] for name in ARRAYS), meta=meta)
+    return make_dataset(out["obs"], out["act"], out["rew"], out["next_obs"], out["terminated"],
+                        out["truncated"], meta=meta)

@@ -1,12 +1,17 @@
-"""Return estimators as pure functions over arrays: GAE and n-step returns.
+"""Return estimators as pure functions over arrays: GAE and n-step returns, and the
+stage that turns sampled indices into a batch of n-step targets.
 
-Both are tested against plain per-transition reference loops and against an env
-whose true value is known (``tests/test_returns.py``).
+The estimators are tested against plain per-transition reference loops and against an env
+whose true value is known (``tests/test_returns.py``). The learning maths lives here, not
+in the buffer: the buffer stores and answers "what is at these indices", a sampler chooses
+the indices, and :func:`nstep_batch` combines them with the algorithm's gamma and n.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from rltrain.data.buffers import Batch, ReplayBuffer
 
 
 def gae(
@@ -72,3 +77,37 @@ def nstep_returns(
     ended = terminated[np.arange(batch), last]
     discount = np.where(ended, 0.0, gamma ** (last + 1.0)).astype(np.float32)
     return returns, last, discount
+
+
+def nstep_batch(buffer: ReplayBuffer, lanes: np.ndarray, positions: np.ndarray, n: int,
+                gamma: float) -> Batch:
+    """The batch of transitions ``(lanes[i], positions[i])`` of ``buffer`` with n-step
+    targets ``rew + discount * V(next_obs)``.
+
+    n == 1 is one-step TD: the stored reward, discount ``gamma`` or 0 if the transition
+    terminated (a truncated one keeps its bootstrap). Otherwise each window of n
+    transitions stops after the first done and before entries not yet stored
+    (:func:`nstep_returns`), and bootstraps from the next observation of its last
+    transition.
+    """
+    if n < 1:
+        raise ValueError(f"n-step returns need n >= 1, got {n}")
+    window = buffer.window(lanes, positions, n)
+    if n == 1:
+        rew = window.rew[:, 0]
+        discount = np.where(window.terminated[:, 0], 0.0, gamma).astype(np.float32)
+        boot = positions
+    else:
+        rew, last, discount = nstep_returns(
+            window.rew, window.terminated, window.terminated | window.truncated,
+            window.stored, gamma)
+        boot = window.positions[np.arange(len(last)), last]
+    return Batch(
+        obs=buffer.obs_at(lanes, positions),
+        act=buffer.act_at(lanes, positions),
+        rew=rew,
+        next_obs=buffer.next_obs_at(lanes, boot),
+        discount=discount,
+        lanes=lanes,
+        positions=positions,
+    )
