@@ -114,13 +114,16 @@ def test_a_wrong_wandb_mode_is_one_line(cli):
 
 
 def test_a_tracker_that_is_not_installed_names_the_extra(monkeypatch):
-    from rltrain import trackers
-    from rltrain.config import ConfigError, LoggerConfig
+    import dataclasses
 
-    monkeypatch.setitem(trackers.EXTRAS, "mlflow", ("no_such_module_rltrain", "mlflow"))
-    cfg = LoggerConfig()
-    trackers.check(cfg)  # off: nothing needed
+    from rltrain.config import ConfigError
+    from rltrain.loggers import LOGGERS, check_loggers, logger_schema
+
+    monkeypatch.setitem(LOGGERS, "mlflow", dataclasses.replace(
+        LOGGERS["mlflow"], package="no_such_module_rltrain"))
+    cfg = logger_schema()()
+    check_loggers(cfg)  # off: nothing needed
     cfg.mlflow.enabled = True
     with pytest.raises(ConfigError, match=r'needs no_such_module_rltrain: pip install -e '
                                            r'"\.\[mlflow\]"'):
-        trackers.check(cfg)
+        check_loggers(cfg)
