@@ -1,5 +1,7 @@
-"""The shared parts every algorithm builds on: actors, critics, Polyak updates, action scaling
-and the normalisers, each against a reference written the plain way."""
+"""The shared parts every algorithm builds on (rltrain.nets): actors and critics on an
+observation encoder, each against a reference written the plain way; and, until they have
+modules of their own, Polyak updates (rltrain.optim) and action scaling (rltrain.actions).
+The normalisers are tested in test_normalize.py, the encoders in test_encoders.py."""
 
 import copy
 
@@ -10,23 +12,30 @@ import torch
 from torch.distributions import Categorical, Normal, TanhTransform, TransformedDistribution
 
 from rltrain.actions import ActionScale, ScaleActions, scaling, to_agent, to_env
+from rltrain.encoders.flat import FlatEncoder
 from rltrain.nets import (
     CategoricalActor,
     DeterministicActor,
+    EncodedMLP,
     GaussianActor,
     QCritics,
     SquashedGaussianActor,
+    TanhMeanGaussianActor,
     mlp,
     sample_categorical,
 )
-from rltrain.normalize import ObsNormalizer, RewardScaler, RunningMoments
 from rltrain.optim import Adam, flatten_parameters, soft_update
+
+
+def flat(dim: int) -> FlatEncoder:
+    """The flat encoder of vectors of ``dim`` features (no parameters)."""
+    return FlatEncoder((dim,))
 
 
 # --------------------------------------------------------------------------- actors
 def test_gaussian_log_prob_and_entropy():
     torch.manual_seed(0)
-    actor = GaussianActor(3, [8], 2, "tanh", init_log_std=-0.3)
+    actor = GaussianActor(flat(3), [8], 2, "tanh", init_log_std=-0.3)
     obs, act = torch.randn(7, 3), torch.randn(7, 2)
     logp, entropy = actor.log_prob_entropy(obs, act)
     ref = Normal(actor(obs), actor.log_std.exp())
@@ -37,7 +46,7 @@ def test_gaussian_log_prob_and_entropy():
 @pytest.mark.parametrize("num_actions", [2, 5])
 def test_categorical_log_prob_and_entropy(num_actions):
     torch.manual_seed(1)
-    actor = CategoricalActor(3, [8], num_actions, "tanh")
+    actor = CategoricalActor(flat(3), [8], num_actions, "tanh")
     obs, act = torch.randn(9, 3) * 50, torch.randint(0, num_actions, (9,))
     logp, entropy = actor.log_prob_entropy(obs, act)
     ref = Categorical(logits=actor(obs))
@@ -63,7 +72,7 @@ def test_squashed_gaussian_log_prob_matches_torch_distributions():
     """The sample's log-probability (tanh change of variables, in its stable form) equals
     torch's TransformedDistribution(Normal, TanhTransform) at the same pre-squash point."""
     torch.manual_seed(2)
-    actor = SquashedGaussianActor(4, [16], 3, "relu")
+    actor = SquashedGaussianActor(flat(4), [16], 3, "relu")
     obs = torch.randn(11, 4) * 3
     torch.manual_seed(7)
     act, logp = actor.sample(obs)
@@ -81,9 +90,44 @@ def test_squashed_gaussian_log_prob_matches_torch_distributions():
 
 
 def test_deterministic_actor_stays_in_unit_box():
-    actor = DeterministicActor(3, [8], 2, "relu")
+    actor = DeterministicActor(flat(3), [8], 2, "relu")
     out = actor(torch.randn(50, 3) * 1e3)
     assert out.shape == (50, 2) and (out.abs() <= 1).all()
+
+
+def test_tanh_mean_gaussian_is_a_gaussian_around_a_tanh_mean():
+    """IQL's policy: log pi(a|s) is torch's Normal(tanh(f(s)), exp(log_std)) density, finite at
+    the bounds; its log std is clamped; its deterministic action is the mean."""
+    torch.manual_seed(14)
+    actor = TanhMeanGaussianActor(flat(3), [16], 2, "relu")
+    obs = torch.randn(32, 3)
+    act = torch.cat((torch.ones(4, 2), -torch.ones(4, 2), torch.rand(24, 2) * 2 - 1))
+    with torch.no_grad():
+        actor.log_std.copy_(torch.tensor([-0.5, -9.0]))  # the second is clamped to -5
+        mean = torch.tanh(actor.net(obs))
+        normal = Normal(mean, torch.tensor([-0.5, -5.0]).exp())
+        torch.testing.assert_close(actor.log_prob(obs, act), normal.log_prob(act).sum(-1))
+        torch.testing.assert_close(actor(obs), mean)
+        assert torch.isfinite(actor.log_prob(obs, act)).all()
+    assert float(mean.abs().max()) <= 1.0
+
+
+@pytest.mark.parametrize("make", [
+    lambda enc: CategoricalActor(enc, [8], 3, "tanh"),
+    lambda enc: GaussianActor(enc, [8], 2, "tanh", 0.0),
+    lambda enc: TanhMeanGaussianActor(enc, [8], 2, "tanh"),
+    lambda enc: SquashedGaussianActor(enc, [8], 2, "tanh"),
+    lambda enc: DeterministicActor(enc, [8], 2, "tanh"),
+    lambda enc: EncodedMLP(enc, [8], 3, "tanh"),
+])
+def test_networks_take_observations_of_any_rank_through_their_encoder(make):
+    """A network on the flat encoder of (2, 3) observations computes on the flattened ones:
+    the layers never see the observation's shape."""
+    torch.manual_seed(15)
+    net = make(FlatEncoder((2, 3)))
+    obs = torch.randn(5, 2, 3)
+    torch.testing.assert_close(net(obs), net(obs.reshape(5, 6)))
+    assert net(obs).shape[0] == 5
 
 
 # --------------------------------------------------------------------------- critics
@@ -92,7 +136,7 @@ def test_q_critics_members_are_independent_mlps(n):
     """Member k of the batched ensemble computes exactly an MLP with its own weights, on
     cat(obs, act); changing one member's weights leaves the others unchanged."""
     torch.manual_seed(3)
-    critics = QCritics(5, 2, [16, 8], "relu", n=n)
+    critics = QCritics(flat(5), 2, [16, 8], "relu", n=n)
     obs, act = torch.randn(9, 5), torch.randn(9, 2)
     q = critics(obs, act)
     assert q.shape == (n, 9)
@@ -111,8 +155,25 @@ def test_q_critics_members_are_independent_mlps(n):
     torch.testing.assert_close(q2[1:], q[1:])
 
 
+def test_q_critics_take_the_encoders_features_with_the_action():
+    """The members share one encoder: (2, 3) observations are flattened before the action is
+    appended."""
+    torch.manual_seed(6)
+    critics = QCritics(FlatEncoder((2, 3)), 2, [8], "relu", n=2)
+    obs, act = torch.randn(4, 2, 3), torch.randn(4, 2)
+    torch.testing.assert_close(critics(obs, act), critics(obs.reshape(4, 6), act))
+    assert critics.weights[0].shape == (2, 6 + 2, 8)
+
+
+def test_encoded_mlp_keeps_the_plain_mlps_parameter_names():
+    """A state-value or Q-network's parameters are named as a plain MLP's (checkpoints of
+    flat-observation runs stay loadable); the parameter-free flat encoder adds none."""
+    net = EncodedMLP(flat(3), [8, 8], 1, "tanh")
+    assert list(net.state_dict()) == list(mlp(3, [8, 8], 1).state_dict())
+
+
 def test_q_critics_members_start_different():
-    critics = QCritics(4, 1, [32], "relu", n=2)
+    critics = QCritics(flat(4), 1, [32], "relu", n=2)
     assert not torch.equal(critics.weights[0][0], critics.weights[0][1])
 
 
@@ -121,7 +182,7 @@ def test_soft_update_matches_reference_per_parameter():
     """Over the flat buffers of a network (its Adam's) and its target copy, one lerp equals
     target <- (1 - tau) target + tau source for every parameter tensor."""
     torch.manual_seed(5)
-    net = QCritics(3, 2, [8, 8], "relu", n=2)
+    net = QCritics(flat(3), 2, [8, 8], "relu", n=2)
     target = copy.deepcopy(net).requires_grad_(False)
     optim = Adam(net.parameters(), lr=1e-2)
     target_flat = flatten_parameters(target.parameters())
@@ -191,43 +252,3 @@ def test_scaling_of_unbounded_dimensions_is_identity():
     offset, scale, lo, hi = scaling(np.array([-np.inf, -1.0]), np.array([np.inf, 3.0]))
     assert offset.tolist() == [0.0, 1.0] and scale.tolist() == [1.0, 2.0]
     assert lo.tolist() == [-np.inf, -1.0] and hi.tolist() == [np.inf, 1.0]
-
-
-# --------------------------------------------------------------------------- normalisers
-def test_running_moments_match_numpy_over_all_batches():
-    rng = np.random.default_rng(2)
-    moments = RunningMoments((3,))
-    seen = []
-    for n in (1, 5, 17, 2, 40):
-        x = rng.normal(3.0, 2.0, size=(n, 3))
-        seen.append(x)
-        moments.update(torch.from_numpy(x))
-    every = np.concatenate(seen)
-    np.testing.assert_allclose(moments.mean.numpy(), every.mean(0), rtol=1e-12)
-    np.testing.assert_allclose(moments.var.numpy(), every.var(0), rtol=1e-10)
-    assert int(moments.count) == len(every)
-
-
-def test_obs_normalizer_normalises_and_clips():
-    norm = ObsNormalizer(2, clip=5.0, epsilon=1e-8)
-    x = torch.tensor([[10.0, -1.0], [12.0, 1.0], [14.0, 0.0]])
-    norm.update(x)
-    out = norm(x)
-    torch.testing.assert_close(out.mean(0), torch.zeros(2), atol=1e-5, rtol=0)
-    torch.testing.assert_close(out.var(0, unbiased=False), torch.ones(2), atol=1e-4, rtol=0)
-    assert norm(torch.tensor([[1e6, -1e6]])).tolist() == [[5.0, -5.0]]
-
-
-def test_reward_scaler_tracks_the_discounted_return():
-    """The statistic is over R_t = gamma R_{t-1} + r_t per env, reset at episode ends; lanes
-    marked invalid (next-step reset steps) are left out."""
-    scaler = RewardScaler(2, gamma=0.5, clip=10.0, epsilon=0.0)
-    ones, no = np.ones(2), np.zeros(2, bool)
-    scaler.observe(ones, no, None)  # R = [1, 1]
-    scaler.observe(ones, np.array([True, False]), None)  # R = [1.5, 1.5], env 0 ends
-    scaler.observe(np.array([4.0, 1.0]), no, np.array([False, True]))  # env 1: R = 1.75
-    seen = np.array([1, 1, 1.5, 1.5, 1.75])
-    np.testing.assert_allclose(scaler.moments.mean.numpy(), seen.mean())
-    np.testing.assert_allclose(scaler.factor(), 1 / seen.std(), rtol=1e-9)
-    assert scaler.returns.tolist() == [0.0, 1.75]
-    assert scaler.scale(np.array([1e9]))[0] == 10.0

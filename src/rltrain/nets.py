@@ -1,5 +1,9 @@
 """Networks: MLPs with orthogonal initialisation, the actors (categorical, Gaussian, tanh-squashed
-Gaussian, deterministic) and the Q(s, a) critics every algorithm builds on."""
+Gaussian, deterministic) and the Q(s, a) critics every algorithm builds on.
+
+Each network starts with an observation encoder (:mod:`rltrain.encoders`), which turns the
+env's observations into feature vectors; the layers here never see an observation's shape.
+Encoders are called through ``forward`` directly, as the layers are (see :class:`MLP`)."""
 
 from __future__ import annotations
 
@@ -11,7 +15,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from rltrain.config import ACTIVATION_NAMES
+from rltrain.encoders import Encoder
+
 ACTIVATIONS = {"tanh": torch.tanh, "relu": torch.relu}
+assert tuple(ACTIVATIONS) == ACTIVATION_NAMES  # the schemas' check names the same ones
 
 
 class MLP(nn.Module):
@@ -50,6 +58,20 @@ def mlp(
     return MLP([in_dim, *hidden_sizes, out_dim], activation, out_gain)
 
 
+class EncodedMLP(MLP):
+    """An MLP on an encoder's features: a state-value network, a Q-network over discrete
+    actions. Its layers keep the plain MLP's names (``layers.0.weight``), so the parameters of
+    a flat-observation network are named as they always were (checkpoints stay loadable)."""
+
+    def __init__(self, encoder: Encoder, hidden_sizes: Sequence[int], out_dim: int,
+                 activation: str, out_gain: float = 1.0) -> None:
+        super().__init__([encoder.out_dim, *hidden_sizes, out_dim], activation, out_gain)
+        self.encoder = encoder
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return super().forward(self.encoder.forward(obs))
+
+
 def _init(layer: nn.Linear, gain: float) -> nn.Linear:
     nn.init.orthogonal_(layer.weight, gain)
     nn.init.zeros_(layer.bias)
@@ -77,55 +99,63 @@ def diagonal_gaussian_log_prob(x: torch.Tensor, mean: torch.Tensor, log_std: tor
     return (-0.5 * z.pow(2) - log_std - _HALF_LOG_2PI).sum(-1)
 
 
-class CategoricalActor(nn.Module):
-    """Discrete actions: logits over the actions."""
+class Actor(nn.Module):
+    """An encoder, then an MLP whose output layer starts small (gain 0.01, Andrychowicz et al.
+    2021): the outputs the actors below turn into a distribution or an action."""
 
-    def __init__(self, obs_dim: int, hidden_sizes: Sequence[int], num_actions: int,
+    def __init__(self, encoder: Encoder, hidden_sizes: Sequence[int], out_dim: int,
                  activation: str) -> None:
         super().__init__()
-        self.net = mlp(obs_dim, hidden_sizes, num_actions, activation, 0.01)
+        self.encoder = encoder
+        self.net = mlp(encoder.out_dim, hidden_sizes, out_dim, activation, 0.01)
+
+    def outputs(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.net.forward(self.encoder.forward(obs))
+
+
+class CategoricalActor(Actor):
+    """Discrete actions: logits over the actions."""
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.net.forward(obs)
+        return self.outputs(obs)
 
     def sample(self, obs: torch.Tensor) -> torch.Tensor:
-        return sample_categorical(self.net.forward(obs))
+        return sample_categorical(self.outputs(obs))
 
     def log_prob_entropy(self, obs: torch.Tensor, act: torch.Tensor
                          ) -> tuple[torch.Tensor, torch.Tensor]:
         """log pi(a|s) and the entropy at s, written out rather than through
         torch.distributions (whose bookkeeping costs more than this maths at these sizes)."""
-        logp_all = self.net.forward(obs).log_softmax(-1)
+        logp_all = self.outputs(obs).log_softmax(-1)
         logp = logp_all.gather(-1, act.unsqueeze(-1)).squeeze(-1)
         return logp, -(logp_all.exp() * logp_all).sum(-1)
 
 
-class GaussianActor(nn.Module):
+class GaussianActor(Actor):
     """A diagonal Gaussian with a state-independent log standard deviation (PPO); its mean is
     the deterministic action, unbounded (the env-side scaling clips it)."""
 
-    def __init__(self, obs_dim: int, hidden_sizes: Sequence[int], action_dim: int,
+    def __init__(self, encoder: Encoder, hidden_sizes: Sequence[int], action_dim: int,
                  activation: str, init_log_std: float) -> None:
-        super().__init__()
-        self.net = mlp(obs_dim, hidden_sizes, action_dim, activation, 0.01)
+        super().__init__(encoder, hidden_sizes, action_dim, activation)
         self.log_std = nn.Parameter(torch.full((action_dim,), float(init_log_std)))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.net.forward(obs)
+        return self.outputs(obs)
 
     def sample(self, obs: torch.Tensor) -> torch.Tensor:
-        mean = self.net.forward(obs)
+        mean = self.outputs(obs)
         return torch.normal(mean, self.log_std.exp().expand_as(mean))
 
     def log_prob_entropy(self, obs: torch.Tensor, act: torch.Tensor
                          ) -> tuple[torch.Tensor, torch.Tensor]:
-        mean = self.net.forward(obs)
+        mean = self.outputs(obs)
         log_std = self.log_std.expand_as(mean)
         logp = diagonal_gaussian_log_prob(act.reshape(mean.shape), mean, log_std)
         return logp, (0.5 + _HALF_LOG_2PI + log_std).sum(-1)
 
 
-class TanhMeanGaussianActor(nn.Module):
+class TanhMeanGaussianActor(Actor):
     """A diagonal Gaussian whose mean tanh(f(s)) is in [-1, 1], with a state-independent log
     standard deviation clamped to [LOG_STD_MIN, LOG_STD_MAX] (IQL's policy, Kostrikov et al.
     2021, arXiv:2110.06169). The density is a plain Gaussian's around the bounded mean, not a
@@ -134,14 +164,13 @@ class TanhMeanGaussianActor(nn.Module):
 
     LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
-    def __init__(self, obs_dim: int, hidden_sizes: Sequence[int], action_dim: int,
+    def __init__(self, encoder: Encoder, hidden_sizes: Sequence[int], action_dim: int,
                  activation: str) -> None:
-        super().__init__()
-        self.net = mlp(obs_dim, hidden_sizes, action_dim, activation, 0.01)
+        super().__init__(encoder, hidden_sizes, action_dim, activation)
         self.log_std = nn.Parameter(torch.zeros(action_dim))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.net.forward(obs))
+        return torch.tanh(self.outputs(obs))
 
     def _clamped_log_std(self) -> torch.Tensor:
         return self.log_std.clamp(self.LOG_STD_MIN, self.LOG_STD_MAX)
@@ -158,28 +187,27 @@ class TanhMeanGaussianActor(nn.Module):
         return diagonal_gaussian_log_prob(act, mean, self._clamped_log_std().expand_as(mean))
 
 
-class SquashedGaussianActor(nn.Module):
+class SquashedGaussianActor(Actor):
     """tanh(u), u ~ N(mu(s), sigma(s)), with a state-dependent sigma (SAC). The log-density
     includes the change of variables: log pi(a|s) = log N(u) - sum log(1 - tanh(u)^2),
     written as 2 * (log 2 - u - softplus(-2u)) for numerical stability."""
 
     LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
-    def __init__(self, obs_dim: int, hidden_sizes: Sequence[int], action_dim: int,
+    def __init__(self, encoder: Encoder, hidden_sizes: Sequence[int], action_dim: int,
                  activation: str) -> None:
-        super().__init__()
+        super().__init__(encoder, hidden_sizes, 2 * action_dim, activation)
         self.action_dim = action_dim
-        self.net = mlp(obs_dim, hidden_sizes, 2 * action_dim, activation, 0.01)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """The deterministic action: tanh of the mean."""
-        return torch.tanh(self.net.forward(obs)[..., : self.action_dim])
+        return torch.tanh(self.outputs(obs)[..., : self.action_dim])
 
     def sample(self, obs: torch.Tensor, noise: torch.Tensor | None = None
                ) -> tuple[torch.Tensor, torch.Tensor]:
         """A reparameterised action in (-1, 1) and its log-probability; ``noise`` is the
         standard normal draw (default: a fresh white one)."""
-        mean, log_std = self.net.forward(obs).split(self.action_dim, -1)
+        mean, log_std = self.outputs(obs).split(self.action_dim, -1)
         # a smooth squash of log_std into its bounds (as in CleanRL and SpinningUp's variants)
         log_std = self.LOG_STD_MIN + 0.5 * (self.LOG_STD_MAX - self.LOG_STD_MIN) * (
             torch.tanh(log_std) + 1)
@@ -191,28 +219,25 @@ class SquashedGaussianActor(nn.Module):
         return torch.tanh(u), logp
 
 
-class DeterministicActor(nn.Module):
+class DeterministicActor(Actor):
     """a = tanh(f(s)) in [-1, 1] (DDPG, TD3)."""
 
-    def __init__(self, obs_dim: int, hidden_sizes: Sequence[int], action_dim: int,
-                 activation: str) -> None:
-        super().__init__()
-        self.net = mlp(obs_dim, hidden_sizes, action_dim, activation, 0.01)
-
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.net.forward(obs))
+        return torch.tanh(self.outputs(obs))
 
 
 # --------------------------------------------------------------------------- critics
 class QCritics(nn.Module):
     """``n`` independent Q(s, a) networks evaluated as one: each layer is a batched matrix
     product over the members (one kernel instead of n), which halves the op count of twin
-    critics. ``forward(obs, act)`` returns ``(n, batch)``; n = 1 is a single critic."""
+    critics. ``forward(obs, act)`` returns ``(n, batch)``; n = 1 is a single critic. The
+    members share one encoder: its features, with the action, are every member's input."""
 
-    def __init__(self, obs_dim: int, action_dim: int, hidden_sizes: Sequence[int],
+    def __init__(self, encoder: Encoder, action_dim: int, hidden_sizes: Sequence[int],
                  activation: str, n: int = 2) -> None:
         super().__init__()
-        sizes = [obs_dim + action_dim, *hidden_sizes, 1]
+        self.encoder = encoder
+        sizes = [encoder.out_dim + action_dim, *hidden_sizes, 1]
         self.n = n
         self.weights = nn.ParameterList()
         self.biases = nn.ParameterList()
@@ -226,7 +251,8 @@ class QCritics(nn.Module):
         self._act = ACTIVATIONS[activation]
 
     def forward(self, obs: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
-        x = torch.cat((obs, act), -1).expand(self.n, *obs.shape[:-1], -1)
+        x = torch.cat((self.encoder.forward(obs), act), -1)
+        x = x.expand(self.n, *x.shape[:-1], -1)
         last = len(self.weights) - 1
         for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
             x = torch.baddbmm(b, x, w)

@@ -5,13 +5,16 @@ statistics are part of the training state that checkpoints save and resumes rest
 observation statistics are part of the deployable policy that ``best/``, ``final/``,
 ``rltrain-eval`` and ``rltrain-export`` use: nothing to carry by hand beside the weights.
 
-Statistics are updated only from training collection (and the random warm-up); tests, eval and
+Statistics are updated only from training collection (and the random warm-up): the composition
+root registers :meth:`ObsNormalizer.observe` and :meth:`RewardScaler.observe` once, as the
+training collector's observers; an offline run folds in its dataset once. Tests, eval and
 export apply them frozen. Running moments are kept in float64 (Chan et al.'s parallel update,
 as in Welford's algorithm) and applied in float32.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -60,12 +63,25 @@ class ObsNormalizer(nn.Module):
         self.moments.update(obs.reshape(obs.shape[0], -1))
         self._refresh()
 
+    def observe(self, obs: np.ndarray) -> None:
+        """Fold a batch of observations (numpy, as the env gives them) into the statistics:
+        the training collector calls this before its policy acts on them."""
+        device = self.shift.device
+        if isinstance(obs, np.ndarray) and obs.flags.writeable and obs.dtype.kind == "f":
+            x = torch.from_numpy(obs).to(device, torch.float32)  # the per-step path: cheapest
+        else:  # a copy: torch warns of (and cannot share) a read-only array
+            x = torch.as_tensor(np.array(obs, dtype=np.float32), device=device)
+        self.update(x)
+
     def _refresh(self) -> None:
         self.shift.copy_(self.moments.mean)
         self.scale.copy_((self.moments.var + self.epsilon).rsqrt())
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return ((obs - self.shift) * self.scale).clamp(-self.clip, self.clip)
+        if obs.dim() == 2:  # a batch of vectors: the per-step path, no reshaping
+            return ((obs - self.shift) * self.scale).clamp(-self.clip, self.clip)
+        flat = obs.reshape(obs.shape[0], -1)
+        return ((flat - self.shift) * self.scale).clamp(-self.clip, self.clip).view_as(obs)
 
 
 class RewardScaler(nn.Module):

@@ -123,14 +123,16 @@ class InfoStats:
 
 
 def mean_stats(records: list[Mapping[str, float]]) -> dict[str, float]:
-    """Average each field of a list of records (the update stats, as dicts)."""
-    if not records:
-        return {}
-    return {n: float(np.mean([r[n] for r in records])) for n in records[0]}
+    """Average each field of a list of records (the update stats, as dicts) over the records
+    that hold it: an update leaves out what it did not measure (the actor's loss on a step
+    that updates only the critics), so a stat is the mean of its real measurements."""
+    names = dict.fromkeys(n for r in records for n in r)  # in order of first appearance
+    return {n: float(np.mean([r[n] for r in records if n in r])) for n in names}
 
 
 def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
     """Flatten nested dataclasses and mappings into ``{"a/b": value}``."""
+    items: Iterable[tuple[Any, Any]]
     if dataclasses.is_dataclass(obj):
         items = ((f.name, getattr(obj, f.name)) for f in dataclasses.fields(obj))
     elif isinstance(obj, Mapping):

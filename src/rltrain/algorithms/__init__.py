@@ -4,7 +4,13 @@ and registers it, so importing the package fills :data:`ALGORITHMS`."""
 import importlib
 import pkgutil
 
-from rltrain.algorithms.base import Algorithm, OffPolicyAlgorithm, OnPolicyAlgorithm, Progress
+from rltrain.algorithms.base import (
+    Algorithm,
+    OffPolicyAlgorithm,
+    OnPolicyAlgorithm,
+    TDAlgorithm,
+    UpdateReport,
+)
 from rltrain.algorithms.registry import ALGORITHMS, CONTINUOUS, DISCRETE, AlgoSpec, get, register
 
 for _module in pkgutil.iter_modules(__path__):
@@ -12,4 +18,4 @@ for _module in pkgutil.iter_modules(__path__):
         importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = ["ALGORITHMS", "CONTINUOUS", "DISCRETE", "AlgoSpec", "Algorithm", "OffPolicyAlgorithm",
-           "OnPolicyAlgorithm", "Progress", "get", "register"]
+           "OnPolicyAlgorithm", "TDAlgorithm", "UpdateReport", "get", "register"]

@@ -1,13 +1,17 @@
 """The algorithm interface: a policy that acts on a batch of observations, an update
-that returns a small typed stats record, and state for checkpoints.
+that reports what it did (a small typed stats record and its gradient steps), and state for
+checkpoints.
 
 An algorithm owns its networks and optimisers. It never touches an env, a file
-or a logger; what an update needs (data, progress) arrives as arguments.
+or a logger; what an update needs (data, progress) arrives as arguments, and what it
+measured leaves as its return value: nothing is kept between calls but the learnt state.
 """
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -17,33 +21,39 @@ import torch
 from torch import nn
 
 from rltrain.actions import ActionScale
-from rltrain.collector import Policy
-from rltrain.data.buffers import Batch, Rollout
-from rltrain.envs import SpaceInfo
+from rltrain.config import NetworkConfig, TDConfig
+from rltrain.core import Policy, Progress, SpaceInfo
+from rltrain.data.buffers import Batch, ReplayBuffer, Rollout
+from rltrain.data.returns import nstep_batch
+from rltrain.encoders import Encoder, make_encoder
 from rltrain.noise import ColoredNoise
 from rltrain.normalize import ObsNormalizer, RewardScaler
 from rltrain.optim import Adam
 
 
 @dataclass(frozen=True)
-class Progress:
-    """Where training stands, for schedules (learning rate, exploration, target updates)."""
+class UpdateReport:
+    """What one call of an algorithm's update did. ``stats`` is a frozen dataclass of numbers
+    (a field that is None was not measured in this call, e.g. the actor's loss on a step that
+    updates only the critics); ``gradient_steps`` is how many optimiser steps the call took,
+    which the trainer adds to its count."""
 
-    env_step: int
-    gradient_step: int
-    #: env_step / planned env steps, in [0, 1]
-    fraction: float
+    stats: Any
+    gradient_steps: int = 1
 
 
 class Algorithm(nn.Module, ABC):
-    """Every algorithm is built as ``cls(cfg, info, device, seed)`` (see the registry).
+    """Every algorithm is built as ``build(cfg, info, device, seed)`` (see the registry).
 
     Observations and rewards pass through :meth:`_obs` and :meth:`_rew`, which apply the
     normalisers the composition root attaches (:meth:`set_normalizers`) and are the identity
     otherwise. Continuous actions are in the normalised space of :mod:`rltrain.actions`.
+    Networks are built on :meth:`encoder`, so no algorithm depends on what an observation
+    looks like.
     """
 
-    def __init__(self, cfg: Any, info: SpaceInfo, device: torch.device, seed: int) -> None:
+    def __init__(self, cfg: NetworkConfig, info: SpaceInfo, device: torch.device, seed: int
+                 ) -> None:
         super().__init__()
         self.cfg, self.info, self.device = cfg, info, device
         self.obs_norm: ObsNormalizer | None = None
@@ -51,6 +61,10 @@ class Algorithm(nn.Module, ABC):
         #: coloured exploration noise (made on first use: its shape is the number of envs)
         self.noise: ColoredNoise | None = None
         self._noise_seed = seed
+
+    def encoder(self) -> Encoder:
+        """A new observation encoder (``algo.encoder``) for one of this algorithm's networks."""
+        return make_encoder(self.info, self.cfg.encoder)
 
     def set_normalizers(self, obs_norm: ObsNormalizer | None,
                         reward_scaler: RewardScaler | None) -> None:
@@ -65,17 +79,8 @@ class Algorithm(nn.Module, ABC):
     def policy(self, progress: Progress, *, deterministic: bool = False) -> Policy:
         """:meth:`act` as a collector's policy. The collector runs it under
         ``torch.inference_mode()``, entered once per collection rather than once per step
-        (that context costs as much as a small layer). A training policy (not deterministic)
-        also updates the observation statistics; a test policy never does."""
-        act = partial(self._act, deterministic=deterministic, progress=progress)
-        if deterministic or self.obs_norm is None:
-            return act
-        return lambda obs: (self.observe(obs), act(obs))[1]
-
-    def observe(self, obs: np.ndarray) -> None:
-        """Fold a batch of training observations into the observation statistics."""
-        if self.obs_norm is not None:
-            self.obs_norm.update(self._tensor(obs).flatten(1))
+        (that context costs as much as a small layer)."""
+        return partial(self._act, deterministic=deterministic, progress=progress)
 
     @abstractmethod
     def _act(self, obs: np.ndarray, *, deterministic: bool, progress: Progress) -> np.ndarray:
@@ -85,7 +90,7 @@ class Algorithm(nn.Module, ABC):
     def actor(self) -> nn.Module:
         """The network whose output the deployable policy's head turns into actions: logits
         or Q-values (argmax), a Gaussian mean, or an action in [-1, 1]; its input is the
-        normalised, flattened observation."""
+        normalised observation (its encoder takes it from there)."""
 
     def deployable(self) -> DeployedPolicy:
         """The policy as saved to best/ and final/, evaluated and exported: raw observation in,
@@ -139,16 +144,30 @@ class Algorithm(nn.Module, ABC):
                 return torch.from_numpy(x).to(self.device, dtype)
             except (TypeError, ValueError):  # a dtype torch lacks, negative strides
                 x = np.ascontiguousarray(x)
+        if isinstance(x, np.ndarray) and not x.flags.writeable:
+            x = np.array(x)  # torch warns of (and cannot share) a read-only array
         return torch.as_tensor(x, dtype=dtype, device=self.device)
 
     def _obs(self, obs: np.ndarray) -> torch.Tensor:
-        """A batch of observations as the networks take them: flat, normalised."""
-        x = self._tensor(obs).flatten(1)
+        """A batch of observations as the networks take them: normalised."""
+        x = self._tensor(obs)
         return x if self.obs_norm is None else self.obs_norm(x)
 
     def _rew(self, rew: np.ndarray) -> np.ndarray:
         """Rewards as the losses take them: scaled (training only)."""
         return rew if self.reward_scaler is None else self.reward_scaler.scale(rew)
+
+    def tensors(self, batch: Batch) -> tuple[torch.Tensor, ...]:
+        """A sampled batch as the losses take it: ``(obs, act, rew, discount, next_obs)``, the
+        observations normalised, the rewards scaled, discrete actions as indices (long),
+        continuous ones ``(batch, action_dim)``."""
+        obs, next_obs = self._obs(batch.obs), self._obs(batch.next_obs)
+        if self.info.discrete:
+            act = self._tensor(batch.act, torch.long)
+        else:
+            act = self._tensor(batch.act).reshape(len(obs), -1)
+        return (obs, act, self._tensor(self._rew(batch.rew)), self._tensor(batch.discount),
+                next_obs)
 
 
 class DeployedPolicy(nn.Module):
@@ -161,10 +180,12 @@ class DeployedPolicy(nn.Module):
         super().__init__()
         self.obs_norm, self.actor = obs_norm, actor
         self.discrete, self.action_shape = info.discrete, tuple(info.action_shape)
-        self.scale = None if info.discrete else ActionScale(info.action_low, info.action_high)
+        self.scale = None
+        if info.action_low is not None and info.action_high is not None:  # a Box
+            self.scale = ActionScale(info.action_low, info.action_high)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        x = obs.to(torch.float32).flatten(1)
+        x = obs.to(torch.float32)
         if self.obs_norm is not None:
             x = self.obs_norm(x)
         out = self.actor(x)
@@ -177,14 +198,53 @@ class OnPolicyAlgorithm(Algorithm):
     @abstractmethod
     def update(
         self, rollout: Rollout, *, batch_size: int | None, repetitions: int, progress: Progress
-    ) -> Any:
+    ) -> UpdateReport:
         """Learn from the whole rollout, ``repetitions`` passes in minibatches."""
 
 
 class OffPolicyAlgorithm(Algorithm):
+    """Learns from batches sampled from a replay buffer or a dataset."""
+
     @abstractmethod
-    def update(self, batch: Batch, *, progress: Progress) -> Any:
-        """One gradient step on a sampled batch."""
+    def batch(self, buffer: ReplayBuffer, lanes: np.ndarray, positions: np.ndarray) -> Batch:
+        """The batch this algorithm learns from at the sampled transitions: the returns it
+        needs are computed here (rltrain.data.returns), not by the buffer."""
+
+    @abstractmethod
+    def update(self, batch: Batch, *, progress: Progress) -> UpdateReport:
+        """Learn from one sampled batch."""
+
+
+class TDAlgorithm(OffPolicyAlgorithm):
+    """Learns by temporal differences: its batches carry n-step returns with its discount."""
+
+    cfg: TDConfig
+
+    def batch(self, buffer: ReplayBuffer, lanes: np.ndarray, positions: np.ndarray) -> Batch:
+        return nstep_batch(buffer, lanes, positions, self.cfg.n_step, self.cfg.gamma)
+
+
+def number(x: torch.Tensor | None) -> float | None:
+    """A stat's value for its record: a Python float, or None when it was not measured."""
+    return None if x is None else float(x.detach())
+
+
+@contextlib.contextmanager
+def frozen(net: nn.Module) -> Iterator[None]:
+    """No gradients for ``net``'s parameters inside (an actor's loss through a critic: the
+    backward pass then skips the critic's weight gradients, which the actor's optimiser would
+    never read)."""
+    net.requires_grad_(False)
+    try:
+        yield
+    finally:
+        net.requires_grad_(True)
+
+
+def squared_td_error(q: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """The critics' loss from their values ``q`` (critics, batch) at the batch's actions: the
+    squared TD errors, averaged over the batch and summed over the critics."""
+    return (q - target).pow(2).mean(1).sum()
 
 
 def clip_and_step(loss: torch.Tensor, optimizer: Adam, max_norm: float | None) -> None:

@@ -10,36 +10,34 @@ deterministic tanh actor's action against the data action, in the normalised spa
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rltrain.algorithms.base import OffPolicyAlgorithm, Progress, clip_and_step
+from rltrain.algorithms.base import OffPolicyAlgorithm, UpdateReport, clip_and_step
 from rltrain.algorithms.registry import CONTINUOUS, DISCRETE, AlgoSpec, register
-from rltrain.config import AlgoConfig, check_network, check_positive
-from rltrain.data.buffers import Batch
-from rltrain.envs import SpaceInfo
+from rltrain.config import NetworkConfig, check_positive
+from rltrain.core import Progress, SpaceInfo
+from rltrain.data.buffers import Batch, ReplayBuffer
+from rltrain.data.returns import nstep_batch
 from rltrain.nets import CategoricalActor, DeterministicActor
 from rltrain.optim import Adam
 
 
 @dataclass
-class BCConfig(AlgoConfig):
+class BCConfig(NetworkConfig):
     """Behaviour cloning (Pomerleau 1991), offline; discrete and continuous actions."""
 
     name: str = "bc"
-    #: hidden layer sizes of the actor
-    hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])
-    activation: str = "relu"
     lr: float = 3e-4
     #: clip the global gradient norm (null: no clipping)
     max_grad_norm: float | None = None
 
     def check(self) -> None:
-        check_network(self)
+        super().check()
         check_positive(self, "algo", "lr", "max_grad_norm")
 
 
@@ -59,14 +57,16 @@ class DiscreteBCStats:
 
 
 class BC(OffPolicyAlgorithm):
+    cfg: BCConfig
+
     def __init__(self, cfg: BCConfig, info: SpaceInfo, device: torch.device, seed: int) -> None:
         super().__init__(cfg, info, device, seed)
         self.discrete = info.discrete
         if info.discrete:
             self.pi: CategoricalActor | DeterministicActor = CategoricalActor(
-                info.obs_dim, cfg.hidden_sizes, info.action_dim, cfg.activation)
+                self.encoder(), cfg.hidden_sizes, info.action_dim, cfg.activation)
         else:
-            self.pi = DeterministicActor(info.obs_dim, cfg.hidden_sizes, info.action_dim,
+            self.pi = DeterministicActor(self.encoder(), cfg.hidden_sizes, info.action_dim,
                                          cfg.activation)
         self.to(device)
         self.optim = Adam(self.pi.parameters(), lr=cfg.lr)
@@ -81,12 +81,16 @@ class BC(OffPolicyAlgorithm):
         """The cloned policy's action; a discrete one samples its logits unless deterministic
         (a continuous one has no noise to add)."""
         x = self._obs(obs)
-        if self.discrete:
+        if isinstance(self.pi, CategoricalActor):
             act = self.pi(x).argmax(-1) if deterministic else self.pi.sample(x)
             return act.cpu().numpy()
         return self.pi(x).reshape(len(obs), *self.info.action_shape).cpu().numpy()
 
-    def update(self, batch: Batch, *, progress: Progress) -> BCStats | DiscreteBCStats:
+    def batch(self, buffer: ReplayBuffer, lanes: np.ndarray, positions: np.ndarray) -> Batch:
+        # the loss reads states and actions only: one-step transitions, no discount to apply
+        return nstep_batch(buffer, lanes, positions, 1, 1.0)
+
+    def update(self, batch: Batch, *, progress: Progress) -> UpdateReport:
         obs = self._obs(batch.obs)
         if self.discrete:
             act = self._tensor(batch.act, torch.long)
@@ -94,15 +98,15 @@ class BC(OffPolicyAlgorithm):
             loss = F.cross_entropy(logits, act)
             clip_and_step(loss, self.optim, self.cfg.max_grad_norm)
             accuracy = (logits.detach().argmax(-1) == act).float().mean()
-            return DiscreteBCStats(float(loss.detach()), float(accuracy))
+            return UpdateReport(DiscreteBCStats(float(loss.detach()), float(accuracy)))
         act = self._tensor(batch.act).reshape(len(obs), -1)
         loss = F.mse_loss(self.pi(obs), act)
         clip_and_step(loss, self.optim, self.cfg.max_grad_norm)
-        return BCStats(float(loss.detach()))
+        return UpdateReport(BCStats(float(loss.detach())))
 
 
 register(AlgoSpec(
-    name="bc", config=BCConfig, cls=BC, trainers=("offline",), actions=(DISCRETE, CONTINUOUS),
+    name="bc", config=BCConfig, build=BC, trainers=("offline",), actions=(DISCRETE, CONTINUOUS),
     console=(("loss", "loss"),),  # accuracy (discrete only) is in the records
     bounded_actions=True,
     paper="Pomerleau 1991, Neural Computation 3(1):88-97",

@@ -16,7 +16,7 @@ maximum, logsumexp, over actions) and up on the dataset's actions:
   losses are.
 - Discrete actions, on DQN (``dqn.py``): the logsumexp over the actions is exact.
 
-One registry name, ``algo=cql``, for both: :class:`CQL` builds :class:`ContinuousCQL` or
+One registry name, ``algo=cql``, for both: :func:`build_cql` builds :class:`ContinuousCQL` or
 :class:`DiscreteCQL` from the env's action space, with one config schema holding both kinds'
 fields. Offline only.
 """
@@ -27,14 +27,15 @@ import math
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
-from rltrain.algorithms.base import Progress
+from rltrain.algorithms.base import Algorithm, UpdateReport, clip_and_step, number, squared_td_error
 from rltrain.algorithms.dqn import DQN, DQNConfig
 from rltrain.algorithms.registry import CONTINUOUS, DISCRETE, AlgoSpec, register
 from rltrain.algorithms.sac import SAC, SACConfig, SACStats
 from rltrain.config import ConfigError, check_positive
+from rltrain.core import Progress, SpaceInfo
 from rltrain.data.buffers import Batch
-from rltrain.envs import SpaceInfo
 
 
 @dataclass
@@ -85,7 +86,7 @@ class CQLConfig(SACConfig):
         """DQN's settings for discrete actions (greedy: no exploration offline)."""
         return DQNConfig(
             name=self.name, hidden_sizes=list(self.hidden_sizes), activation=self.activation,
-            lr=self.critic_lr, gamma=self.gamma, n_step=self.n_step,
+            encoder=self.encoder, lr=self.critic_lr, gamma=self.gamma, n_step=self.n_step,
             double_q=self.discrete_double_q,
             target_update_interval=self.discrete_target_update_interval,
             huber_delta=self.discrete_huber_delta, max_grad_norm=self.max_grad_norm,
@@ -112,15 +113,14 @@ class DiscreteCQLStats:
 class ContinuousCQL(SAC):
     """CQL(H) on SAC; see the module's docstring."""
 
+    cfg: CQLConfig
+
     def __init__(self, cfg: CQLConfig, info: SpaceInfo, device: torch.device, seed: int
                  ) -> None:
         super().__init__(cfg, info, device, seed)
         self.cql_alpha = cfg.penalty_weight(discrete=False)
-        self.backup_entropy = cfg.backup_entropy
         #: log density of the uniform distribution on [-1, 1]^d
         self.log_uniform_density = -info.action_dim * math.log(2.0)
-        # the penalty of the update in progress, read out for its stats
-        self._cql_penalty = torch.zeros(())
 
     def proposal_actions(self, obs: torch.Tensor, next_obs: torch.Tensor
                          ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -151,15 +151,26 @@ class ContinuousCQL(SAC):
         logsumexp = (q_sampled.reshape(-1, b, m) - log_density).logsumexp(-1)
         return self.cql_alpha * (logsumexp - q).mean(1).sum()
 
-    def critic_loss(self, q: torch.Tensor, target: torch.Tensor, obs: torch.Tensor,
-                    next_obs: torch.Tensor) -> torch.Tensor:
+    def update(self, batch: Batch, *, progress: Progress) -> UpdateReport:
+        cfg = self.cfg
+        obs, act, rew, discount, next_obs = self.tensors(batch)
+        alpha = self.log_alpha.detach().exp()
+        # critics: SAC's TD target of the smaller target critic (its entropy bonus only with
+        # backup_entropy), plus the conservative penalty
+        with torch.no_grad():
+            next_act, next_logp = self.pi.sample(next_obs)
+            next_q = self.critic_target(next_obs, next_act).min(0).values
+            target = rew + discount * (next_q - alpha * next_logp if cfg.backup_entropy
+                                       else next_q)
+        q = self.critic(obs, act)
         penalty = self.penalty(q, obs, *self.proposal_actions(obs, next_obs))
-        self._cql_penalty = penalty.detach()
-        return super().critic_loss(q, target, obs, next_obs) + penalty
-
-    def update(self, batch: Batch, *, progress: Progress) -> CQLStats:
-        stats = super().update(batch, progress=progress)
-        return CQLStats(**vars(stats), cql_penalty=float(self._cql_penalty))
+        critic_loss = squared_td_error(q, target) + penalty
+        clip_and_step(critic_loss, self.critic_optim, cfg.max_grad_norm)
+        # the actor, the temperature and the targets as in SAC
+        actor_loss, alpha_loss, entropy = self.policy_and_targets(obs, alpha, progress)
+        return UpdateReport(CQLStats(float(critic_loss.detach()), number(actor_loss),
+                                     number(alpha_loss), float(alpha), number(entropy),
+                                     float(q.detach().mean()), float(penalty.detach())))
 
 
 class DiscreteCQL(DQN):
@@ -169,32 +180,31 @@ class DiscreteCQL(DQN):
                  ) -> None:
         super().__init__(cfg.dqn_config(), info, device, seed)
         self.cql_alpha = cfg.penalty_weight(discrete=True)
-        # the penalty of the update in progress, read out for its stats
-        self._cql_penalty = torch.zeros(())
 
-    def td_loss(self, q_sa: torch.Tensor, target: torch.Tensor, q_all: torch.Tensor
-                ) -> torch.Tensor:
+    def update(self, batch: Batch, *, progress: Progress) -> UpdateReport:
+        cfg = self.cfg
+        obs, act, rew, discount, next_obs = self.tensors(batch)
+        target = self.td_target(rew, discount, next_obs)  # DQN's (double Q)
+        q_all = self.q(obs)
+        q_sa = q_all.gather(1, act.unsqueeze(1)).squeeze(1)
+        # the conservative penalty: the exact logsumexp over the actions, less Q at the data's
         penalty = self.cql_alpha * (q_all.logsumexp(-1) - q_sa).mean()
-        self._cql_penalty = penalty.detach()
-        return super().td_loss(q_sa, target, q_all) + penalty
+        loss = F.smooth_l1_loss(q_sa, target, beta=cfg.huber_delta) + penalty
+        clip_and_step(loss, self.optim, cfg.max_grad_norm)
+        self.follow_target(progress)
+        return UpdateReport(DiscreteCQLStats(float(loss.detach()), float(penalty.detach()),
+                                             float(q_sa.detach().mean())))
 
-    def update(self, batch: Batch, *, progress: Progress) -> DiscreteCQLStats:
-        stats = super().update(batch, progress=progress)
-        return DiscreteCQLStats(stats.loss, float(self._cql_penalty), stats.q_mean)
 
-
-class CQL:
-    """What the registry builds for ``algo=cql``: ``CQL(cfg, info, device, seed)`` is a
-    :class:`DiscreteCQL` for discrete actions, else a :class:`ContinuousCQL`."""
-
-    def __new__(cls, cfg: CQLConfig, info: SpaceInfo, device: torch.device, seed: int
-                ) -> ContinuousCQL | DiscreteCQL:
-        kind = DiscreteCQL if info.discrete else ContinuousCQL
-        return kind(cfg, info, device, seed)
+def build_cql(cfg: CQLConfig, info: SpaceInfo, device: torch.device, seed: int) -> Algorithm:
+    """What the registry builds for ``algo=cql``: :class:`DiscreteCQL` for discrete actions,
+    else :class:`ContinuousCQL`."""
+    kind = DiscreteCQL if info.discrete else ContinuousCQL
+    return kind(cfg, info, device, seed)
 
 
 register(AlgoSpec(
-    name="cql", config=CQLConfig, cls=CQL,
+    name="cql", config=CQLConfig, build=build_cql,
     trainers=("offline",), actions=(DISCRETE, CONTINUOUS),
     # stats both kinds report (the continuous one adds SAC's actor and temperature stats)
     console=(("critic_loss", "q_loss"), ("cql_penalty", "cql"), ("q_mean", "q")),

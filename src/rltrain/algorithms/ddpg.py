@@ -9,44 +9,43 @@ normalised space of :mod:`rltrain.actions`.
 from __future__ import annotations
 
 import copy
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import nn
 
-from rltrain.algorithms.base import OffPolicyAlgorithm, Progress, clip_and_step
+from rltrain.algorithms.base import (
+    TDAlgorithm,
+    UpdateReport,
+    clip_and_step,
+    frozen,
+    number,
+    squared_td_error,
+)
 from rltrain.algorithms.registry import CONTINUOUS, AlgoSpec, register
 from rltrain.config import (
-    AlgoConfig,
     ConfigError,
-    check_network,
+    TDConfig,
     check_noise_beta,
     check_positive,
     check_unit_interval,
 )
+from rltrain.core import Progress, SpaceInfo
 from rltrain.data.buffers import Batch
-from rltrain.envs import SpaceInfo
 from rltrain.nets import DeterministicActor, QCritics
 from rltrain.optim import Adam, flatten_parameters, soft_update
 
 
 @dataclass
-class DDPGConfig(AlgoConfig):
+class DDPGConfig(TDConfig):
     """Deep Deterministic Policy Gradient (Lillicrap et al. 2016), off-policy."""
 
     name: str = "ddpg"
-    #: hidden layer sizes of the actor and of the critic
-    hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])
-    activation: str = "relu"
     actor_lr: float = 1e-3
     critic_lr: float = 1e-3
-    gamma: float = 0.99
     #: Polyak coefficient of the targets: target <- (1 - tau) target + tau online
     tau: float = 0.005
-    #: n-step returns (1 = one-step TD)
-    n_step: int = 1
     #: standard deviation of the Gaussian exploration noise, in the normalised action space
     #: (where the env's bounds are -1 and 1)
     exploration_noise: float = 0.1
@@ -59,10 +58,10 @@ class DDPGConfig(AlgoConfig):
     noise_beta: float = 0.0
 
     def check(self) -> None:
+        super().check()
         check_noise_beta(self)
-        check_network(self)
-        check_unit_interval(self, "algo", "gamma", "tau")
-        check_positive(self, "algo", "actor_lr", "critic_lr", "tau", "n_step", "policy_delay",
+        check_unit_interval(self, "algo", "tau")
+        check_positive(self, "algo", "actor_lr", "critic_lr", "tau", "policy_delay",
                        "max_grad_norm")
         if not self.exploration_noise >= 0:
             raise ConfigError(f"algo.exploration_noise must be >= 0, got "
@@ -72,20 +71,22 @@ class DDPGConfig(AlgoConfig):
 @dataclass(frozen=True)
 class DDPGStats:
     critic_loss: float
-    actor_loss: float
+    #: None on a gradient step that leaves the actor alone (policy_delay)
+    actor_loss: float | None
     q_mean: float
 
 
-class DDPG(OffPolicyAlgorithm):
-    #: critics evaluated as one ensemble; the target is the smallest of their values
+class DDPG(TDAlgorithm):
+    cfg: DDPGConfig
+    #: critics evaluated as one ensemble
     num_critics = 1
 
     def __init__(self, cfg: DDPGConfig, info: SpaceInfo, device: torch.device, seed: int
                  ) -> None:
         super().__init__(cfg, info, device, seed)
         d = info.action_dim
-        self.pi = DeterministicActor(info.obs_dim, cfg.hidden_sizes, d, cfg.activation)
-        self.critic = QCritics(info.obs_dim, d, cfg.hidden_sizes, cfg.activation,
+        self.pi = DeterministicActor(self.encoder(), cfg.hidden_sizes, d, cfg.activation)
+        self.critic = QCritics(self.encoder(), d, cfg.hidden_sizes, cfg.activation,
                                n=self.num_critics)
         self.pi_target = copy.deepcopy(self.pi).requires_grad_(False)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
@@ -95,7 +96,6 @@ class DDPG(OffPolicyAlgorithm):
         # the targets as flat tensors in their optimisers' order: one kernel per Polyak update
         self.pi_target_flat = flatten_parameters(self.pi_target.parameters())
         self.critic_target_flat = flatten_parameters(self.critic_target.parameters())
-        self._actor_loss = math.nan
 
     def actor(self) -> nn.Module:
         return self.pi
@@ -111,44 +111,38 @@ class DDPG(OffPolicyAlgorithm):
             act = (act + noise.mul_(self.cfg.exploration_noise)).clamp_(-1.0, 1.0)
         return act.reshape(len(obs), *self.info.action_shape).cpu().numpy()
 
-    def target_action(self, next_obs: torch.Tensor) -> torch.Tensor:
-        """The action the TD target evaluates at the next state."""
-        return self.pi_target(next_obs)
+    def actor_step(self, obs: torch.Tensor) -> torch.Tensor:
+        """The deterministic policy gradient: ascend the first critic's value of the actor's
+        action, Q1(s, pi(s)); then the targets follow. Returns the actor's loss."""
+        with frozen(self.critic):  # the actor's loss needs no critic gradients
+            actor_loss = -self.critic(obs, self.pi(obs))[0].mean()
+            clip_and_step(actor_loss, self.actor_optim, self.cfg.max_grad_norm)
+        self.follow_targets()
+        return actor_loss
 
-    def actor_loss(self, obs: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
-        """The actor's objective on a batch of states (and the batch's actions, which TD3+BC
-        regresses onto): ascend the first critic's value of the actor's action."""
-        return -self.critic(obs, self.pi(obs))[0].mean()
+    def follow_targets(self) -> None:
+        soft_update(self.pi_target_flat, self.actor_optim.flat, self.cfg.tau)
+        soft_update(self.critic_target_flat, self.critic_optim.flat, self.cfg.tau)
 
-    def update(self, batch: Batch, *, progress: Progress) -> DDPGStats:
+    def update(self, batch: Batch, *, progress: Progress) -> UpdateReport:
         cfg = self.cfg
-        obs, next_obs = self._obs(batch.obs), self._obs(batch.next_obs)
-        act = self._tensor(batch.act).reshape(len(obs), -1)
-
-        # critic(s): regress onto the TD target of the (smallest) target critic
+        obs, act, rew, discount, next_obs = self.tensors(batch)
+        # critic: regress onto r + discount * Q'(s', pi'(s')), both targets
         with torch.no_grad():
-            next_q = self.critic_target(next_obs, self.target_action(next_obs)).min(0).values
-            target = (self._tensor(self._rew(batch.rew))
-                      + self._tensor(batch.discount) * next_q)
+            target = rew + discount * self.critic_target(next_obs, self.pi_target(next_obs))[0]
         q = self.critic(obs, act)
-        critic_loss = (q - target).pow(2).mean(1).sum()
+        critic_loss = squared_td_error(q, target)
         clip_and_step(critic_loss, self.critic_optim, cfg.max_grad_norm)
-
-        # actor: its objective (actor_loss); then the targets follow
+        # actor (and targets), every policy_delay gradient steps
+        actor_loss = None
         if progress.gradient_step % cfg.policy_delay == 0:
-            self.critic.requires_grad_(False)  # the actor's loss needs no critic gradients
-            actor_loss = self.actor_loss(obs, act)
-            clip_and_step(actor_loss, self.actor_optim, cfg.max_grad_norm)
-            self.critic.requires_grad_(True)
-            soft_update(self.pi_target_flat, self.actor_optim.flat, cfg.tau)
-            soft_update(self.critic_target_flat, self.critic_optim.flat, cfg.tau)
-            self._actor_loss = float(actor_loss.detach())
-        return DDPGStats(float(critic_loss.detach()), self._actor_loss,
-                         float(q.detach().mean()))
+            actor_loss = self.actor_step(obs)
+        return UpdateReport(DDPGStats(float(critic_loss.detach()), number(actor_loss),
+                                      float(q.detach().mean())))
 
 
 register(AlgoSpec(
-    name="ddpg", config=DDPGConfig, cls=DDPG, trainers=("offpolicy",), actions=(CONTINUOUS,),
+    name="ddpg", config=DDPGConfig, build=DDPG, trainers=("offpolicy",), actions=(CONTINUOUS,),
     console=(("critic_loss", "q_loss"), ("actor_loss", "pi"), ("q_mean", "q")),
     bounded_actions=True,
     paper="Lillicrap et al. 2016, arXiv:1509.02971",

@@ -1,8 +1,8 @@
 """DQN: Mnih et al. 2015, "Human-level control through deep reinforcement learning".
 
 With a target network, double Q-learning (van Hasselt et al. 2016, arXiv:1509.06461),
-the Huber loss, n-step returns (computed by the buffer) and a linearly annealed
-epsilon-greedy policy. Discrete actions only.
+the Huber loss, n-step returns (rltrain.data.returns, in the batches it samples) and a linearly
+annealed epsilon-greedy policy. Discrete actions only.
 """
 
 from __future__ import annotations
@@ -16,32 +16,23 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rltrain.algorithms.base import OffPolicyAlgorithm, Progress, clip_and_step
+from rltrain.algorithms.base import TDAlgorithm, UpdateReport, clip_and_step
 from rltrain.algorithms.registry import DISCRETE, AlgoSpec, register
-from rltrain.config import (
-    AlgoConfig,
-    ConfigError,
-    check_network,
-    check_positive,
-    check_unit_interval,
-)
+from rltrain.config import ConfigError, TDConfig, check_positive, check_unit_interval
+from rltrain.core import Progress, SpaceInfo
 from rltrain.data.buffers import Batch
-from rltrain.envs import SpaceInfo
-from rltrain.nets import mlp
+from rltrain.encoders import Encoder
+from rltrain.nets import EncodedMLP
 from rltrain.optim import Adam
 
 
 @dataclass
-class DQNConfig(AlgoConfig):
+class DQNConfig(TDConfig):
     """Deep Q-Network (Mnih et al. 2015) with double Q (van Hasselt et al. 2016), off-policy."""
 
     name: str = "dqn"
     hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
-    activation: str = "relu"
     lr: float = 1e-3
-    gamma: float = 0.99
-    #: n-step returns (1 = one-step TD)
-    n_step: int = 1
     #: use the online network to pick the next action, the target network to value it
     double_q: bool = True
     #: copy the online network to the target every this many gradient steps
@@ -56,10 +47,9 @@ class DQNConfig(AlgoConfig):
     exploration_fraction: float = 0.2
 
     def check(self) -> None:
-        check_network(self)
-        check_unit_interval(self, "algo", "gamma", "eps_start", "eps_end",
-                            "exploration_fraction")
-        check_positive(self, "algo", "lr", "n_step", "target_update_interval", "huber_delta",
+        super().check()
+        check_unit_interval(self, "algo", "eps_start", "eps_end", "exploration_fraction")
+        check_positive(self, "algo", "lr", "target_update_interval", "huber_delta",
                        "max_grad_norm")
 
     def check_plan(self, gradient_steps: float) -> None:
@@ -78,19 +68,23 @@ class DQNStats:
 
 
 class QNetwork(nn.Module):
-    def __init__(self, cfg: DQNConfig, info: SpaceInfo) -> None:
+    """Q(s, .) over the discrete actions."""
+
+    def __init__(self, encoder: Encoder, cfg: DQNConfig, num_actions: int) -> None:
         super().__init__()
-        self.net = mlp(info.obs_dim, cfg.hidden_sizes, info.action_dim, cfg.activation, 1.0)
+        self.net = EncodedMLP(encoder, cfg.hidden_sizes, num_actions, cfg.activation, 1.0)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.net(obs)
 
 
-class DQN(OffPolicyAlgorithm):
+class DQN(TDAlgorithm):
+    cfg: DQNConfig
+
     def __init__(self, cfg: DQNConfig, info: SpaceInfo, device: torch.device, seed: int) -> None:
         super().__init__(cfg, info, device, seed)
         self.num_actions = info.action_dim
-        self.q = QNetwork(cfg, info)
+        self.q = QNetwork(self.encoder(), cfg, info.action_dim)
         self.q_target = copy.deepcopy(self.q).requires_grad_(False)
         self.to(device)
         self.optim = Adam(self.q.parameters(), lr=cfg.lr)
@@ -118,32 +112,34 @@ class DQN(OffPolicyAlgorithm):
         explore = self.rng.random(len(obs)) < self.epsilon(progress.fraction)
         return np.where(explore, self.rng.integers(self.num_actions, size=len(obs)), greedy)
 
-    def td_loss(self, q_sa: torch.Tensor, target: torch.Tensor, q_all: torch.Tensor
-                ) -> torch.Tensor:
-        """The loss of Q(s, a) at the batch's actions against the TD target: Huber. ``q_all``
-        (batch, actions), every action's value, is for the penalties subclasses add (CQL)."""
-        return F.smooth_l1_loss(q_sa, target, beta=self.cfg.huber_delta)
-
-    def update(self, batch: Batch, *, progress: Progress) -> DQNStats:
-        cfg = self.cfg
-        obs, next_obs = self._obs(batch.obs), self._obs(batch.next_obs)
-        act = self._tensor(batch.act, torch.long)
+    def td_target(self, rew: torch.Tensor, discount: torch.Tensor, next_obs: torch.Tensor
+                  ) -> torch.Tensor:
+        """r + discount * V(s'), V(s') from the target network at the action the online network
+        picks (double Q) or at the target's own best action."""
         with torch.no_grad():
             next_q_target = self.q_target(next_obs)
-            if cfg.double_q:
+            if self.cfg.double_q:
                 next_act = self.q(next_obs).argmax(-1, keepdim=True)
                 next_v = next_q_target.gather(1, next_act).squeeze(1)
             else:
                 next_v = next_q_target.max(-1).values
-            target = self._tensor(self._rew(batch.rew)) + self._tensor(batch.discount) * next_v
-        q_all = self.q(obs)
-        q_sa = q_all.gather(1, act.unsqueeze(1)).squeeze(1)
-        loss = self.td_loss(q_sa, target, q_all)
-        clip_and_step(loss, self.optim, cfg.max_grad_norm)
-        if (progress.gradient_step + 1) % cfg.target_update_interval == 0:
+            return rew + discount * next_v
+
+    def follow_target(self, progress: Progress) -> None:
+        """Copy the online network to the target every target_update_interval gradient steps."""
+        if (progress.gradient_step + 1) % self.cfg.target_update_interval == 0:
             self.q_target.load_state_dict(self.q.state_dict())
-        q_mean = float(q_sa.detach().mean())
-        return DQNStats(float(loss.detach()), q_mean, self.epsilon(progress.fraction))
+
+    def update(self, batch: Batch, *, progress: Progress) -> UpdateReport:
+        cfg = self.cfg
+        obs, act, rew, discount, next_obs = self.tensors(batch)
+        target = self.td_target(rew, discount, next_obs)
+        q_sa = self.q(obs).gather(1, act.unsqueeze(1)).squeeze(1)
+        loss = F.smooth_l1_loss(q_sa, target, beta=cfg.huber_delta)
+        clip_and_step(loss, self.optim, cfg.max_grad_norm)
+        self.follow_target(progress)
+        return UpdateReport(DQNStats(float(loss.detach()), float(q_sa.detach().mean()),
+                                     self.epsilon(progress.fraction)))
 
     def training_state(self) -> dict[str, Any]:
         return {**super().training_state(), "rng": self.rng.bit_generator.state}
@@ -154,7 +150,7 @@ class DQN(OffPolicyAlgorithm):
 
 
 register(AlgoSpec(
-    name="dqn", config=DQNConfig, cls=DQN, trainers=("offpolicy",), actions=(DISCRETE,),
+    name="dqn", config=DQNConfig, build=DQN, trainers=("offpolicy",), actions=(DISCRETE,),
     console=(("loss", "loss"), ("q_mean", "q"), ("epsilon", "eps")),
     paper="Mnih et al. 2015, Nature 518:529-533",
 ))

@@ -22,45 +22,33 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rltrain.algorithms.base import OffPolicyAlgorithm, Progress, clip_and_step
+from rltrain.algorithms.base import TDAlgorithm, UpdateReport, clip_and_step, squared_td_error
 from rltrain.algorithms.registry import CONTINUOUS, DISCRETE, AlgoSpec, register
-from rltrain.config import (
-    AlgoConfig,
-    ConfigError,
-    check_network,
-    check_positive,
-    check_unit_interval,
-)
+from rltrain.config import ConfigError, TDConfig, check_positive, check_unit_interval
+from rltrain.core import Progress, SpaceInfo
 from rltrain.data.buffers import Batch
-from rltrain.envs import SpaceInfo
-from rltrain.nets import CategoricalActor, QCritics, TanhMeanGaussianActor, mlp
+from rltrain.nets import CategoricalActor, EncodedMLP, QCritics, TanhMeanGaussianActor
 from rltrain.optim import Adam, flatten_parameters, soft_update
 
 
 @dataclass
-class IQLConfig(AlgoConfig):
+class IQLConfig(TDConfig):
     """Implicit Q-Learning (Kostrikov et al. 2021), offline; defaults are the official code's
     Gym-MuJoCo settings."""
 
     name: str = "iql"
-    #: hidden layer sizes of the actor, the value network and each critic
-    hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])
-    activation: str = "relu"
     actor_lr: float = 3e-4
     critic_lr: float = 3e-4
     value_lr: float = 3e-4
     #: anneal the actor's learning rate to 0 by a cosine over the planned gradient steps
     actor_lr_cosine: bool = True
-    gamma: float = 0.99
-    #: n-step returns (1 = one-step TD)
-    n_step: int = 1
     #: Polyak coefficient of the target critics: target <- (1 - tau) target + tau critic
     tau: float = 0.005
     #: the expectile of V's regression, in (0, 1): 0.5 is the mean, towards 1 the maximum
@@ -73,10 +61,10 @@ class IQLConfig(AlgoConfig):
     max_grad_norm: float | None = None
 
     def check(self) -> None:
-        check_network(self)
-        check_unit_interval(self, "algo", "gamma", "tau")
-        check_positive(self, "algo", "actor_lr", "critic_lr", "value_lr", "n_step", "tau",
-                       "max_weight", "max_grad_norm")
+        super().check()
+        check_unit_interval(self, "algo", "tau")
+        check_positive(self, "algo", "actor_lr", "critic_lr", "value_lr", "tau", "max_weight",
+                       "max_grad_norm")
         if not 0.0 < self.expectile < 1.0:
             raise ConfigError(f"algo.expectile must be in (0, 1), got {self.expectile}")
         if not self.beta >= 0:
@@ -113,18 +101,20 @@ def cosine_lr(lr: float, fraction: float) -> float:
     return lr * 0.5 * (1.0 + math.cos(math.pi * min(max(fraction, 0.0), 1.0)))
 
 
-class IQL(OffPolicyAlgorithm):
+class IQL(TDAlgorithm):
+    cfg: IQLConfig
+
     def __init__(self, cfg: IQLConfig, info: SpaceInfo, device: torch.device, seed: int) -> None:
         super().__init__(cfg, info, device, seed)
         self.discrete = info.discrete
         d = info.action_dim
         if info.discrete:
             self.pi: CategoricalActor | TanhMeanGaussianActor = CategoricalActor(
-                info.obs_dim, cfg.hidden_sizes, d, cfg.activation)
+                self.encoder(), cfg.hidden_sizes, d, cfg.activation)
         else:
-            self.pi = TanhMeanGaussianActor(info.obs_dim, cfg.hidden_sizes, d, cfg.activation)
-        self.value = mlp(info.obs_dim, cfg.hidden_sizes, 1, cfg.activation, 1.0)
-        self.critic = QCritics(info.obs_dim, d, cfg.hidden_sizes, cfg.activation, n=2)
+            self.pi = TanhMeanGaussianActor(self.encoder(), cfg.hidden_sizes, d, cfg.activation)
+        self.value = EncodedMLP(self.encoder(), cfg.hidden_sizes, 1, cfg.activation, 1.0)
+        self.critic = QCritics(self.encoder(), d, cfg.hidden_sizes, cfg.activation, n=2)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.to(device)
         self.actor_optim = Adam(self.pi.parameters(), lr=cfg.actor_lr)
@@ -157,13 +147,9 @@ class IQL(OffPolicyAlgorithm):
             return self.pi.log_prob_entropy(obs, act)[0]
         return self.pi.log_prob(obs, act)
 
-    def update(self, batch: Batch, *, progress: Progress) -> IQLStats:
+    def update(self, batch: Batch, *, progress: Progress) -> UpdateReport:
         cfg = self.cfg
-        obs, next_obs = self._obs(batch.obs), self._obs(batch.next_obs)
-        if self.discrete:
-            act = self._tensor(batch.act, torch.long)
-        else:
-            act = self._tensor(batch.act).reshape(len(obs), -1)
+        obs, act, rew, discount, next_obs = self.tensors(batch)
         critic_act = self._critic_action(act)
 
         # value: expectile regression onto the smaller target critic at the data action
@@ -184,21 +170,21 @@ class IQL(OffPolicyAlgorithm):
         clip_and_step(actor_loss, self.actor_optim, cfg.max_grad_norm)
 
         # critics: regress both onto r + discount * V(s'); then the targets follow
-        target = self._tensor(self._rew(batch.rew)) + self._tensor(batch.discount) * next_v
+        target = rew + discount * next_v
         q = self.critic(obs, critic_act)
-        critic_loss = (q - target).pow(2).mean(1).sum()
+        critic_loss = squared_td_error(q, target)
         clip_and_step(critic_loss, self.critic_optim, cfg.max_grad_norm)
         soft_update(self.critic_target_flat, self.critic_optim.flat, cfg.tau)
 
         value_loss_v, critic_loss_v, actor_loss_v, v_mean, adv_mean, clipped = torch.stack((
             value_loss.detach(), critic_loss.detach(), actor_loss.detach(), v.mean(),
             adv.mean(), (weight >= cfg.max_weight).float().mean())).tolist()
-        return IQLStats(value_loss_v, critic_loss_v, actor_loss_v, v_mean, adv_mean, clipped,
-                        self.actor_optim.lr)
+        return UpdateReport(IQLStats(value_loss_v, critic_loss_v, actor_loss_v, v_mean, adv_mean,
+                                     clipped, self.actor_optim.lr))
 
 
 register(AlgoSpec(
-    name="iql", config=IQLConfig, cls=IQL, trainers=("offline",),
+    name="iql", config=IQLConfig, build=IQL, trainers=("offline",),
     actions=(DISCRETE, CONTINUOUS),
     console=(("critic_loss", "q_loss"), ("value_loss", "v_loss"), ("actor_loss", "pi"),
              ("adv_mean", "adv")),

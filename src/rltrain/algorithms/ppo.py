@@ -16,29 +16,27 @@ import numpy as np
 import torch
 from torch import nn
 
-from rltrain.algorithms.base import OnPolicyAlgorithm, Progress, clip_and_step
+from rltrain.algorithms.base import OnPolicyAlgorithm, UpdateReport, clip_and_step
 from rltrain.algorithms.registry import CONTINUOUS, DISCRETE, AlgoSpec, register
-from rltrain.config import AlgoConfig, check_network, check_positive, check_unit_interval
+from rltrain.config import DiscountedConfig, check_positive, check_unit_interval
+from rltrain.core import Progress, SpaceInfo
 from rltrain.data.buffers import Rollout
 from rltrain.data.returns import gae
-from rltrain.envs import SpaceInfo
-from rltrain.nets import CategoricalActor, GaussianActor, mlp
+from rltrain.nets import CategoricalActor, EncodedMLP, GaussianActor
 from rltrain.optim import Adam
 
 
 @dataclass
-class PPOConfig(AlgoConfig):
-    """Proximal Policy Optimization (Schulman et al. 2017), on-policy."""
+class PPOConfig(DiscountedConfig):
+    """Proximal Policy Optimization (Schulman et al. 2017), on-policy. The actor and the
+    critic are separate networks, each with its own encoder."""
 
     name: str = "ppo"
-    #: hidden layer sizes of the actor and the critic (separate networks)
     hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
-    #: tanh or relu
     activation: str = "tanh"
     lr: float = 3e-4
     #: anneal the learning rate linearly to 0 over the planned env steps
     lr_annealing: bool = True
-    gamma: float = 0.99
     gae_lambda: float = 0.95
     #: epsilon of the clipped surrogate objective
     clip_ratio: float = 0.2
@@ -55,8 +53,8 @@ class PPOConfig(AlgoConfig):
     init_log_std: float = 0.0
 
     def check(self) -> None:
-        check_network(self)
-        check_unit_interval(self, "algo", "gamma", "gae_lambda")
+        super().check()
+        check_unit_interval(self, "algo", "gae_lambda")
         check_positive(self, "algo", "lr", "clip_ratio", "value_clip", "max_grad_norm")
 
 
@@ -72,16 +70,18 @@ class PPOStats:
 
 
 class PPO(OnPolicyAlgorithm):
+    cfg: PPOConfig
+
     def __init__(self, cfg: PPOConfig, info: SpaceInfo, device: torch.device, seed: int) -> None:
         super().__init__(cfg, info, device, seed)
         self.discrete = info.discrete
         if info.discrete:
             self.pi: CategoricalActor | GaussianActor = CategoricalActor(
-                info.obs_dim, cfg.hidden_sizes, info.action_dim, cfg.activation)
+                self.encoder(), cfg.hidden_sizes, info.action_dim, cfg.activation)
         else:
-            self.pi = GaussianActor(info.obs_dim, cfg.hidden_sizes, info.action_dim,
+            self.pi = GaussianActor(self.encoder(), cfg.hidden_sizes, info.action_dim,
                                     cfg.activation, cfg.init_log_std)
-        self.critic = mlp(info.obs_dim, cfg.hidden_sizes, 1, cfg.activation, 1.0)
+        self.critic = EncodedMLP(self.encoder(), cfg.hidden_sizes, 1, cfg.activation, 1.0)
         self.to(device)
         self.optim = Adam(self.parameters(), lr=cfg.lr, eps=1e-5)
 
@@ -107,14 +107,14 @@ class PPO(OnPolicyAlgorithm):
 
     def update(
         self, rollout: Rollout, *, batch_size: int | None, repetitions: int, progress: Progress
-    ) -> PPOStats:
+    ) -> UpdateReport:
         cfg = self.cfg
         lanes, t = rollout.valid.shape
         with torch.no_grad():
             # V(s) and V(s') of every slot at once; s' is each transition's own next
             # observation, so truncated episodes bootstrap from their true final state.
             both = self._obs(np.concatenate([rollout.obs, rollout.next_obs]).reshape(
-                2 * lanes * t, -1))
+                2 * lanes * t, *rollout.obs.shape[2:]))
             values, next_values = self.value(both).cpu().numpy().reshape(2, lanes, t)
         adv = gae(self._rew(rollout.rew), values, next_values, rollout.terminated, rollout.dones,
                   rollout.valid, cfg.gamma, cfg.gae_lambda)
@@ -144,7 +144,8 @@ class PPO(OnPolicyAlgorithm):
         pg_loss, v_loss, entropy, approx_kl, clipfrac = (sums / max(steps, 1)).tolist()
         var_ret = float(ret.var()) if n > 1 else math.nan
         explained = 1.0 - float((ret - old_v).var()) / var_ret if var_ret > 0 else math.nan
-        return PPOStats(pg_loss, v_loss, entropy, approx_kl, clipfrac, explained, lr)
+        return UpdateReport(PPOStats(pg_loss, v_loss, entropy, approx_kl, clipfrac, explained, lr),
+                            gradient_steps=steps)
 
     def _minibatch(
         self,
@@ -181,7 +182,7 @@ class PPO(OnPolicyAlgorithm):
 
 
 register(AlgoSpec(
-    name="ppo", config=PPOConfig, cls=PPO, trainers=("onpolicy",),
+    name="ppo", config=PPOConfig, build=PPO, trainers=("onpolicy",),
     actions=(DISCRETE, CONTINUOUS),
     console=(("pg_loss", "pg"), ("v_loss", "vf"), ("entropy", "ent"), ("approx_kl", "kl")),
     paper="Schulman et al. 2017, arXiv:1707.06347",

@@ -1,21 +1,29 @@
 """The algorithm registry: one :class:`AlgoSpec` per algorithm, declared next to its class.
 
 Everything else that depends on which algorithms exist derives from it: the config schemas
-Hydra knows (``algo/<name>``), the key checks, the trainer an algorithm may run with, the
-action spaces it accepts, the update stats the console shows, and how the composition root
-builds it. Adding an algorithm is one module in ``rltrain/algorithms/`` (its config schema,
-its class and a ``register(AlgoSpec(...))`` call) and one YAML file, ``conf/algo/<name>.yaml``.
+Hydra knows (``algo/<name>``, through rltrain.catalogue), the key checks, the trainer an
+algorithm may run with, the action spaces it accepts, the update stats the console shows, and
+how the composition root builds it. Adding an algorithm is one module in
+``rltrain/algorithms/`` (its config schema, its class and a ``register(AlgoSpec(...))`` call)
+and one YAML file, ``conf/algo/<name>.yaml``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rltrain.config import AlgoConfig, ConfigError
 
 if TYPE_CHECKING:
+    import torch
+
     from rltrain.algorithms.base import Algorithm
+    from rltrain.core import SpaceInfo
+
+    #: what the registry builds an algorithm with: ``build(cfg, info, device, seed)``
+    Builder = Callable[[Any, SpaceInfo, torch.device, int], Algorithm]
 
 #: action space kinds an algorithm may accept
 DISCRETE, CONTINUOUS = "discrete", "continuous"
@@ -29,8 +37,10 @@ class AlgoSpec:
     name: str
     #: its config schema (a dataclass extending AlgoConfig, with its own ``check()``)
     config: type[AlgoConfig]
-    #: the class; every algorithm is built as ``cls(cfg, info, device, seed)``
-    cls: type[Algorithm]
+    #: builds it: ``build(cfg, info, device, seed)``; usually the class itself, or a function
+    #: that picks a class from the env's spaces (CQL: one name, a discrete and a continuous
+    #: class)
+    build: Builder
     #: the trainers it can run with ("onpolicy", "offpolicy", "offline"); its YAML picks one
     trainers: tuple[str, ...]
     #: the action spaces it accepts: DISCRETE and/or CONTINUOUS (a Box)
@@ -48,7 +58,7 @@ ALGORITHMS: dict[str, AlgoSpec] = {}
 
 def register(spec: AlgoSpec) -> AlgoSpec:
     """Add ``spec`` to the registry (at the import of its module)."""
-    if spec.name in ALGORITHMS and ALGORITHMS[spec.name].cls is not spec.cls:
+    if spec.name in ALGORITHMS and ALGORITHMS[spec.name].build is not spec.build:
         raise ValueError(f"two algorithms are registered as {spec.name!r}")
     if spec.config.name != spec.name:  # the dataclass default of the schema's name field
         raise ValueError(f"{spec.config.__name__}.name must default to {spec.name!r}")

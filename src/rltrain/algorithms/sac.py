@@ -11,44 +11,39 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import nn
 
-from rltrain.algorithms.base import OffPolicyAlgorithm, Progress, clip_and_step
-from rltrain.algorithms.registry import CONTINUOUS, AlgoSpec, register
-from rltrain.config import (
-    AlgoConfig,
-    check_network,
-    check_noise_beta,
-    check_positive,
-    check_unit_interval,
+from rltrain.algorithms.base import (
+    TDAlgorithm,
+    UpdateReport,
+    clip_and_step,
+    frozen,
+    number,
+    squared_td_error,
 )
+from rltrain.algorithms.registry import CONTINUOUS, AlgoSpec, register
+from rltrain.config import TDConfig, check_noise_beta, check_positive, check_unit_interval
+from rltrain.core import Progress, SpaceInfo
 from rltrain.data.buffers import Batch
-from rltrain.envs import SpaceInfo
 from rltrain.nets import QCritics, SquashedGaussianActor
 from rltrain.optim import Adam, flatten_parameters, soft_update
 
 
 @dataclass
-class SACConfig(AlgoConfig):
+class SACConfig(TDConfig):
     """Soft Actor-Critic (Haarnoja et al. 2018), off-policy, continuous actions."""
 
     name: str = "sac"
-    #: hidden layer sizes of the actor and of each critic
-    hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])
-    activation: str = "relu"
     actor_lr: float = 3e-4
     critic_lr: float = 3e-4
     #: learning rate of log(alpha) (with autotune)
     alpha_lr: float = 3e-4
-    gamma: float = 0.99
     #: Polyak coefficient of the target critics: target <- (1 - tau) target + tau critic
     tau: float = 0.005
-    #: n-step returns (1 = one-step TD)
-    n_step: int = 1
     #: the entropy temperature at the start (and throughout, without autotune)
     init_alpha: float = 1.0
     #: tune alpha so that the policy's entropy tracks target_entropy
@@ -66,30 +61,34 @@ class SACConfig(AlgoConfig):
     noise_beta: float = 0.0
 
     def check(self) -> None:
-        check_network(self)
-        check_unit_interval(self, "algo", "gamma", "tau")
-        check_positive(self, "algo", "actor_lr", "critic_lr", "alpha_lr", "tau", "n_step",
-                       "init_alpha", "policy_delay", "target_update_interval", "max_grad_norm")
+        super().check()
+        check_unit_interval(self, "algo", "tau")
+        check_positive(self, "algo", "actor_lr", "critic_lr", "alpha_lr", "tau", "init_alpha",
+                       "policy_delay", "target_update_interval", "max_grad_norm")
         check_noise_beta(self)
 
 
 @dataclass(frozen=True)
 class SACStats:
     critic_loss: float
-    actor_loss: float
-    alpha_loss: float
+    #: None on a gradient step that leaves the actor alone (policy_delay), as are alpha_loss
+    #: and entropy
+    actor_loss: float | None
+    alpha_loss: float | None
     alpha: float
     #: the policy's entropy estimate, -mean log pi(a|s) over the batch
-    entropy: float
+    entropy: float | None
     q_mean: float
 
 
-class SAC(OffPolicyAlgorithm):
+class SAC(TDAlgorithm):
+    cfg: SACConfig
+
     def __init__(self, cfg: SACConfig, info: SpaceInfo, device: torch.device, seed: int) -> None:
         super().__init__(cfg, info, device, seed)
         d = info.action_dim
-        self.pi = SquashedGaussianActor(info.obs_dim, cfg.hidden_sizes, d, cfg.activation)
-        self.critic = QCritics(info.obs_dim, d, cfg.hidden_sizes, cfg.activation, n=2)
+        self.pi = SquashedGaussianActor(self.encoder(), cfg.hidden_sizes, d, cfg.activation)
+        self.critic = QCritics(self.encoder(), d, cfg.hidden_sizes, cfg.activation, n=2)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.log_alpha = nn.Parameter(torch.tensor(math.log(cfg.init_alpha)),
                                       requires_grad=cfg.autotune)
@@ -102,9 +101,6 @@ class SAC(OffPolicyAlgorithm):
         self.critic_target_flat = flatten_parameters(self.critic_target.parameters())
         self.target_entropy = (-float(d) if cfg.target_entropy is None
                                else float(cfg.target_entropy))
-        self._policy_stats = (math.nan, math.nan, math.nan)
-        #: the TD target includes the entropy bonus (soft Q-learning); CQL may leave it out
-        self.backup_entropy = True
 
     def actor(self) -> nn.Module:
         return self.pi
@@ -123,37 +119,35 @@ class SAC(OffPolicyAlgorithm):
             act = self.pi.sample(x, self.exploration_noise(len(obs), self.cfg.noise_beta))[0]
         return act.reshape(len(obs), *self.info.action_shape).cpu().numpy()
 
-    def critic_loss(self, q: torch.Tensor, target: torch.Tensor, obs: torch.Tensor,
-                    next_obs: torch.Tensor) -> torch.Tensor:
-        """The critics' loss from their values ``q`` (critics, batch) at the batch's actions:
-        squared TD errors, averaged over the batch and summed over the critics. The states are
-        for the penalties subclasses add (CQL)."""
-        return (q - target).pow(2).mean(1).sum()
-
-    def update(self, batch: Batch, *, progress: Progress) -> SACStats:
+    def update(self, batch: Batch, *, progress: Progress) -> UpdateReport:
         cfg = self.cfg
-        obs, next_obs = self._obs(batch.obs), self._obs(batch.next_obs)
-        act = self._tensor(batch.act).reshape(len(obs), -1)
+        obs, act, rew, discount, next_obs = self.tensors(batch)
         alpha = self.log_alpha.detach().exp()
-
         # critics: regress both onto the soft TD target of the smaller target critic
         with torch.no_grad():
             next_act, next_logp = self.pi.sample(next_obs)
             next_q = self.critic_target(next_obs, next_act).min(0).values
-            target = (self._tensor(self._rew(batch.rew))
-                      + self._tensor(batch.discount) * (
-                          next_q - alpha * next_logp if self.backup_entropy else next_q))
+            target = rew + discount * (next_q - alpha * next_logp)
         q = self.critic(obs, act)
-        critic_loss = self.critic_loss(q, target, obs, next_obs)
+        critic_loss = squared_td_error(q, target)
         clip_and_step(critic_loss, self.critic_optim, cfg.max_grad_norm)
+        actor_loss, alpha_loss, entropy = self.policy_and_targets(obs, alpha, progress)
+        return UpdateReport(SACStats(float(critic_loss.detach()), number(actor_loss),
+                                     number(alpha_loss), float(alpha), number(entropy),
+                                     float(q.detach().mean())))
 
-        # actor and temperature, every policy_delay gradient steps
+    def policy_and_targets(self, obs: torch.Tensor, alpha: torch.Tensor, progress: Progress
+                           ) -> tuple[torch.Tensor | None, ...]:
+        """After the critics' step: the actor and the temperature every policy_delay gradient
+        steps, the target critics every target_update_interval. Returns the actor's loss, the
+        temperature's and the entropy estimate (None on steps without an actor update)."""
+        cfg = self.cfg
+        actor_loss = alpha_loss = entropy = None
         if progress.gradient_step % cfg.policy_delay == 0:
-            self.critic.requires_grad_(False)  # the actor's loss needs no critic gradients
-            new_act, logp = self.pi.sample(obs)
-            actor_loss = (alpha * logp - self.critic(obs, new_act).min(0).values).mean()
-            clip_and_step(actor_loss, self.actor_optim, cfg.max_grad_norm)
-            self.critic.requires_grad_(True)
+            with frozen(self.critic):  # the actor's loss needs no critic gradients
+                new_act, logp = self.pi.sample(obs)
+                actor_loss = (alpha * logp - self.critic(obs, new_act).min(0).values).mean()
+                clip_and_step(actor_loss, self.actor_optim, cfg.max_grad_norm)
             # temperature: loss -log(alpha) * (log pi + target), whose gradient with respect to
             # log(alpha) is -(mean log pi + target), written out (no autograd pass): entropy
             # above target (-log pi > target) gives a positive gradient, so alpha decreases
@@ -163,18 +157,14 @@ class SAC(OffPolicyAlgorithm):
                 self.alpha_optim.zero_grad()
                 self.alpha_optim.grad.copy_(-gap.reshape(1))
                 self.alpha_optim.step()
-            self._policy_stats = (float(actor_loss.detach()), float(alpha_loss.detach()),
-                                  float(-logp.detach().mean()))
-
+            entropy = -logp.detach().mean()
         if (progress.gradient_step + 1) % cfg.target_update_interval == 0:
             soft_update(self.critic_target_flat, self.critic_optim.flat, cfg.tau)
-        actor_loss_v, alpha_loss_v, entropy = self._policy_stats
-        return SACStats(float(critic_loss.detach()), actor_loss_v, alpha_loss_v, float(alpha),
-                        entropy, float(q.detach().mean()))
+        return actor_loss, alpha_loss, entropy
 
 
 register(AlgoSpec(
-    name="sac", config=SACConfig, cls=SAC, trainers=("offpolicy",), actions=(CONTINUOUS,),
+    name="sac", config=SACConfig, build=SAC, trainers=("offpolicy",), actions=(CONTINUOUS,),
     console=(("critic_loss", "q_loss"), ("actor_loss", "pi"), ("alpha", "alpha"),
              ("entropy", "ent")),
     bounded_actions=True,

@@ -1,9 +1,10 @@
 """TD3: Fujimoto et al. 2018, "Addressing Function Approximation Error in Actor-Critic
 Methods" (arXiv:1802.09477).
 
-DDPG (``ddpg.py``) with its three fixes: clipped double Q (twin critics, the target takes the
-smaller value), delayed actor and target updates (every ``policy_delay`` critic updates), and
-target policy smoothing (clipped Gaussian noise on the target action).
+DDPG (``ddpg.py``) with its three fixes, all in :meth:`TD3.update` and :meth:`TD3.critic_step`:
+clipped double Q (twin critics, the target takes the smaller value), delayed actor and target
+updates (every ``policy_delay`` critic updates), and target policy smoothing (clipped Gaussian
+noise on the target action). The actor's loss is DDPG's deterministic policy gradient.
 """
 
 from __future__ import annotations
@@ -12,9 +13,12 @@ from dataclasses import dataclass
 
 import torch
 
-from rltrain.algorithms.ddpg import DDPG, DDPGConfig
+from rltrain.algorithms.base import UpdateReport, clip_and_step, number, squared_td_error
+from rltrain.algorithms.ddpg import DDPG, DDPGConfig, DDPGStats
 from rltrain.algorithms.registry import CONTINUOUS, AlgoSpec, register
 from rltrain.config import check_positive
+from rltrain.core import Progress
+from rltrain.data.buffers import Batch
 
 
 @dataclass
@@ -35,19 +39,44 @@ class TD3Config(DDPGConfig):
         check_positive(self, "algo", "target_noise", "target_noise_clip")
 
 
+def smoothed(action: torch.Tensor, noise: float, noise_clip: float) -> torch.Tensor:
+    """Target policy smoothing: ``action`` plus Gaussian noise clipped to [-noise_clip,
+    noise_clip], kept in [-1, 1]."""
+    eps = (torch.randn_like(action) * noise).clamp_(-noise_clip, noise_clip)
+    return (action + eps).clamp_(-1.0, 1.0)
+
+
 class TD3(DDPG):
+    cfg: TD3Config
     num_critics = 2
 
-    def target_action(self, next_obs: torch.Tensor) -> torch.Tensor:
-        """The target actor's action plus clipped Gaussian noise, kept in [-1, 1]."""
-        a = self.pi_target(next_obs)
-        c = self.cfg.target_noise_clip
-        noise = (torch.randn_like(a) * self.cfg.target_noise).clamp_(-c, c)
-        return (a + noise).clamp_(-1.0, 1.0)
+    def critic_step(self, obs: torch.Tensor, act: torch.Tensor, rew: torch.Tensor,
+                    discount: torch.Tensor, next_obs: torch.Tensor
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Both critics regress onto r + discount * min_i Q'_i(s', smoothed pi'(s')); returns
+        the critics' loss and their values at the batch's actions, ``(2, batch)``."""
+        cfg = self.cfg
+        with torch.no_grad():
+            next_act = smoothed(self.pi_target(next_obs), cfg.target_noise, cfg.target_noise_clip)
+            target = rew + discount * self.critic_target(next_obs, next_act).min(0).values
+        q = self.critic(obs, act)
+        critic_loss = squared_td_error(q, target)
+        clip_and_step(critic_loss, self.critic_optim, cfg.max_grad_norm)
+        return critic_loss, q
+
+    def update(self, batch: Batch, *, progress: Progress) -> UpdateReport:
+        obs, act, rew, discount, next_obs = self.tensors(batch)
+        critic_loss, q = self.critic_step(obs, act, rew, discount, next_obs)
+        # delayed policy updates: the actor (DDPG's loss) and the targets, every policy_delay
+        actor_loss = None
+        if progress.gradient_step % self.cfg.policy_delay == 0:
+            actor_loss = self.actor_step(obs)
+        return UpdateReport(DDPGStats(float(critic_loss.detach()), number(actor_loss),
+                                      float(q.detach().mean())))
 
 
 register(AlgoSpec(
-    name="td3", config=TD3Config, cls=TD3, trainers=("offpolicy",), actions=(CONTINUOUS,),
+    name="td3", config=TD3Config, build=TD3, trainers=("offpolicy",), actions=(CONTINUOUS,),
     console=(("critic_loss", "q_loss"), ("actor_loss", "pi"), ("q_mean", "q")),
     bounded_actions=True,
     paper="Fujimoto et al. 2018, arXiv:1802.09477",

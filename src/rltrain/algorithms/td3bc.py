@@ -14,18 +14,16 @@ is ``env.normalize.obs=true``. Continuous actions, offline only.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-import torch
 import torch.nn.functional as F
 
-from rltrain.algorithms.base import Progress
+from rltrain.algorithms.base import UpdateReport, clip_and_step, frozen, number
 from rltrain.algorithms.registry import CONTINUOUS, AlgoSpec, register
 from rltrain.algorithms.td3 import TD3, TD3Config
 from rltrain.config import check_positive
+from rltrain.core import Progress
 from rltrain.data.buffers import Batch
-from rltrain.envs import SpaceInfo
 
 
 @dataclass
@@ -47,37 +45,40 @@ class TD3BCConfig(TD3Config):
 @dataclass(frozen=True)
 class TD3BCStats:
     critic_loss: float
-    actor_loss: float
+    actor_loss: float | None
     q_mean: float
-    #: the behaviour-cloning term of the actor's loss, mean (pi(s) - a)^2
-    bc_mse: float
+    #: the behaviour-cloning term of the actor's loss, mean (pi(s) - a)^2 (None when the
+    #: actor is not updated, as for actor_loss)
+    bc_mse: float | None
     #: the Q term's weight, alpha / mean |Q1(s, pi(s))|
-    lmbda: float
+    lmbda: float | None
 
 
 class TD3BC(TD3):
-    def __init__(self, cfg: TD3BCConfig, info: SpaceInfo, device: torch.device, seed: int
-                 ) -> None:
-        super().__init__(cfg, info, device, seed)
-        # (bc_mse, lmbda) of the last actor update, reported until the next one (the actor is
-        # updated every policy_delay gradient steps, as TD3's actor_loss is)
-        self._bc_stats = (math.nan, math.nan)
+    cfg: TD3BCConfig
 
-    def actor_loss(self, obs: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
-        pi = self.pi(obs)
-        q = self.critic(obs, pi)[0]
-        lmbda = self.cfg.alpha / q.abs().mean().detach()
-        bc_mse = F.mse_loss(pi, act)
-        self._bc_stats = tuple(torch.stack((bc_mse.detach(), lmbda)).tolist())
-        return -lmbda * q.mean() + bc_mse
-
-    def update(self, batch: Batch, *, progress: Progress) -> TD3BCStats:
-        stats = super().update(batch, progress=progress)
-        return TD3BCStats(stats.critic_loss, stats.actor_loss, stats.q_mean, *self._bc_stats)
+    def update(self, batch: Batch, *, progress: Progress) -> UpdateReport:
+        cfg = self.cfg
+        obs, act, rew, discount, next_obs = self.tensors(batch)
+        critic_loss, q = self.critic_step(obs, act, rew, discount, next_obs)  # TD3's critics
+        # the actor, every policy_delay gradient steps: TD3's objective scaled by lambda, plus
+        # behaviour cloning; then the targets follow
+        actor_loss = bc_mse = lmbda = None
+        if progress.gradient_step % cfg.policy_delay == 0:
+            with frozen(self.critic):
+                pi = self.pi(obs)
+                q_pi = self.critic(obs, pi)[0]
+                lmbda = cfg.alpha / q_pi.abs().mean().detach()
+                bc_mse = F.mse_loss(pi, act)
+                actor_loss = -lmbda * q_pi.mean() + bc_mse
+                clip_and_step(actor_loss, self.actor_optim, cfg.max_grad_norm)
+            self.follow_targets()
+        return UpdateReport(TD3BCStats(float(critic_loss.detach()), number(actor_loss),
+                                       float(q.detach().mean()), number(bc_mse), number(lmbda)))
 
 
 register(AlgoSpec(
-    name="td3bc", config=TD3BCConfig, cls=TD3BC, trainers=("offline",), actions=(CONTINUOUS,),
+    name="td3bc", config=TD3BCConfig, build=TD3BC, trainers=("offline",), actions=(CONTINUOUS,),
     console=(("critic_loss", "q_loss"), ("actor_loss", "pi"), ("bc_mse", "bc"),
              ("q_mean", "q")),
     bounded_actions=True,
