@@ -7,9 +7,10 @@ from dataclasses import dataclass
 
 from hydra import compose, initialize_config_dir
 
+from rltrain.build import Parts, build_parts, build_trainer
+from rltrain.catalogue import register_configs
 from rltrain.cli import conf_dir
-from rltrain.config import register_configs
-from rltrain.run import Parts, Settings, build_parts, build_trainer, settings
+from rltrain.settings import Settings, settings
 from rltrain.trainer import Trainer
 
 
@@ -19,8 +20,12 @@ class Built:
     parts: Parts
     trainer: Trainer
 
-    def __getattr__(self, name: str):  # built.algorithm, built.buffer, ...
+    def __getattr__(self, name: str):  # built.algorithm, built.train_collector, ...
         return getattr(self.parts, name)
+
+    @property
+    def buffer(self):
+        return self.parts.storage.buffer
 
 
 def build(overrides: list[str]) -> Built:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from _build import build
 from rltrain.checkpoint import load_checkpoint, save_checkpoint
-from rltrain.run import rng_state
+from rltrain.lifecycle import rng_state
 
 
 def vm_kib(field: str) -> int:
@@ -37,12 +37,12 @@ def main() -> None:
     capacity = buffer.num_lanes * buffer.lane_capacity
     while len(buffer) < capacity:  # reset steps store nothing, so collect until full
         collector.collect(policy, n_steps=capacity)
-    arrays = (buffer.obs, buffer.next_obs, buffer.act, buffer.rew)
-    print(f"buffer: {len(buffer):,} transitions, arrays "
-          f"{sum(a.nbytes for a in arrays) / 1e6:.1f} MB")
-    state = {"config": {}, "algorithm": algorithm.training_state(), "trainer": {},
-             "collectors": {"train": collector.state_dict()}, "buffer": buffer.state_dict(),
-             "rng": rng_state()}
+    print(f"buffer: {len(buffer):,} transitions, about {buffer.resident_bytes() / 1e6:.1f} MB "
+          "held (each observation once)")
+    state = {"config": {}, "algorithm": algorithm.training_state(),
+             "trainer": {"storage": {"buffer": buffer.state_dict(),
+                                     "sampler": built.trainer.sampler.state_dict()}},
+             "collectors": {"train": collector.state_dict()}, "rng": rng_state()}
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         Path("/proc/self/clear_refs").write_text("5")  # reset the peak (VmHWM) to now

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from _build import build
-from rltrain.algorithms import Progress
+from rltrain.core import Progress
 from rltrain.nets import mlp
 
 #: rltrain overrides equal to rl-zoo3's hyperparams/ppo.yml for CartPole-v1
@@ -95,7 +95,12 @@ def gradient_steps(overrides: list[str], batch_size: int, n: int) -> tuple[float
     steps: gradient steps per second (update alone on one batch, with buffer sampling)."""
     b = build([*overrides, f"trainer.batch_size={batch_size}"])
     b.train_collector.collect(b.trainer.random_policy, n_steps=5000)
-    batch = b.buffer.sample(batch_size)
+    sampler = b.trainer.sampler
+
+    def sample():  # as the off-policy trainer does: the sampler's indices, the algorithm's batch
+        return b.algorithm.batch(b.buffer, *sampler.sample(b.buffer, batch_size))
+
+    batch = sample()
     for i in range(50):
         b.algorithm.update(batch, progress=Progress(0, i, 0.5))
     t0 = time.perf_counter()
@@ -104,7 +109,7 @@ def gradient_steps(overrides: list[str], batch_size: int, n: int) -> tuple[float
     alone = n / (time.perf_counter() - t0)
     t0 = time.perf_counter()
     for i in range(n):
-        b.algorithm.update(b.buffer.sample(batch_size), progress=Progress(0, i, 0.5))
+        b.algorithm.update(sample(), progress=Progress(0, i, 0.5))
     return alone, n / (time.perf_counter() - t0)
 
 

@@ -216,8 +216,8 @@ def test_task_returns_best_score_for_sweepers(tmp_path):
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import open_dict
 
+    from rltrain.catalogue import register_configs
     from rltrain.cli import conf_dir, task
-    from rltrain.config import register_configs
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()

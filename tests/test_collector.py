@@ -39,11 +39,14 @@ def parity_policy(obs: np.ndarray) -> np.ndarray:
 
 
 def lane(buffer: ReplayBuffer, i: int) -> dict[str, np.ndarray]:
-    """Lane i in time order (these tests never overfill a lane)."""
+    """Lane i in time order (these tests never overfill a lane); each transition's next
+    observation as the buffer finds it (stored once: the next transition's, or kept aside)."""
     n = int(buffer.size[i])
     assert n < buffer.lane_capacity
-    return {name: getattr(buffer, name)[i, :n]
-            for name in ("obs", "act", "rew", "next_obs", "terminated", "truncated")}
+    out = {name: getattr(buffer, name)[i, :n]
+           for name in ("obs", "act", "rew", "terminated", "truncated")}
+    out["next_obs"] = buffer.next_obs_at(np.full(n, i), np.arange(n))
+    return out
 
 
 def counter_schedule(mode: AutoresetMode, first: int, last: int) -> tuple[int, int]:

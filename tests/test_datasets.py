@@ -32,6 +32,8 @@ from rltrain.data.dataset import (
     save_dataset,
     to_buffer,
 )
+from rltrain.data.returns import nstep_batch
+from rltrain.data.samplers import UniformSampler
 
 PENDULUM_ACTIONS = gym.spaces.Box(-2.0, 2.0, (1,), np.float32)
 PENDULUM_OBS = gym.spaces.Box(np.array([-1, -1, -8], np.float32),
@@ -225,7 +227,7 @@ def test_to_buffer_continuous() -> None:
     lengths = [4, 1, 6, 3]
     ds = episodes_dataset(lengths, last_done=False)
     buffer = to_buffer(ds, discrete=False, action_low=PENDULUM_ACTIONS.low,
-                       action_high=PENDULUM_ACTIONS.high, n_step=3, gamma=1.0, seed=0)
+                       action_high=PENDULUM_ACTIONS.high)
     n = len(ds)
     assert (buffer.num_lanes, buffer.lane_capacity, len(buffer)) == (1, n, n)
     assert np.array_equal(buffer.act[0], to_agent(ds.act, PENDULUM_ACTIONS.low,
@@ -235,7 +237,7 @@ def test_to_buffer_continuous() -> None:
     dones = buffer.terminated[0] | buffer.truncated[0]
     assert np.flatnonzero(dones).tolist() == (np.cumsum(lengths) - 1).tolist()
 
-    batch = buffer.sample(4096)
+    batch = nstep_batch(buffer, *UniformSampler(0).sample(buffer, 4096), n=3, gamma=1.0)
     episode, step = batch.obs[:, 0].astype(int), batch.obs[:, 1].astype(int)
     assert np.array_equal(batch.next_obs[:, 0], batch.obs[:, 0])  # never the next episode
     last = np.array(lengths)[episode] - 1
@@ -251,12 +253,11 @@ def test_to_buffer_continuous() -> None:
 
 def test_to_buffer_discrete() -> None:
     ds = episodes_dataset([3, 2], discrete=True)
-    buffer = to_buffer(ds, discrete=True, action_low=None, action_high=None, n_step=1,
-                       gamma=0.9, seed=0)
+    buffer = to_buffer(ds, discrete=True, action_low=None, action_high=None)
     assert buffer.act.dtype == np.int64 and np.array_equal(buffer.act[0], ds.act)
     with pytest.raises(ConfigError, match="discrete actions"):
         to_buffer(ds, discrete=False, action_low=PENDULUM_ACTIONS.low,
-                  action_high=PENDULUM_ACTIONS.high, n_step=1, gamma=0.9, seed=0)
+                  action_high=PENDULUM_ACTIONS.high)
 
 
 def test_from_replay_buffer_wraps_in_time_order() -> None:
@@ -497,11 +498,12 @@ def test_collect_buffer_and_merge(runs: dict[str, Path], tmp_path: Path) -> None
     ok(collect(runs["dqn"], "--buffer", "--out", "replay.h5", cwd=tmp_path))
     replay = load_dataset(str(tmp_path / "replay.h5"))
     ckpt, _, _ = load_latest(runs["dqn"] / "checkpoints")
-    sizes = ckpt["buffer"]["size"].numpy()
+    stored = ckpt["trainer"]["storage"]["buffer"]  # the filled part, lanes in time order
+    sizes = stored["size"].numpy()
     assert len(replay) == sizes.sum() > 0
     lane_ends = np.cumsum(sizes) - 1
     assert replay.dones[lane_ends].all()  # every lane ends an episode
-    first = ckpt["buffer"]["obs"].numpy()[0, : sizes[0]]
+    first = stored["obs"].numpy()[: sizes[0]]
     assert np.array_equal(replay.obs[: sizes[0]], first)  # lane 0 first, in time order
     assert_continuous_in_episodes(replay)
     assert replay.meta["policy"]["kind"] == "replay buffer"
@@ -586,7 +588,7 @@ def damaged_runs(runs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
     shutil.rmtree(nofinal / "final")
     shutil.copytree(runs["dqn"], nobuf)
     state = load_checkpoint(nobuf / "checkpoints" / "last.pt")
-    state["buffer"] = None
+    state["trainer"]["storage"]["buffer"] = None
     for p in (nobuf / "checkpoints").glob("*.pt"):
         p.unlink()
     save_checkpoint(nobuf / "checkpoints", state, "ckpt_0000000001_00001.pt", 1)

@@ -53,12 +53,13 @@ def fill(path: Path) -> Path:
 
 # ---------------------------------------------------------------- a full disk
 def test_disk_full_while_checkpointing(cli, tmp_path):
-    """The replay buffer makes the checkpoint far larger than the 1 MB file system: the
-    run stops with one message, leaves no temporary file, writes summary.json, and the
-    directory can be reused once there is room."""
+    """256x256 networks with their target and optimiser state make the checkpoint (about
+    1.4 MB) larger than the 1 MB file system, while the best policy (0.3 MB) fits: the run
+    stops with one message, leaves no temporary file, writes summary.json, and the directory
+    can be reused once there is room."""
     with tmpfs(tmp_path / "fs", "1m") as fs:
         run_dir = fs / "run"
-        args = [*DQN, "buffer.size=50000", f"hydra.run.dir={run_dir}"]
+        args = [*DQN, "algo.hidden_sizes=[256,256]", f"hydra.run.dir={run_dir}"]
         res = cli(*args)
         assert res.returncode == 1
         no_traceback(res)
@@ -332,7 +333,9 @@ def test_eval_seed_out_of_range(tmp_path, seed):
 def test_a_buffer_too_big_for_memory_says_how_big(cli):
     res = cli("algo=dqn", "buffer.size=100000000000")
     assert res.returncode == 2
-    assert "buffer.size needs 4600.0 GB of memory" in res.stderr
+    # 34 bytes per CartPole transition: each observation is stored once
+    assert "buffer.size needs 3400.0 GB of memory" in res.stderr
+    assert "(34 bytes each)" in res.stderr
     assert "is available; lower buffer.size" in res.stderr
 
 

@@ -67,7 +67,8 @@ def test_offline_smoke_run_writes_complete_run_dir(cli, tmp_path, datasets, algo
     acc.Reload()
     assert [s.step for s in acc.Scalars("test/return_mean")] == [200, 400]
     ckpt = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=False)
-    assert ckpt["buffer"] is None  # the data is referenced, not copied
+    # the data is referenced (by its hash), not copied: the storage state is the sampler's
+    assert set(ckpt["trainer"]["storage"]) == {"sampler"}
     assert ckpt["dataset"]["sha256"] == data["sha256"]
     for name in ("best", "final"):
         policy = torch.load(run_dir / name / "policy.pt", weights_only=True)

@@ -1,4 +1,5 @@
-"""Step accounting of the real trainers, built as the composition root (run.py) builds them."""
+"""Step accounting of the real trainers, built as the composition root (rltrain.build)
+builds them."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import torch
 
 from rltrain.algorithms.dqn import DQNConfig
 from rltrain.algorithms.ppo import PPOConfig
+from rltrain.build import build_algorithm, seed_everything
 from rltrain.collector import Collector, random_policy
 from rltrain.config import (
     EnvConfig,
@@ -20,16 +22,16 @@ from rltrain.config import (
     OnPolicyTrainerParams,
     ReplayBufferConfig,
     check_env,
-    check_trainer,
 )
 from rltrain.envs import env_seeds, make_vector_env, space_info
-from rltrain.run import Settings, build_algorithm, build_buffer, seed_everything
+from rltrain.settings import Settings
 from rltrain.stats import Best, CollectStats, EpochStats, InfoStats, Timing
 from rltrain.trainer import (
     TRAINERS,
     OfflineTrainer,
-    OffPolicyTrainer,
     OnPolicyTrainer,
+    StorageRequest,
+    replay_buffer,
 )
 from toy_envs import COUNTER_ID, COUNTER_T
 
@@ -59,34 +61,34 @@ class Built:
                         num_test_envs=num_test_envs)
         self.settings = s = Settings(
             algo=algo, env=env, trainer=params, buffer=ReplayBufferConfig(size=buffer_size),
-            logger=LoggerConfig(tensorboard=False, progress_bar=False), seed=seed,
+            logger=LoggerConfig(progress_bar=False), seed=seed,
             device=torch.device("cpu"), torch_threads=1)
         s.algo.check()
         check_env(s.env)
-        check_trainer(s.trainer)
+        s.trainer.check()
         seed_everything(seed)
         train_seed, test_seed = env_seeds(seed, num_train_envs)
         self.train_envs = make_vector_env(env, num_train_envs)
         self.test_envs = make_vector_env(env, num_test_envs)
         self.info = space_info(self.train_envs, env_id)
         self.algorithm = build_algorithm(s, self.info)
-        self.buffer = build_buffer(s, self.algorithm, self.info)
+        kind = TRAINERS[params.name]
+        if kind.collects:
+            request = StorageRequest(self.info, num_train_envs, buffer_size)
+            self.buffer = kind.storage(params, request).buffer
+        else:  # offline: a buffer the test fills itself, as a dataset would be
+            self.buffer = replay_buffer(self.info, num_train_envs, buffer_size // num_train_envs,
+                                        circular=True, what="buffer.size", fix="")
         self.train_collector = RecordingCollector(self.train_envs, self.buffer)
         self.test_collector = Collector(self.test_envs)
         self.train_collector.reset(seed=train_seed)
         self.test_collector.reset(seed=test_seed)
-        kwargs = dict(reward_threshold=self.info.reward_threshold)
-        self.random_policy = None
-        if isinstance(params, OfflineTrainerParams):
-            self.trainer = OfflineTrainer(self.algorithm, params, self.buffer,
-                                          self.test_collector, **kwargs)
-            return
-        trainer_cls = TRAINERS[type(params)]
-        if trainer_cls is OffPolicyTrainer:
-            self.random_policy = random_policy(self.train_envs, train_seed)
-            kwargs["random_policy"] = self.random_policy
-        self.trainer = trainer_cls(self.algorithm, params, self.buffer, self.train_collector,
-                                   self.test_collector, **kwargs)
+        self.trainer = kind(self.algorithm, params, self.buffer, self.test_collector,
+                            train_collector=self.train_collector if kind.collects else None,
+                            reward_threshold=self.info.reward_threshold, seed=seed,
+                            test_seed=test_seed)
+        #: the off-policy trainer's random warm-up policy (None for the others)
+        self.random_policy = getattr(self.trainer, "random_policy", None)
 
     @property
     def optimizer_steps(self):

@@ -241,7 +241,7 @@ def test_multirun_with_cfg_is_one_line(cli):
 @pytest.mark.parametrize("name", sorted(p.stem for p in (
     Path(__file__).resolve().parents[1] / "conf" / "hparams_search").glob("*.yaml")))
 def test_every_search_space_composes_with_known_keys(cli, name):
-    from rltrain.config import key_problem
+    from rltrain.catalogue import key_problem
 
     res = cli(f"hparams_search={name}", "--cfg", "hydra")
     assert res.returncode == 0, res.stderr

@@ -18,9 +18,15 @@ from typing import Any
 
 import torch
 
+from rltrain.errors import NonFiniteError
+
 FORMAT = "rltrain-checkpoint"
 #: 3: env state as tagged plain data with what could not be captured; test step counter
-VERSION = 3
+#: 4: the trainer's state holds its storage (the replay buffer, its filled part only, each
+#:    observation once; the sampler's stream); version 3 files are read and upgraded
+VERSION = 4
+#: the versions this rltrain reads
+READS = (3, 4)
 
 
 class CheckpointError(RuntimeError):
@@ -83,8 +89,6 @@ def save_policy(directory: Path, state_dict: dict[str, Any], meta: dict[str, Any
     state_dict = {k: v.clone() for k, v in state_dict.items()}
     bad = [k for k, v in state_dict.items() if v.is_floating_point() and not v.isfinite().all()]
     if bad:
-        from rltrain.errors import NonFiniteError
-
         raise NonFiniteError(f"refusing to save a policy with non-finite weights ({bad[0]})")
     atomic_save({"state_dict": state_dict, "meta": meta}, path)
     return path
@@ -143,9 +147,27 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
                               f"{str(e).splitlines()[0] if str(e) else 'no detail'})") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(f"{path} is not an rltrain checkpoint")
-    if state.get("version") != VERSION:
+    if state.get("version") not in READS:
         raise CheckpointError(f"{path} has checkpoint version {state.get('version')}, "
-                              f"this rltrain reads version {VERSION}")
+                              f"this rltrain reads versions {', '.join(map(str, READS))}")
+    return upgraded(state)
+
+
+def upgraded(state: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint in this version's layout. Version 3 kept the replay buffer (with its
+    sampling stream) and an offline run's sampling stream at the top level; version 4 keeps
+    them in the trainer's state, as its kind's storage (the buffer itself converts its own
+    older format when loaded)."""
+    if state["version"] == 3:
+        state = dict(state)
+        buffer, buffer_rng = state.pop("buffer", None), state.pop("buffer_rng", None)
+        rng = buffer.get("rng") if isinstance(buffer, dict) else buffer_rng
+        sampler = None if rng is None else {"rng": rng}
+        trainer = (state.get("config") or {}).get("trainer", {}).get("name")
+        storage = ({"buffer": buffer, "sampler": sampler} if trainer == "offpolicy" else
+                   {"sampler": sampler} if trainer == "offline" else None)
+        state["trainer"] = {**state["trainer"], "storage": storage}
+        state["version"] = VERSION
     return state
 
 

@@ -1,23 +1,31 @@
 """Entry point: ``rltrain [--multirun] [--cfg job] [group=option ...] [key=value ...]``.
 
-Hydra composes ``conf/``; :func:`rltrain.run.run` does the rest. Whatever the user got
-wrong ends in a short message on stderr and a non-zero exit, without a traceback unless
-HYDRA_FULL_ERROR=1: exit 2 for input refused before training, 1 for a run that failed
-while training, 128 + N for signal N.
+Hydra composes ``conf/``; :func:`task` is its job (one run, or one job of a sweep) and
+:func:`rltrain.run.run` does the rest. ``rltrain resume=RUN_DIR`` goes to
+:mod:`rltrain.resume`; the pipe-safe streams and the fast exit are :mod:`rltrain.streams`'s.
+Whatever the user got wrong ends in a short message on stderr and a non-zero exit, without a
+traceback unless HYDRA_FULL_ERROR=1: exit 2 for input refused before training, 1 for a run
+that failed while training, 128 + N for signal N.
+
+Hydra, torch and the rest of rltrain are imported inside :func:`task` and :func:`_hydra`, not
+at the top: ``rltrain --help`` and ``--version`` then answer in 0.03 s on this machine, where
+importing torch alone takes 0.9 s.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import io
 import logging
-import math
 import os
 import sys
 import time
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
+
+import rltrain
+from rltrain import signals
+from rltrain.streams import fast_exit, guard_streams
 
 STARTED = time.perf_counter()
 
@@ -59,11 +67,6 @@ rltrain --hydra-help.
 
 #: groups a user selects; trainer follows the algorithm, tuned follows algo and env
 USER_GROUPS = ("algo", "env", "buffer", "logger", "experiment", "hparams_search")
-#: the only override a resume accepts: extending the run
-RESUME_OVERRIDABLE = "trainer.max_epochs"
-#: a run that stopped early at its stop score may go on with a higher one (or none)
-RESUME_STOP_SCORE = "trainer.stop_score"
-_UNSET = object()
 
 
 def conf_dir() -> Path:
@@ -85,10 +88,6 @@ def help_text() -> str:
 
 
 def version_text() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    import rltrain
-
     parts = []
     for package in ("hydra-core", "torch", "gymnasium"):
         with contextlib.suppress(PackageNotFoundError):
@@ -96,70 +95,7 @@ def version_text() -> str:
     return f"rltrain {rltrain.__version__} ({', '.join(parts)})"
 
 
-# --------------------------------------------------------------------------- streams, exit
-class PipeSafe(io.TextIOBase):
-    """A standard stream that survives its reader going away (``rltrain ... | head -1``):
-    once writing fails with a broken pipe, output is dropped and training goes on."""
-
-    def __init__(self, stream: Any) -> None:
-        self._stream = stream
-        self._broken = False
-
-    def write(self, text: str) -> int:
-        if not self._broken:
-            try:
-                return self._stream.write(text)
-            except (BrokenPipeError, ConnectionResetError):
-                self._broken = True
-            except OSError as e:
-                if e.errno not in (32, 104):  # EPIPE, ECONNRESET
-                    raise
-                self._broken = True
-        return len(text)
-
-    def flush(self) -> None:
-        if not self._broken:
-            try:
-                self._stream.flush()
-            except (BrokenPipeError, ConnectionResetError):
-                self._broken = True
-
-    def isatty(self) -> bool:
-        return not self._broken and self._stream.isatty()
-
-    def fileno(self) -> int:
-        return self._stream.fileno()
-
-    @property
-    def encoding(self) -> str:  # type: ignore[override]
-        return self._stream.encoding
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._stream, name)
-
-
-def _guard_streams() -> None:
-    if not isinstance(sys.stdout, PipeSafe):
-        sys.stdout = PipeSafe(sys.stdout)
-    if not isinstance(sys.stderr, PipeSafe):
-        sys.stderr = PipeSafe(sys.stderr)
-
-
-def _exit(code: int) -> NoReturn:
-    """End the process without the interpreter's teardown, which costs about 0.3 s once
-    torch is loaded (a sixth of a short run). Everything the run writes is closed by then;
-    ``atexit`` handlers (coverage, trackers, a user's env clean-up) run first, as on a
-    normal exit, then logs and streams are flushed."""
-    try:
-        atexit._run_exitfuncs()
-    finally:
-        logging.shutdown()
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(OSError, ValueError):
-                stream.flush()
-        os._exit(code)
-
-
+# --------------------------------------------------------------------------- outcomes
 class _Done(BaseException):
     """Ends a single run with an exit code; a BaseException, so that it passes Hydra's job
     runner (which records any Exception as a failed job) on its way to main()."""
@@ -177,7 +113,6 @@ def _full_error() -> bool:
     return os.environ.get("HYDRA_FULL_ERROR") == "1"
 
 
-# --------------------------------------------------------------------------- outcomes
 def _where(checkpoint: dict[str, Any] | None) -> str:
     if not checkpoint:
         return "no checkpoint was written"
@@ -214,9 +149,11 @@ def task(cfg: Any) -> Any:
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 
-    from rltrain import rundir, signals, sweep
+    from rltrain import rundir, sweep
     from rltrain.config import ConfigError
-    from rltrain.run import RunContext, StoppedAtOnce, run
+    from rltrain.lifecycle import RunContext
+    from rltrain.run import StoppedAtOnce, run
+    from rltrain.trainer import failure_text
 
     hydra_cfg = HydraConfig.get()
     single = hydra_cfg.mode is None or hydra_cfg.mode.name == "RUN"
@@ -260,7 +197,8 @@ def task(cfg: Any) -> Any:
         if again:
             info = sweep.continue_job(run_dir, ctx, label)
         else:
-            with rundir.claim(run_dir, remove_empty=not (single and sweep.run_dir_existed)):
+            with rundir.claim(run_dir,
+                              remove_empty=not (single and sweep.STATE.run_dir_existed)):
                 info = run(cfg, ctx)
         code, message = _outcome(info, ctx, label)
     except (ConfigError, rundir.RunDirError) as e:
@@ -278,8 +216,6 @@ def task(cfg: Any) -> Any:
     except Exception as e:  # noqa: BLE001 - anything else before training: one line, no trace
         if _full_error():
             raise
-        from rltrain.trainer import failure_text
-
         code, message = 1, (f"error: {label}the run could not start: {failure_text(e)} "
                             "(HYDRA_FULL_ERROR=1 shows the traceback)")
         if not single:
@@ -308,137 +244,16 @@ def _set_console_level(cfg: Any) -> None:
             handler.setLevel(logging.WARNING if quiet else logging.NOTSET)
 
 
-# --------------------------------------------------------------------------- resume
-def resume(args: list[str]) -> int:
-    """``rltrain resume=RUN_DIR [trainer.max_epochs=N]``: continue a run in its directory,
-    with the config stored in its checkpoint."""
-
-    from rltrain import rundir, signals
-    from rltrain.checkpoint import CheckpointError
-    from rltrain.config import ConfigError
-    from rltrain.run import RunContext, StoppedAtOnce, completed_epochs, resume_point, run
-
-    run_dir, max_epochs, stop_score = None, None, _UNSET
-    for arg in args:
-        key, _, value = arg.partition("=")
-        if key == "resume":
-            run_dir = Path(value).expanduser()
-        elif key == RESUME_OVERRIDABLE:
-            try:
-                max_epochs = int(value)
-            except ValueError:
-                return _error(f"{RESUME_OVERRIDABLE}={value!r} is not an integer")
-        elif key == RESUME_STOP_SCORE:
-            try:
-                stop_score = None if value in ("null", "none", "None") else float(value)
-            except ValueError:
-                return _error(f"{RESUME_STOP_SCORE}={value!r} is not a number or null")
-            if stop_score is not None and not math.isfinite(stop_score):
-                return _error(f"{RESUME_STOP_SCORE} must be a finite number or null, got {value}")
-        elif arg in ("-q", "--quiet"):
-            continue
-        else:
-            return _error(f"{arg!r} cannot change on resume: a resumed run keeps the config "
-                          f"stored in its checkpoint (only {RESUME_OVERRIDABLE}=N and "
-                          f"{RESUME_STOP_SCORE}=X|null may extend it); start a new run to change "
-                          "anything else")
-    assert run_dir is not None
-    if not run_dir.is_dir():
-        return _error(f"resume={run_dir}: no such run directory")
-    if not (run_dir / "checkpoints").is_dir():
-        return _error(f"resume={run_dir}: no checkpoints/ there, so nothing to resume (is it a "
-                      "run directory written by rltrain?)")
-    try:
-        lock = rundir.RunDirLock(run_dir)
-        lock.acquire()
-    except rundir.RunDirError as e:
-        return _error(f"resume={run_dir}: {e}")
-    try:
-        try:
-            ckpt, cfg, used, problems = resume_point(run_dir)
-        except (CheckpointError, ConfigError) as e:
-            return _error(f"resume={run_dir}: {e}")
-        for problem in problems:
-            _say(f"warning: {problem}")
-        if used.name != "last.pt":
-            _say(f"warning: resuming from the older checkpoint {used}")
-        state = ckpt["trainer"]
-        old_max = int(cfg.trainer.max_epochs)
-        done = completed_epochs(state)
-        if max_epochs is not None:
-            if max_epochs < state["epoch"]:
-                return _error(
-                    f"{RESUME_OVERRIDABLE}={max_epochs} is below the {state['epoch']} epochs this "
-                    f"run has {'started' if state['partial'] else 'done'}; a resume can only "
-                    f"extend a run: pass {RESUME_OVERRIDABLE}={max(state['epoch'], old_max)} or "
-                    "more")
-            cfg.trainer.max_epochs = max_epochs
-        new_max = int(cfg.trainer.max_epochs)
-        raised = False  # a stop score moved past the best score reached lets an early stop go on
-        if stop_score is not _UNSET:
-            old_stop = cfg.trainer.stop_score
-            cfg.trainer.stop_score = stop_score
-            best = state["best_score"]
-            raised = stop_score != old_stop and (stop_score is None or best is None
-                                                 or best < stop_score)
-        finished = state["partial"] is None and (
-            done >= new_max or (state["stopped_early"] and new_max <= old_max and not raised))
-        if finished:
-            why = (f"it stopped early at epoch {done}, reaching the stop score"
-                   if state["stopped_early"] and done < new_max else f"{done} of {new_max} epochs")
-            print(f"rltrain: the run in {run_dir} is already complete ({why}); nothing to do. "
-                  f"Extend it with: rltrain resume={run_dir} {RESUME_OVERRIDABLE}="
-                  f"{max(done, new_max) + 10}")
-            return 0
-        _log_to(run_dir, bool(cfg.logger.quiet))
-        ctx = RunContext(run_dir, started=STARTED)
-        try:
-            info = run(cfg, ctx, resume=ckpt)
-        except ConfigError as e:
-            return _error(str(e))
-        except Exception as e:  # noqa: BLE001 - before training: one line, no traceback
-            if _full_error():
-                raise
-            from rltrain.trainer import failure_text
-
-            return _error(f"resume={run_dir}: the run could not start: {failure_text(e)} "
-                          "(HYDRA_FULL_ERROR=1 shows the traceback)", 1)
-        except signals.EarlyStop as e:
-            _say(f"{signals.name(e.signum)} received before training resumed: stopped; the run "
-                 f"is as it was: resume it again with: rltrain resume={run_dir}")
-            return 128 + e.signum
-        except StoppedAtOnce as e:
-            code, message = _stopped_at_once(e, ctx)
-            _say(message)
-            return code
-        code, message = _outcome(info, ctx)
-        if message:
-            _say(message)
-        return code
-    finally:
-        lock.release()
-
-
-def _log_to(run_dir: Path, quiet: bool) -> None:
-    console = logging.StreamHandler(sys.stdout)
-    console.setLevel(logging.WARNING if quiet else logging.INFO)
-    file = logging.FileHandler(run_dir / "rltrain.log", delay=True)
-    file.setFormatter(logging.Formatter("[%(asctime)s][%(levelname)s] %(message)s"))
-    logging.basicConfig(level=logging.INFO, format="%(message)s", handlers=[console, file])
-
-
-def _error(message: str, code: int = 2) -> int:
-    _say(f"error: {message}")
-    return code
-
-
 # --------------------------------------------------------------------------- main
 def _hydra(argv: list[str]) -> tuple[int, bool]:
     """Run Hydra's main; returns the exit code and whether it was a sweep."""
     import hydra
 
-    from rltrain import overrides, signals, sweep
-    from rltrain.config import ConfigError, register_configs
+    from rltrain import overrides, sweep
+    from rltrain.catalogue import register_configs
+    from rltrain.config import ConfigError
+    from rltrain.hydra_compat import brief_plugin_errors
+    from rltrain.trainer import failure_text
 
     multirun = any(a in ("-m", "--multirun") for a in argv)
     shown = next((a for a in argv if a in ("--cfg", "-c", "--info", "-i")), None)
@@ -457,7 +272,11 @@ def _hydra(argv: list[str]) -> tuple[int, bool]:
     sys.argv = [sys.argv[0], *argv]
     register_configs()
     if multirun and not _full_error():
-        _brief_launcher_errors()
+        def could_not_run(e: Exception) -> str:
+            sweep.judge(2)  # the sweep could not start: no job report
+            return f"rltrain: error: the sweep could not run: {failure_text(e)}"
+
+        brief_plugin_errors(could_not_run)
     code = 0
     try:
         hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")(task)()
@@ -470,61 +289,28 @@ def _hydra(argv: list[str]) -> tuple[int, bool]:
         if not multirun:
             _say(f"{signals.name(e.signum)} received before training began: stopped; nothing "
                  "was trained, so there is nothing to resume")
-    if multirun and sweep.outcome_code == 2:  # the sweeper refused to start, and said why
+    state = sweep.STATE
+    if multirun and state.outcome == 2:  # the sweeper refused to start, and said why
         code = 2
-    elif multirun and sweep.sweep_dir is not None:
+    elif multirun and state.directory is not None:
         quiet = any(a.lower() in ("logger.quiet=true", "++logger.quiet=true") for a in argv)
-        failed, interrupted, total = sweep.report(sweep.sweep_dir, quiet)
+        failed, interrupted, total = sweep.report(state.directory, quiet)
         if signals.requested() is not None:
-            code = 128 + signals.requested()
-        elif sweep.outcome_code is not None:
-            code = sweep.outcome_code
+            code = 128 + (signals.requested() or 0)
+        elif state.outcome is not None:
+            code = state.outcome
         elif failed:
             code = 1
     return code, multirun
 
 
-class LauncherError(Exception):
-    """A sweeper or launcher plugin failed outside any job (an unknown launcher setting, a
-    cluster that refuses the submission): one line, not the plugin's traceback."""
-
-
-def _brief_launcher_errors() -> None:
-    """Hydra prints the traceback of any plain exception a sweeper or launcher raises
-    (``hydra._internal.utils.run_and_report``); rltrain turns such an exception into a
-    compact one, which Hydra prints as its message alone. Hydra's own errors (already
-    compact, or config errors it explains) pass unchanged; ``HYDRA_FULL_ERROR=1`` skips this
-    for the whole traceback."""
-    from hydra._internal import utils as hydra_utils
-    from hydra.errors import CompactHydraException, HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    original = hydra_utils.run_and_report
-    if getattr(original, "rltrain_brief", False):
-        return
-
-    def brief(func: Any) -> Any:
-        def call() -> Any:
-            try:
-                return func()
-            except (HydraException, OmegaConfBaseException):
-                raise
-            except Exception as e:  # noqa: BLE001 - reported in one line, as below
-                from rltrain import sweep
-                from rltrain.trainer import failure_text
-
-                sweep.outcome_code = 2  # the sweep could not start: no job report
-                # Hydra adds its line on HYDRA_FULL_ERROR=1 after this one
-                raise CompactHydraException(
-                    f"rltrain: error: the sweep could not run: {failure_text(e)}") from None
-        return original(call)
-
-    brief.rltrain_brief = True  # type: ignore[attr-defined]
-    hydra_utils.run_and_report = brief
+def _error(message: str, code: int = 2) -> int:
+    _say(f"error: {message}")
+    return code
 
 
 def main() -> None:
-    _guard_streams()
+    guard_streams()
     # a log line that cannot be written (a full disk) is dropped, not printed as a traceback
     logging.raiseExceptions = False
     args = sys.argv[1:]
@@ -534,8 +320,6 @@ def main() -> None:
     if args == ["--version"] or args == ["-V"]:
         print(version_text())
         return
-    from rltrain import signals
-
     signals.startup()
     if any(a in ("-q", "--quiet") for a in args):
         quiet = [] if any(a.startswith("resume=") for a in args) else ["logger.quiet=true"]
@@ -545,7 +329,10 @@ def main() -> None:
     multirun = False
     try:
         if any(arg.startswith("resume=") for arg in args):
-            code = resume(args)
+            from rltrain.resume import resume  # a run's imports: see the module docstring
+
+            code = resume(args, say=_say, started=STARTED, outcome=_outcome,
+                          stopped_at_once=_stopped_at_once, full_error=_full_error())
         else:
             code, multirun = _hydra(args)
     except signals.EarlyStop as e:
@@ -556,7 +343,7 @@ def main() -> None:
         # a sweep's launcher may hold worker processes and threads that a normal exit ends
         logging.shutdown()
         sys.exit(code)
-    _exit(code)
+    fast_exit(code)
 
 
 if __name__ == "__main__":

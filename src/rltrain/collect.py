@@ -197,7 +197,7 @@ def from_policy(args: argparse.Namespace) -> tuple[Any, str]:
     run_seed = 0
     if args.random:
         if args.run_dir is not None:
-            from rltrain.run import load_run_settings
+            from rltrain.settings import load_run_settings
 
             s = load_run_settings(args.run_dir, device="cpu")
             env_cfg, run_seed = s.env, s.seed
@@ -257,12 +257,12 @@ def from_policy(args: argparse.Namespace) -> tuple[Any, str]:
 def from_buffer(args: argparse.Namespace) -> tuple[Any, str]:
     """The replay buffer in the run's newest usable checkpoint."""
     from rltrain.checkpoint import CheckpointError, load_latest
-    from rltrain.config import OffPolicyTrainerParams
     from rltrain.data.dataset import from_replay_buffer, new_meta
-    from rltrain.run import load_run_settings
+    from rltrain.settings import load_run_settings
+    from rltrain.trainer import TRAINERS
 
     s = load_run_settings(args.run_dir, device="cpu")
-    if not isinstance(s.trainer, OffPolicyTrainerParams):
+    if not TRAINERS[s.trainer.name].keeps_replay_buffer:
         kind = {"onpolicy": "on-policy", "offline": "offline"}.get(s.trainer.name,
                                                                   s.trainer.name)
         raise UserError(f"--buffer: {args.run_dir} is an {kind} run "
@@ -272,7 +272,8 @@ def from_buffer(args: argparse.Namespace) -> tuple[Any, str]:
         ckpt, used, _ = load_latest(args.run_dir / "checkpoints")
     except CheckpointError as e:
         raise UserError(f"--buffer: {short(e, 240)}") from None
-    if ckpt.get("buffer") is None:
+    buffer = (ckpt["trainer"].get("storage") or {}).get("buffer")
+    if buffer is None:
         raise UserError(f"--buffer: {used} holds no replay buffer (the run was trained with "
                         "trainer.checkpoint_buffer=false); collect from its policy instead")
     info, obs_space, act_space = _space_info(s.env)
@@ -282,7 +283,7 @@ def from_buffer(args: argparse.Namespace) -> tuple[Any, str]:
                             "env_step": int(ckpt.get("trainer", {}).get("env_step", 0))},
                     source=f"replay buffer of {args.run_dir}")
     try:
-        ds = from_replay_buffer(ckpt["buffer"], discrete=info.discrete,
+        ds = from_replay_buffer(buffer, discrete=info.discrete,
                                 action_low=info.action_low, action_high=info.action_high,
                                 meta=meta)
     except (KeyError, IndexError, ValueError, TypeError) as e:

@@ -26,13 +26,17 @@ import torch
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from rltrain import envstate
+from rltrain.core import Policy
 from rltrain.data.buffers import ReplayBuffer
 from rltrain.envs import autoreset_mode
 from rltrain.errors import NonFiniteError
 from rltrain.stats import Episodes
 
-#: observations (num_envs, *obs_shape) in, actions (num_envs, *action_shape) out
-Policy = Callable[[np.ndarray], np.ndarray]
+#: sees each batch of observations before the policy acts on it (observation statistics)
+ObsObserver = Callable[[np.ndarray], None]
+#: sees each vector step's rewards, episode ends, and which lanes hold a real transition
+#: (None: all of them) (the reward scaler's statistics)
+StepObserver = Callable[[np.ndarray, np.ndarray, np.ndarray | None], None]
 
 
 class CollectionStopped(Exception):
@@ -60,11 +64,14 @@ class Collector:
     """
 
     def __init__(self, envs: VectorEnv, buffer: ReplayBuffer | None = None, *,
-                 on_step: Callable[[np.ndarray, np.ndarray, np.ndarray | None], None] | None
-                 = None) -> None:
-        """:param on_step: called after every vector step with (rewards, episode ends, which
+                 on_obs: ObsObserver | None = None, on_step: StepObserver | None = None
+                 ) -> None:
+        """:param on_obs: called with every batch of observations before the policy acts on
+            it (every collection: the random warm-up's too): the observation statistics.
+        :param on_step: called after every vector step with (rewards, episode ends, which
             lanes hold a real transition or None for all): the reward scaler's statistics."""
-        self.envs, self.buffer, self.on_step = envs, buffer, on_step
+        self.envs, self.buffer = envs, buffer
+        self.on_obs, self.on_step = on_obs, on_step
         self.num_envs = envs.num_envs
         self.next_step_mode = autoreset_mode(envs) is AutoresetMode.NEXT_STEP
         self._obs: np.ndarray | None = None
@@ -173,6 +180,8 @@ class Collector:
                     self._write(pending)
                     raise CollectionStopped
                 obs = self._obs
+                if self.on_obs is not None:
+                    self.on_obs(obs)
                 act = policy(obs)
                 next_obs, rew, terminated, truncated, info = step(act)
                 done = terminated | truncated

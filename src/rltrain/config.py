@@ -2,8 +2,13 @@
 
 Each YAML file under ``conf/`` extends its schema through its defaults list
 (``- /schema/algo/ppo@_here_``), so Hydra refuses a misspelt key or a wrong type
-at composition, naming the key. Checks that involve several fields, or the env,
-run at build time (:func:`check`) and raise :class:`ConfigError` naming the fields.
+at composition, naming the key. Each schema checks its own fields and their combinations in
+its ``check()`` method, raising :class:`ConfigError` naming the fields; checks that involve the
+env or built objects run in the build (``rltrain.build``).
+
+This module is the ground floor: it imports no other rltrain module. What depends on which
+algorithms, trainer kinds and loggers exist (their schemas in Hydra's ConfigStore, the key
+checks) is ``rltrain.catalogue``'s.
 
 Values that follow from the env (network input/output sizes, action bounds,
 reward threshold) are never written here: the composition root computes them.
@@ -12,17 +17,12 @@ reward threshold) are never written here: the composition root computes them.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import math
 import re
-import types
-import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf import MISSING, OmegaConf
 
 
 class ConfigError(ValueError):
@@ -69,7 +69,7 @@ class EnvConfig:
     #: null: the env's registered reward_threshold. Set for envs that register none.
     reward_threshold: float | None = None
     #: truncate episodes after this many steps (null: the env's registered limit; an env
-    #: with none gets DEFAULT_MAX_EPISODE_STEPS, so that no episode runs forever)
+    #: with none gets rltrain.core.DEFAULT_MAX_EPISODE_STEPS, so that no episode runs forever)
     max_episode_steps: int | None = None
     #: parallel envs used for collecting training data
     num_train_envs: int = 8
@@ -97,6 +97,56 @@ class AlgoConfig:
         that would never be updated)."""
 
 
+#: the activations a network may use (rltrain.nets maps each name to its function)
+ACTIVATION_NAMES = ("tanh", "relu")
+
+
+@dataclass
+class NetworkConfig(AlgoConfig):
+    """The fields every algorithm with networks shares: an observation encoder in front of each
+    network, then MLP layers. Each algorithm's schema sets its own defaults."""
+
+    #: hidden layer sizes of each network (actor, critics, value)
+    hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])
+    #: tanh or relu
+    activation: str = "relu"
+    #: the observation encoder of every network: auto (chosen from the observation space:
+    #: flat for a Box) or a registered encoder's name (rltrain.encoders)
+    encoder: str = "auto"
+
+    def check(self) -> None:
+        if any(h <= 0 for h in self.hidden_sizes):
+            raise ConfigError(f"algo.hidden_sizes must be positive, got {list(self.hidden_sizes)}")
+        if self.activation not in ACTIVATION_NAMES:
+            raise ConfigError(f"algo.activation must be {' or '.join(ACTIVATION_NAMES)}, got "
+                              f"{self.activation!r}")
+
+
+@dataclass
+class DiscountedConfig(NetworkConfig):
+    """An algorithm that learns values of discounted returns (every one but behaviour cloning);
+    the reward scaler of ``env.normalize.reward`` uses the same discount."""
+
+    gamma: float = 0.99
+
+    def check(self) -> None:
+        super().check()
+        check_unit_interval(self, "algo", "gamma")
+
+
+@dataclass
+class TDConfig(DiscountedConfig):
+    """An algorithm that learns from replayed transitions by temporal differences; its batches
+    carry n-step returns (rltrain.data.returns)."""
+
+    #: n-step returns (1 = one-step TD)
+    n_step: int = 1
+
+    def check(self) -> None:
+        super().check()
+        check_positive(self, "algo", "n_step")
+
+
 # --------------------------------------------------------------------------- trainers
 @dataclass
 class TrainerParams:
@@ -121,6 +171,17 @@ class TrainerParams:
     #: include the replay buffer in checkpoints (off-policy), for an exact resume
     checkpoint_buffer: bool = True
 
+    def check(self) -> None:
+        """Range and cross-field checks; raises ConfigError naming the fields."""
+        check_positive(self, "trainer", "max_epochs", "epoch_num_steps", "batch_size",
+                       "test_step_num_episodes", "checkpoint_every")
+        if self.keep_checkpoints < 0:
+            raise ConfigError(f"trainer.keep_checkpoints must be >= 0, got "
+                              f"{self.keep_checkpoints}")
+        stop = self.stop_score
+        if not (stop is None or stop == "auto" or isinstance(stop, (int, float))):
+            raise ConfigError(f"trainer.stop_score must be a number, auto or null, got {stop!r}")
+
 
 @dataclass
 class OnlineTrainerParams(TrainerParams):
@@ -131,12 +192,28 @@ class OnlineTrainerParams(TrainerParams):
     #: test as soon as the training episodes of a collection step reach stop_score
     test_in_training: bool = False
 
+    def check(self) -> None:
+        super().check()
+        n_steps, n_eps = self.collection_step_num_env_steps, self.collection_step_num_episodes
+        if (n_steps is None) == (n_eps is None):
+            raise ConfigError(
+                "set exactly one of trainer.collection_step_num_env_steps and "
+                f"trainer.collection_step_num_episodes (got {n_steps} and {n_eps}); "
+                "set the other to null"
+            )
+        check_positive(self, "trainer", "collection_step_num_env_steps",
+                       "collection_step_num_episodes")
+
 
 @dataclass
 class OnPolicyTrainerParams(OnlineTrainerParams):
     name: str = "onpolicy"
     #: passes over the collected data per update step
     update_step_num_repetitions: int = 10
+
+    def check(self) -> None:
+        super().check()
+        check_positive(self, "trainer", "update_step_num_repetitions")
 
 
 @dataclass
@@ -147,6 +224,15 @@ class OffPolicyTrainerParams(OnlineTrainerParams):
     update_step_num_gradient_steps_per_sample: float = 1.0
     #: env steps with uniformly random actions before the first epoch
     random_warmup_env_steps: int = 1000
+
+    def check(self) -> None:
+        super().check()
+        if self.update_step_num_gradient_steps_per_sample < 0:
+            raise ConfigError("trainer.update_step_num_gradient_steps_per_sample must be >= 0")
+        if self.random_warmup_env_steps < 0:
+            raise ConfigError("trainer.random_warmup_env_steps must be >= 0")
+        if self.batch_size is None:
+            raise ConfigError("trainer.batch_size must be a number for off-policy training")
 
 
 @dataclass
@@ -163,33 +249,11 @@ class ReplayBufferConfig:
 
 
 @dataclass
-class WandbConfig:
-    """Weights & Biases (extra ``wandb``): the config, every epoch's metrics and the summary."""
-
-    enabled: bool = False
-    project: str = "rltrain"
-    entity: str | None = None
-    #: offline (files under the run directory; upload later with ``wandb sync``), online
-    mode: str = "offline"
-    group: str | None = None
-    tags: list[str] = field(default_factory=list)
-
-
-@dataclass
-class MlflowConfig:
-    """MLflow (extra ``mlflow``): the config as params, every epoch's metrics, the summary."""
-
-    enabled: bool = False
-    #: any MLflow tracking URI; default: sqlite:///mlflow.db in the working directory (MLflow
-    #: 3 keeps its plain-file store for old data only)
-    tracking_uri: str | None = None
-    experiment: str = "rltrain"
-
-
-@dataclass
 class LoggerConfig:
-    #: write TensorBoard event files under tb/
-    tensorboard: bool = True
+    """The ``logger`` group: the console's fields. Each registered logger (TensorBoard, W&B,
+    MLflow: ``rltrain.loggers``) adds its own section, ``logger.<key>``, to the group's
+    schema (``rltrain.loggers.logger_schema()``)."""
+
     #: show a live progress bar during each epoch (only on a terminal)
     progress_bar: bool = True
     #: when stdout is not a terminal (Slurm logs, ``| tee``), print a progress line within a
@@ -197,8 +261,6 @@ class LoggerConfig:
     progress_interval_s: float = 30.0
     #: print nothing but warnings and errors (``rltrain -q``)
     quiet: bool = False
-    wandb: WandbConfig = field(default_factory=WandbConfig)
-    mlflow: MlflowConfig = field(default_factory=MlflowConfig)
 
 
 # --------------------------------------------------------------------------- tuning
@@ -247,68 +309,6 @@ class RunConfig:
     dataset: str | None = None
 
 
-#: the trainer schemas, by trainer name (``trainer=<name>``)
-TRAINER_SCHEMAS: dict[str, type[TrainerParams]] = {
-    "onpolicy": OnPolicyTrainerParams,
-    "offpolicy": OffPolicyTrainerParams,
-    "offline": OfflineTrainerParams,
-}
-
-
-def algorithm_specs() -> dict[str, Any]:
-    """The registered algorithms (``rltrain.algorithms``), by name. Imported here, not at the
-    top: the algorithm modules import this one for their schemas' checks."""
-    from rltrain.algorithms import ALGORITHMS
-
-    return ALGORITHMS
-
-
-def schemas() -> dict[str, type]:
-    """Every schema by its ConfigStore path: ``algo/<name>`` for each registered algorithm,
-    ``trainer/<name>``, ``env``, ``buffer/replay``, ``logger``."""
-    out: dict[str, type] = {f"algo/{name}": spec.config
-                            for name, spec in algorithm_specs().items()}
-    out.update({f"trainer/{name}": schema for name, schema in TRAINER_SCHEMAS.items()})
-    out.update({"env": EnvConfig, "buffer/replay": ReplayBufferConfig, "logger": LoggerConfig})
-    return out
-
-
-def trainer_problem(algo: str, trainer: str) -> str | None:
-    """Why ``trainer`` cannot run ``algo`` (each algorithm's YAML picks its trainer), or None."""
-    spec = algorithm_specs().get(algo)
-    if spec is None or trainer in spec.trainers:
-        return None
-    return (f"algo={algo} runs with trainer={' or trainer='.join(spec.trainers)}, not "
-            f"trainer={trainer}; leave trainer= out (each algorithm picks its own)")
-
-
-def typed_run_config(raw: DictConfig) -> DictConfig:
-    """Give a composed config read back from a run directory (``.hydra/config.yaml``)
-    its schemas again, so it is checked and converts to the same dataclasses."""
-    specs = algorithm_specs()
-    algo = raw.get("algo", {}).get("name")
-    if algo not in specs:
-        raise ConfigError(f"the stored config names no known algorithm (algo.name={algo!r}; "
-                          f"rltrain has {', '.join(specs)})")
-    trainer = raw.get("trainer", {}).get("name") or specs[algo].trainers[0]
-    if trainer not in TRAINER_SCHEMAS:
-        raise ConfigError(f"the stored config names no known trainer (trainer.name={trainer!r})")
-    schema = OmegaConf.structured(RunConfig)
-    parts = {
-        "algo": specs[algo].config,
-        "env": EnvConfig,
-        "trainer": TRAINER_SCHEMAS[trainer],
-        "buffer": ReplayBufferConfig,
-        "logger": LoggerConfig,
-    }
-    for key, node in parts.items():
-        schema[key] = OmegaConf.structured(node)
-    try:
-        return OmegaConf.merge(schema, raw)
-    except OmegaConfBaseException as e:
-        raise ConfigError(f"the stored config does not match rltrain's schema: {e}") from None
-
-
 def env_dir_name(env_id: str) -> str:
     """A run directory's name for an env id: ``mypkg.envs:ns/MyEnv-v0`` -> ``ns-MyEnv-v0``."""
     return env_id.rpartition(":")[2].replace("/", "-") or "env"
@@ -353,22 +353,10 @@ def register_resolvers() -> None:
     OmegaConf.register_new_resolver("rltrain_job_dir", job_dir_name, replace=True)
 
 
-def register_configs() -> None:
-    """Store every schema under ``schema/...`` so YAML files can extend them."""
-    register_resolvers()
-    cs = ConfigStore.instance()
-    cs.store(name="rltrain_schema", node=RunConfig)
-    for path, node in schemas().items():
-        group, _, name = path.rpartition("/")
-        cs.store(group=f"schema/{group}" if group else "schema", name=name, node=node)
-
-
 # --------------------------------------------------------------------------- checks
 #: the largest seed a run accepts: numpy's legacy seeding takes 32-bit seeds, and the envs,
 #: eval and test seeds are derived by adding offsets, so 31 bits leave room for them
 MAX_SEED = 2**31 - 1
-#: the episode limit of an env that registers none and gets no env.max_episode_steps
-DEFAULT_MAX_EPISODE_STEPS = 10_000
 
 
 def check_positive(obj: Any, prefix: str, *names: str) -> None:
@@ -403,47 +391,6 @@ def check_seed(seed: Any, key: str = "seed") -> int:
     return seed
 
 
-def check_trainer(params: TrainerParams) -> None:
-    """Cross-field checks of the trainer params; raises ConfigError naming the fields."""
-    check_positive(params, "trainer", "max_epochs", "epoch_num_steps", "batch_size",
-              "test_step_num_episodes", "checkpoint_every")
-    if params.keep_checkpoints < 0:
-        raise ConfigError(f"trainer.keep_checkpoints must be >= 0, got {params.keep_checkpoints}")
-    stop = params.stop_score
-    if not (stop is None or stop == "auto" or isinstance(stop, (int, float))):
-        raise ConfigError(f"trainer.stop_score must be a number, auto or null, got {stop!r}")
-    if isinstance(params, OnlineTrainerParams):
-        n_steps, n_eps = params.collection_step_num_env_steps, params.collection_step_num_episodes
-        if (n_steps is None) == (n_eps is None):
-            raise ConfigError(
-                "set exactly one of trainer.collection_step_num_env_steps and "
-                f"trainer.collection_step_num_episodes (got {n_steps} and {n_eps}); "
-                "set the other to null"
-            )
-        check_positive(params, "trainer", "collection_step_num_env_steps",
-                  "collection_step_num_episodes")
-    if isinstance(params, OnPolicyTrainerParams):
-        check_positive(params, "trainer", "update_step_num_repetitions")
-    if isinstance(params, OffPolicyTrainerParams):
-        if params.update_step_num_gradient_steps_per_sample < 0:
-            raise ConfigError("trainer.update_step_num_gradient_steps_per_sample must be >= 0")
-        if params.random_warmup_env_steps < 0:
-            raise ConfigError("trainer.random_warmup_env_steps must be >= 0")
-        if params.batch_size is None:
-            raise ConfigError("trainer.batch_size must be a number for off-policy training")
-
-
-def check_network(cfg: Any, prefix: str = "algo") -> None:
-    """``hidden_sizes`` and ``activation`` of a schema with networks."""
-    if any(h <= 0 for h in cfg.hidden_sizes):
-        raise ConfigError(f"{prefix}.hidden_sizes must be positive, got {list(cfg.hidden_sizes)}")
-    from rltrain.nets import ACTIVATIONS
-
-    if cfg.activation not in ACTIVATIONS:
-        raise ConfigError(f"{prefix}.activation must be {' or '.join(ACTIVATIONS)}, got "
-                          f"{cfg.activation!r}")
-
-
 def check_noise_beta(cfg: Any, prefix: str = "algo") -> None:
     """``noise_beta``, the colour of exploration noise: 0 (white) to 2 (red)."""
     if not 0.0 <= cfg.noise_beta <= 2.0:
@@ -467,184 +414,6 @@ def env_steps_per_collection(params: OnlineTrainerParams, num_envs: int) -> int 
     """Transitions per collection step: ceil(n / m) * m, or None when counted in episodes."""
     n = params.collection_step_num_env_steps
     return None if n is None else math.ceil(n / num_envs) * num_envs
-
-
-# --------------------------------------------------------------------------- known keys
-# Hydra's ``+key=value`` adds a key even where the schema has none, and converting the
-# config to dataclasses then drops it without a word: ``+trainer.max_epoch=1`` would train
-# all epochs. Every key is therefore checked against the schemas, by name, both before
-# Hydra composes (the command line) and after (whatever the YAML files and overrides made).
-
-#: the top-level keys of a run config, besides the groups (``hydra`` is Hydra's own)
-_TOP = {f.name: f for f in dataclasses.fields(RunConfig)}
-
-
-def _field_types(schema: type) -> dict[str, Any]:
-    return typing.get_type_hints(schema)
-
-
-def _is_free_form(tp: Any) -> bool:
-    """Mappings and lists whose contents the schema leaves open (env.kwargs, env.wrappers)."""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        return any(_is_free_form(a) for a in typing.get_args(tp) if a is not type(None))
-    return origin in (dict, list) or tp in (dict, list)
-
-
-def group_schemas(group: str, algos: list[str]) -> list[type]:
-    """The schemas a top-level group may have, for the given algorithm names."""
-    specs = algorithm_specs()
-    if group == "algo":
-        return [specs[a].config for a in algos]
-    if group == "trainer":
-        return list(dict.fromkeys(TRAINER_SCHEMAS[t] for a in algos for t in specs[a].trainers))
-    return {"env": [EnvConfig], "buffer": [ReplayBufferConfig], "logger": [LoggerConfig],
-            "tune": [TuneConfig]}.get(
-        group, [])
-
-
-def key_problem(key: str, algos: list[str] | None = None) -> str | None:
-    """None if ``key`` (dotted) is a key of the run config's schemas for one of ``algos``
-    (default: any algorithm), else a message that names it and what would be valid."""
-    specs = algorithm_specs()
-    algos = [a for a in (algos or specs) if a in specs] or list(specs)
-    parts = key.split(".")
-    head = parts[0]
-    if head not in _TOP:
-        return _unknown(head, "", sorted(_TOP))
-    schemas = group_schemas(head, algos)
-    if not schemas:  # seed, device, torch_threads: values
-        return None if len(parts) == 1 else f"{head} is a value, not a group of keys ({key})"
-    prefix = head
-    for part in parts[1:]:
-        fields = {}
-        for schema in schemas:
-            fields.update(_field_types(schema))
-        if part not in fields:
-            return _unknown(part, prefix, sorted(fields))
-        tp = fields[part]
-        prefix = f"{prefix}.{part}"
-        if _is_free_form(tp):
-            return None
-        nested = [t for t in [tp] if dataclasses.is_dataclass(t)]
-        if not nested:
-            rest = parts[len(prefix.split(".")):]
-            return None if not rest else f"{prefix} is a value, not a group of keys ({key})"
-        schemas = nested
-    return None
-
-
-def _describe(tp: Any) -> str:
-    """What a value of type ``tp`` looks like on the command line."""
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin in (typing.Union, types.UnionType):
-        parts = [_describe(a) for a in args if a is not type(None)]
-        return " or ".join(parts) + (" or null" if type(None) in args else "")
-    if origin is list:
-        inner = _describe(args[0]) if args else "values"
-        return f"a list of {inner.removeprefix('an ').removeprefix('a ')}s, like [64,64]"
-    return {int: "an integer", float: "a number", bool: "true or false",
-            str: "a string"}.get(tp, getattr(tp, "__name__", str(tp)))
-
-
-def value_problem(key: str, value: Any, algos: list[str] | None = None) -> str | None:
-    """None if ``value`` (as Hydra parsed it) fits the schema field ``key`` names, for one of
-    ``algos``; else a one-line message naming the key, the value and what would fit. Checked
-    before Hydra, whose own message for a value of the wrong type spans five lines."""
-    if isinstance(value, str) and "${" in value:
-        return None  # an interpolation: resolved later, and checked then
-    specs = algorithm_specs()
-    algos = [a for a in (algos or specs) if a in specs] or list(specs)
-    parts = key.split(".")
-    if len(parts) == 1 and parts[0] in _TOP:
-        schemas = [RunConfig]  # seed, device, torch_threads
-    else:
-        schemas = group_schemas(parts[0], algos)
-        if len(parts) < 2 or not schemas:
-            return None
-    for part in parts[1:-1]:
-        nested = []
-        for schema in schemas:
-            tp = _field_types(schema).get(part)
-            if dataclasses.is_dataclass(tp):
-                nested.append(tp)
-            elif tp is not None:
-                return None  # a free-form mapping, or not a key (key_problem says so)
-        schemas = nested
-    leaf = parts[-1]
-    types_seen = []
-    for schema in schemas:
-        tp = _field_types(schema).get(leaf)
-        if tp is None or _is_free_form(tp) and typing.get_origin(tp) is not list:
-            continue
-        types_seen.append(tp)
-        node = OmegaConf.structured(schema)
-        try:
-            node[leaf] = value
-            return None
-        except OmegaConfBaseException:
-            continue
-    if not types_seen:
-        return None
-    shown = value if not isinstance(value, str) else repr(value)
-    return f"{key}={shown} is not valid: {key} takes {_describe(types_seen[0])}"
-
-
-def _unknown(name: str, prefix: str, valid: list[str]) -> str:
-    full = f"{prefix}.{name}" if prefix else name
-    close = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)
-    if not close:  # algo.lr for SAC: actor_lr, critic_lr, alpha_lr
-        close = [v for v in valid if v.startswith(f"{name}_") or v.endswith(f"_{name}")][:3]
-    where = f"{prefix} has" if prefix else "top-level keys are"
-    dot = f"{prefix}." if prefix else ""
-    names = [f"{dot}{c}" for c in close]
-    options = " or ".join(filter(None, (", ".join(names[:-1]), names[-1]))) if names else ""
-    hint = f"; did you mean {options}?" if names else ""
-    return f"unknown key {full}{hint} ({where}: {', '.join(valid)})"
-
-
-def check_known_keys(cfg: DictConfig) -> None:
-    """Refuse, by name, any key of a composed run config that no schema knows."""
-    algo = OmegaConf.select(cfg, "algo.name", default=None)
-    algos = [algo] if algo in algorithm_specs() else None
-
-    def walk(node: Any, prefix: str) -> None:
-        for key in node.keys() if isinstance(node, DictConfig) else []:
-            if not prefix and key == "hydra":
-                continue
-            full = f"{prefix}.{key}" if prefix else str(key)
-            problem = key_problem(full, algos)
-            if problem is not None:
-                raise ConfigError(problem)
-            child = node._get_node(key)
-            if isinstance(child, DictConfig) and not _is_free_form_key(full, algos):
-                walk(child, full)
-
-    walk(cfg, "")
-
-
-def _is_free_form_key(key: str, algos: list[str] | None) -> bool:
-    head, _, rest = key.partition(".")
-    if not rest:
-        return False
-    for schema in group_schemas(head, algos or list(algorithm_specs())):
-        tp = _field_types(schema).get(rest.split(".")[0])
-        if tp is not None and _is_free_form(tp):
-            return True
-    return False
-
-
-def free_form_prefixes() -> list[str]:
-    """Dotted keys under which any key may be added (``env.kwargs.``): Hydra would refuse
-    ``env.kwargs.g=9.81`` without a ``+``, so the CLI adds one there."""
-    out = []
-    for group in ("algo", "trainer", "env", "buffer", "logger"):
-        for schema in group_schemas(group, list(algorithm_specs())):
-            for name, tp in _field_types(schema).items():
-                origin = typing.get_origin(tp)
-                if origin is dict or tp is dict:
-                    out.append(f"{group}.{name}.")
-    return sorted(set(out))
 
 
 register_resolvers()

@@ -21,36 +21,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
 
-from rltrain.config import DEFAULT_MAX_EPISODE_STEPS, ConfigError, EnvConfig
-
-
-@dataclass(frozen=True)
-class SpaceInfo:
-    """What the networks need from the env: computed, never written in YAML."""
-
-    obs_shape: tuple[int, ...]
-    #: number of discrete actions, or None for a Box action space
-    num_actions: int | None
-    #: shape of one action (() for discrete)
-    action_shape: tuple[int, ...]
-    action_low: np.ndarray | None
-    action_high: np.ndarray | None
-    reward_threshold: float | None
-    env_id: str
-    #: the longest an episode can run (the time limit every env of the run has)
-    max_episode_steps: int = DEFAULT_MAX_EPISODE_STEPS
-
-    @property
-    def discrete(self) -> bool:
-        return self.num_actions is not None
-
-    @property
-    def obs_dim(self) -> int:
-        return int(np.prod(self.obs_shape))
-
-    @property
-    def action_dim(self) -> int:
-        return self.num_actions if self.num_actions is not None else int(np.prod(self.action_shape))
+from rltrain.config import ConfigError, EnvConfig
+from rltrain.core import DEFAULT_MAX_EPISODE_STEPS, SpaceInfo
 
 
 def env_seeds(seed: int, num_train_envs: int) -> tuple[int, int]:
@@ -329,13 +301,8 @@ def space_info(envs: VectorEnv, env_id: str, max_steps: int = DEFAULT_MAX_EPISOD
             f"{env_id} has observation space {obs_space}; rltrain supports Box observations "
             "(turn them into a Box with a wrapper listed in env.wrappers)"
         )
-    if obs_space.dtype == np.uint8 and len(obs_space.shape) == 3:
-        raise ConfigError(
-            f"{env_id} has image observations (uint8, shape {obs_space.shape}); rltrain has no "
-            "CNN policy yet, and an MLP on raw pixels would be huge and learn poorly: use the "
-            "env's feature-vector observations (e.g. an Atari '-ram' variant) or a wrapper in "
-            "env.wrappers that turns images into features"
-        )
+    # whether a network can take the observations is the encoders' question (images: no encoder
+    # yet; rltrain.encoders.registry.choose refuses them, naming why)
     if isinstance(act_space, gym.spaces.Discrete):
         num_actions, shape, low, high = int(act_space.n), (), None, None
     elif isinstance(act_space, gym.spaces.Box):
@@ -355,4 +322,6 @@ def space_info(envs: VectorEnv, env_id: str, max_steps: int = DEFAULT_MAX_EPISOD
                           else float(reward_threshold)),
         env_id=env_id,
         max_episode_steps=max_steps,
+        obs_space=obs_space,
+        action_space=act_space,
     )

@@ -104,8 +104,8 @@ class LoadedRun:
     """A run's algorithm, rebuilt from its config, with the chosen weights loaded."""
 
     run_dir: Path
-    settings: Any  # rltrain.run.Settings
-    info: Any  # rltrain.envs.SpaceInfo
+    settings: Any  # rltrain.settings.Settings
+    info: Any  # rltrain.core.SpaceInfo
     algorithm: Any  # rltrain.algorithms.Algorithm
     weights: str
     weights_path: Path
@@ -128,8 +128,9 @@ def load_run(run_dir: Path, weights: str, device: str | None = None) -> LoadedRu
     """
     import torch
 
+    from rltrain.build import build_algorithm
     from rltrain.envs import make_vector_env, max_episode_steps, space_info
-    from rltrain.run import build_algorithm, load_run_settings
+    from rltrain.settings import load_run_settings
 
     s = load_run_settings(run_dir, device=device or "cpu")
     path = run_dir / WEIGHT_FILES[weights]
@@ -156,10 +157,12 @@ def _policy_state(path: Path, weights: str, algorithm: Any, info: Any) -> dict[s
     the run's config builds."""
 
     from rltrain.checkpoint import CheckpointError, load_checkpoint, load_policy
+    from rltrain.lifecycle import restore_algorithm
 
     policy = algorithm.deployable()
     if weights == "last":
-        # the full training state, checked (format, version) and loaded weights_only
+        # the full training state, checked (format, version) and loaded weights_only, read
+        # as a resume reads it
         try:
             obj = load_checkpoint(path)
         except CheckpointError as e:
@@ -174,7 +177,7 @@ def _policy_state(path: Path, weights: str, algorithm: Any, info: Any) -> dict[s
         if problem:
             raise UserError(f"{path} does not fit the algorithm built from the run's config "
                             f"({problem})")
-        algorithm.load_state_dict(modules)
+        restore_algorithm(algorithm, obj, training=False)
         return policy.state_dict()
     else:
         try:
@@ -239,9 +242,9 @@ def evaluate(loaded: LoadedRun, episodes: int, seed: int, video: Path | None = N
     """Run ``episodes`` deterministic episodes of the deployable policy on the run's env (its
     own action space: the policy scales its actions); returns the collector's
     :class:`Episodes`."""
+    from rltrain.build import seed_everything
     from rltrain.collector import Collector, episode_quotas
     from rltrain.envs import make_vector_env
-    from rltrain.run import seed_everything
 
     s = loaded.settings
     num_envs = min(s.env.num_test_envs, episodes)

@@ -2,7 +2,7 @@
 
 Hydra refuses a misspelt key with a hint to add it with ``+``, and a ``+``-added key is
 then dropped without a word when the config becomes dataclasses. Here every key an
-override names is checked against rltrain's schemas first (:func:`rltrain.config.key_problem`),
+override names is checked against rltrain's schemas first (:func:`rltrain.catalogue.key_problem`),
 so the user reads one short message that names the key and the valid ones near it.
 Keys under free-form mappings (``env.kwargs.g=9.81``) are turned into Hydra's ``++``
 (add or replace), since Hydra would refuse a new key there. YAML files in a user's
@@ -15,13 +15,8 @@ import argparse
 import difflib
 from pathlib import Path
 
-from rltrain.config import (
-    ConfigError,
-    free_form_prefixes,
-    key_problem,
-    trainer_problem,
-    value_problem,
-)
+from rltrain.catalogue import free_form_prefixes, key_problem, trainer_problem, value_problem
+from rltrain.config import ConfigError
 
 #: the options of ``hydra.main``'s command line that take a value
 _VALUED = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",

@@ -18,24 +18,51 @@ import json
 import os
 import signal
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import CompactHydraException
 from hydra.experimental.callback import Callback
+from omegaconf import open_dict, read_write
 
 from rltrain import rundir, signals
-from rltrain.config import job_number
+from rltrain.checkpoint import CheckpointError
+from rltrain.config import ConfigError, job_number
+from rltrain.lifecycle import RunContext, resume_point
+from rltrain.run import run
+from rltrain.stats import InfoStats
 
 STOP_FILE = ".rltrain-stop"
-#: set by a sweeper that judges the sweep itself (the Optuna sweeper: a study with failed
-#: trials still succeeds when one completed); None: the sweep fails when any job failed
-outcome_code: int | None = None
-#: the sweep directory, in the sweep's main process (set by HydraCallback)
-sweep_dir: Path | None = None
-#: whether a single run's directory existed before Hydra made it (set by HydraCallback):
-#: one the user made is never removed, even when a refused run leaves it empty
-run_dir_existed = False
+
+
+@dataclass
+class SweepState:
+    """What this process learns of its Hydra command while Hydra runs it. Hydra builds the
+    callback and the sweeper from the config itself, so they cannot be handed an object:
+    they report here, through :func:`judge` and :class:`HydraCallback`, and the CLI reads it
+    once Hydra returns (one Hydra command per process)."""
+
+    #: the sweep directory, in the sweep's main process
+    directory: Path | None = None
+    #: set by a sweeper that judges the sweep itself (the Optuna sweeper: a study with failed
+    #: trials still succeeds when one completed; 2: the sweep could not start); None: the
+    #: sweep fails when any job failed
+    outcome: int | None = None
+    #: whether a single run's directory existed before Hydra made it: one the user made is
+    #: never removed, even when a refused run leaves it empty
+    run_dir_existed: bool = False
+
+
+STATE = SweepState()
+
+
+def judge(code: int) -> None:
+    """A sweeper's verdict on the whole sweep: the exit code of the command."""
+    STATE.outcome = code
 
 
 class JobFailed(CompactHydraException):
@@ -48,12 +75,9 @@ class HydraCallback(Callback):
     def on_run_start(self, config: Any, **kwargs: Any) -> None:
         """Check the run directory before Hydra creates it (a file there, a read-only place:
         Hydra's own ``mkdir`` would end in a traceback)."""
-        from hydra.core.hydra_config import HydraConfig
-
-        global run_dir_existed
         HydraConfig.instance().set_config(config)  # as run_job does next: ${hydra:...} resolves
         path = Path(str(config.hydra.run.dir)).absolute()
-        run_dir_existed = path.exists()
+        STATE.run_dir_existed = path.exists()
         try:
             rundir.ensure_dir(path)
         except rundir.RunDirError as e:
@@ -61,14 +85,13 @@ class HydraCallback(Callback):
             sys.exit(2)
 
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
-        global sweep_dir
         path = Path(str(config.hydra.sweep.dir)).absolute()
         try:
             rundir.ensure_dir(path, "hydra.sweep.dir")
         except rundir.RunDirError as e:
             print(f"rltrain: error: {e}", file=sys.stderr)
             sys.exit(2)
-        sweep_dir = path
+        STATE.directory = path
         name_jobs_by_what_differs(config)
         (path / STOP_FILE).unlink(missing_ok=True)  # left by an earlier, stopped sweep
         os.environ[signals.SWEEP_PID_ENV] = str(os.getpid())
@@ -82,9 +105,6 @@ def name_jobs_by_what_differs(config: Any) -> None:
     (the swept values, a search space's sampled ones). Each job's config is composed again
     from the sweep's ``hydra.overrides.hydra`` (whatever the launcher), so the exclusion is
     added there."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from omegaconf import open_dict, read_write
-
     parsed = OverridesParser.create().parse_overrides(list(config.hydra.overrides.task))
     constant = {o.key_or_group for o in parsed if not o.is_sweep_override()}
     constant |= {f"tune.{key}" for key in ("storage", "study", "trial", "objective", "last_k",
@@ -117,6 +137,7 @@ def _stop_sweep(signum: int, frame: Any) -> None:
     """The sweep's main process: stop starting jobs, pass the signal on as SIGTERM."""
     again = signals.requested() is not None
     signals.record(signum)
+    sweep_dir = STATE.directory
     if sweep_dir is None:
         return
     with contextlib.suppress(OSError):
@@ -203,8 +224,6 @@ def earlier_attempt(job_dir: Path, overrides: list[str], label: str) -> dict[str
     The same job unfinished (interrupted, killed, preempted): None, and :func:`continue_job`
     resumes it from its checkpoint. A different job: :class:`JobFailed`, nothing touched.
     """
-    import yaml
-
     try:
         stored = yaml.safe_load((job_dir / ".hydra" / "overrides.yaml").read_text()) or []
     except (OSError, yaml.YAMLError):
@@ -222,26 +241,22 @@ def earlier_attempt(job_dir: Path, overrides: list[str], label: str) -> dict[str
     return None
 
 
-def continue_job(job_dir: Path, ctx: Any, label: str) -> Any:
+def continue_job(job_dir: Path, ctx: RunContext, label: str) -> InfoStats:
     """Resume an unfinished job in its own directory from its newest good checkpoint, with
-    the config stored there; returns the run's InfoStats."""
-    from rltrain.checkpoint import CheckpointError
-    from rltrain.config import ConfigError
-    from rltrain.run import resume_point, run
-
+    the config stored there (the resume path of ``rltrain resume=``); returns its InfoStats."""
     lock = rundir.RunDirLock(job_dir)
     lock.acquire()
     try:
         try:
-            ckpt, cfg, used, problems = resume_point(job_dir)
+            point = resume_point(job_dir)
         except (CheckpointError, ConfigError) as e:
             raise ConfigError(f"{job_dir} holds an unfinished run that cannot be resumed: "
                               f"{e}") from None
-        for problem in problems:
+        for problem in point.problems:
             print(f"rltrain: warning: {label}{problem}", file=sys.stderr)
-        print(f"rltrain: {label}resuming the unfinished run in {job_dir} from {used.name}",
-              flush=True)
+        print(f"rltrain: {label}resuming the unfinished run in {job_dir} from "
+              f"{point.path.name}", flush=True)
         ctx.on_accept = None  # .hydra/ is the run's own, from its first attempt
-        return run(cfg, ctx, resume=ckpt)
+        return run(point.cfg, ctx, resume=point)
     finally:
         lock.release()

@@ -23,7 +23,7 @@ import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -32,10 +32,12 @@ from rltrain.algorithms.base import (
     Algorithm,
     OffPolicyAlgorithm,
     OnPolicyAlgorithm,
-    Progress,
+    UpdateReport,
 )
-from rltrain.collector import CollectionStopped, Collector, Policy
+from rltrain.collector import CollectionStopped, Collector, random_policy
 from rltrain.config import (
+    AlgoConfig,
+    ConfigError,
     OfflineTrainerParams,
     OffPolicyTrainerParams,
     OnlineTrainerParams,
@@ -43,10 +45,60 @@ from rltrain.config import (
     TrainerParams,
     env_steps_per_collection,
 )
+from rltrain.core import Policy, Progress, SpaceInfo
+from rltrain.data import dataset as datasets
 from rltrain.data.buffers import ReplayBuffer
+from rltrain.data.samplers import UniformSampler
 from rltrain.errors import NonFiniteError, TrainingError
 from rltrain.loggers import Logger
 from rltrain.stats import Best, Episodes, EpochStats, InfoStats, Timing, flatten, mean_stats
+from rltrain.system import available_memory, size_text
+
+
+@dataclass(frozen=True)
+class StorageRequest:
+    """What a trainer kind is told to make its storage from (:meth:`Trainer.storage`)."""
+
+    info: SpaceInfo
+    num_train_envs: int
+    #: ``buffer.size``: the replay capacity, in transitions
+    buffer_size: int
+    #: an offline run's ``dataset=`` (a file or ``minari:ID``)
+    dataset: str | None = None
+
+
+@dataclass(frozen=True)
+class Storage:
+    """The transitions a trainer learns from, as its kind made them."""
+
+    buffer: ReplayBuffer
+    #: an offline run's dataset: its fingerprint (spec, path, sha256) and summary, for
+    #: summary.json and checkpoints (a resume must find the same data)
+    dataset: dict[str, Any] | None = None
+    #: observations the statistics of ``env.normalize.obs`` start from (an offline run's
+    #: dataset: nothing is collected to learn them from)
+    observations: np.ndarray | None = None
+
+
+def replay_buffer(info: SpaceInfo, num_lanes: int, lane_capacity: int, *, circular: bool,
+                  what: str, fix: str) -> ReplayBuffer:
+    """A buffer of ``num_lanes`` x ``lane_capacity`` transitions, refused by name when it
+    cannot fit in the memory available (``what`` names the setting, ``fix`` says what to do)."""
+    act_dtype = np.int64 if info.discrete else np.float32
+    per = ReplayBuffer.bytes_per_transition(info.obs_shape, np.float32, info.action_shape,
+                                            act_dtype)
+    need = num_lanes * lane_capacity * per
+    available = available_memory()
+    if available is not None and need > available:
+        raise ConfigError(f"{what} needs {size_text(need)} of memory for "
+                          f"{num_lanes * lane_capacity:,} transitions of {info.env_id} ({per:,} "
+                          f"bytes each), but {size_text(available)} is available; {fix}")
+    try:
+        return ReplayBuffer(num_lanes, lane_capacity, info.obs_shape, info.action_shape,
+                            act_dtype, circular=circular)
+    except MemoryError:
+        raise ConfigError(f"{what} needs {size_text(need)} of memory, which could not be "
+                          "allocated") from None
 
 
 @dataclass(frozen=True)
@@ -62,7 +114,38 @@ class Callbacks:
 
 
 class Trainer(Iterator[EpochStats]):
-    """Base trainer: an iterator over epochs; :meth:`run` runs them all."""
+    """Base trainer: an iterator over epochs; :meth:`run` runs them all.
+
+    Each subclass is a trainer kind (``trainer=<name>``) and answers, for the composition
+    root, what differs between kinds: its params' schema, whether it collects from train
+    envs, which settings cannot work with it (:meth:`check`), how its storage is made
+    (:meth:`storage`), what its checkpoint state holds (:meth:`storage_state`), and which
+    step count its epochs and curves go by (:attr:`step_key`).
+    """
+
+    #: ``trainer=<name>``
+    name: ClassVar[str]
+    #: the schema of its params (``trainer.*``)
+    params_type: ClassVar[type[TrainerParams]]
+    #: the count an epoch's steps advance and the loggers plot against: env steps online,
+    #: gradient steps offline
+    step_key: ClassVar[str] = "env_step"
+    #: whether it steps train envs (offline, only test envs are made)
+    collects: ClassVar[bool] = True
+    #: whether its checkpoints can hold a replay buffer of what it collected
+    keeps_replay_buffer: ClassVar[bool] = False
+
+    # ------------------------------------------------------------------ the kind
+    @classmethod
+    def check(cls, params: Any, algo: AlgoConfig, num_train_envs: int, buffer_size: int
+              ) -> None:
+        """Refuse settings that are each valid but cannot work together (a run that would end
+        with exit 0 and an agent that never learnt), naming them; raises ConfigError."""
+
+    @classmethod
+    def storage(cls, params: Any, request: StorageRequest) -> Storage:
+        """Make the storage this kind learns from (before any file of the run is written)."""
+        raise NotImplementedError
 
     def __init__(
         self,
@@ -71,13 +154,17 @@ class Trainer(Iterator[EpochStats]):
         buffer: ReplayBuffer,
         test_collector: Collector,
         *,
+        train_collector: Collector | None = None,
         reward_threshold: float | None,
         loggers: Sequence[Logger] = (),
         callbacks: Callbacks = Callbacks(),
+        seed: int = 0,
         test_seed: int = 0,
     ) -> None:
+        """:param seed: the run's seed (a replay sampler's and a random warm-up's stream).
+        :param test_seed: the base of the test steps' env seeds."""
         self.algorithm, self.params, self.buffer = algorithm, params, buffer
-        self.test_collector = test_collector
+        self.train_collector, self.test_collector = train_collector, test_collector
         #: test step k resets the test envs with a seed derived from (test_seed, k), so a
         #: test step's episodes depend on nothing else (an interrupted test step reruns
         #: exactly, and test envs need no state carried between test steps)
@@ -106,10 +193,6 @@ class Trainer(Iterator[EpochStats]):
         self.failure_at = ""
         #: added to the message of a failure that is not a TrainingError (a crash)
         self.crash_hint = ""
-
-    #: the count an epoch's steps advance and the loggers plot against: env steps online,
-    #: gradient steps offline
-    step_key = "env_step"
 
     # ------------------------------------------------------------------ progress
     def planned_env_steps(self) -> int:
@@ -189,7 +272,9 @@ class Trainer(Iterator[EpochStats]):
             if self.stop_signal is not None:
                 raise Interrupted(self.stop_signal)
             n, episodes, stats, spent = self.training_step()
-            updates = [{k: float(v) for k, v in dataclasses.asdict(s).items()} for s in stats]
+            # what each update measured (a stat it did not measure this time is None)
+            updates = [{k: float(v) for k, v in dataclasses.asdict(s).items() if v is not None}
+                       for s in stats]
             self._check_finite(updates)
             part.steps += n
             part.training_steps += 1
@@ -311,6 +396,7 @@ class Trainer(Iterator[EpochStats]):
             "elapsed": self.elapsed(),
             "totals": dataclasses.asdict(self.totals),
             "log_time": self.log_time,
+            "storage": self.storage_state(),
             "partial": None if part is None or merged is None else {
                 "steps": part.steps,
                 "training_steps": part.training_steps,
@@ -324,7 +410,16 @@ class Trainer(Iterator[EpochStats]):
             },
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def storage_state(self) -> dict[str, Any] | None:
+        """What a checkpoint holds of this kind's storage (None: nothing worth keeping)."""
+        return None
+
+    def load_storage_state(self, state: dict[str, Any] | None) -> list[str]:
+        """Restore :meth:`storage_state`; returns what keeps the resume from being exact."""
+        return []
+
+    def load_state_dict(self, state: dict[str, Any]) -> list[str]:
+        """Restore :meth:`state_dict`; returns what keeps the resume from being exact."""
         self.epoch, self.env_step = state["epoch"], state["env_step"]
         self.gradient_step = state["gradient_step"]
         self.best = Best(score=state["best_score"], epoch=state["best_epoch"])
@@ -342,6 +437,7 @@ class Trainer(Iterator[EpochStats]):
             updates=list(p["updates"]),
             timing=Timing(**p["timing"]),
         )
+        return self.load_storage_state(state.get("storage"))
 
     def info(self) -> InfoStats:
         solved = (
@@ -415,11 +511,15 @@ class OnlineTrainer(Trainer):
     """Shared by the on- and off-policy trainers: collection, test in training."""
 
     params: OnlineTrainerParams
+    train_collector: Collector
 
     def __init__(self, algorithm: Algorithm, params: OnlineTrainerParams, buffer: ReplayBuffer,
-                 train_collector: Collector, test_collector: Collector, **kwargs: Any) -> None:
-        super().__init__(algorithm, params, buffer, test_collector, **kwargs)
-        self.train_collector = train_collector
+                 test_collector: Collector, *, train_collector: Collector | None = None,
+                 **kwargs: Any) -> None:
+        if train_collector is None:
+            raise ValueError(f"the {self.name} trainer collects: it needs a train collector")
+        super().__init__(algorithm, params, buffer, test_collector,
+                         train_collector=train_collector, **kwargs)
         self.steps_per_collection = env_steps_per_collection(params, train_collector.num_envs)
 
     def steps_per_epoch(self) -> int:
@@ -463,33 +563,98 @@ class OnlineTrainer(Trainer):
 
 
 class OnPolicyTrainer(OnlineTrainer):
+    """Collects a rollout, learns from all of it, forgets it."""
+
+    name = "onpolicy"
+    params_type = OnPolicyTrainerParams
     params: OnPolicyTrainerParams
     algorithm: OnPolicyAlgorithm
 
+    @classmethod
+    def storage(cls, params: OnPolicyTrainerParams, request: StorageRequest) -> Storage:
+        """Append-only lanes holding one collection step's rollout."""
+        m, info = request.num_train_envs, request.info
+        per_collection = env_steps_per_collection(params, m)
+        if per_collection:
+            capacity, what = per_collection // m, "the rollout"
+        else:
+            # n episodes over m envs, each at most T steps: every env finishes at least
+            # floor(V / T) episodes in V vector steps, so V <= T * ceil(n / m)
+            n = params.collection_step_num_episodes
+            assert n is not None  # exactly one of the two is set (OnlineTrainerParams.check)
+            capacity = info.max_episode_steps * math.ceil(n / m)
+            what = (f"the rollout of {n} episodes (up to {info.max_episode_steps:,} steps each, "
+                    "env.max_episode_steps)")
+        return Storage(replay_buffer(info, m, capacity, circular=False, what=what,
+                                     fix="collect fewer transitions per collection step"))
+
     def update_step(self, episodes: Episodes, start: Progress) -> list[Any]:
         rollout = self.buffer.rollout()
-        n = rollout.num_transitions
-        if n == 0:  # next-step autoreset: a collection step can hold only reset steps
+        if rollout.num_transitions == 0:  # next-step autoreset: only reset steps collected
             return []
-        stats = self.algorithm.update(
+        report = self.algorithm.update(
             rollout,
             batch_size=self.params.batch_size,
             repetitions=self.params.update_step_num_repetitions,
             progress=start,
         )
-        size = n if self.params.batch_size is None else min(self.params.batch_size, n)
-        self.gradient_step += self.params.update_step_num_repetitions * math.ceil(n / size)
+        self.gradient_step += report.gradient_steps
         self.buffer.clear()
-        return [stats]
+        return [report.stats]
 
 
 class OffPolicyTrainer(OnlineTrainer):
+    """Collects into a replay buffer and learns from batches sampled from it."""
+
+    name = "offpolicy"
+    params_type = OffPolicyTrainerParams
+    keeps_replay_buffer = True
     params: OffPolicyTrainerParams
     algorithm: OffPolicyAlgorithm
 
-    def __init__(self, *args: Any, random_policy: Policy, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.random_policy = random_policy
+    @classmethod
+    def check(cls, params: OffPolicyTrainerParams, algo: AlgoConfig, num_train_envs: int,
+              buffer_size: int) -> None:
+        m = num_train_envs
+        capacity = (buffer_size // m) * m
+        if params.batch_size > capacity:
+            raise ConfigError(
+                f"trainer.batch_size={params.batch_size} is larger than the replay buffer "
+                f"(buffer.size={buffer_size}, {capacity} slots over {m} envs): no batch could "
+                "ever be sampled, so nothing would be learnt; lower trainer.batch_size or raise "
+                "buffer.size")
+        per_collection = env_steps_per_collection(params, m)
+        steps_per_epoch = (math.ceil(params.epoch_num_steps / per_collection) * per_collection
+                           if per_collection else params.epoch_num_steps)
+        run_steps = params.max_epochs * steps_per_epoch
+        if params.random_warmup_env_steps > run_steps:
+            raise ConfigError(
+                f"trainer.random_warmup_env_steps={params.random_warmup_env_steps:,} is longer "
+                f"than the whole training run ({params.max_epochs} epochs x "
+                f"{steps_per_epoch:,} env steps = {run_steps:,}); lower it or train longer")
+        u = params.update_step_num_gradient_steps_per_sample
+        if per_collection and round(u * per_collection) == 0:
+            raise ConfigError(
+                f"trainer.update_step_num_gradient_steps_per_sample={u} gives round({u} x "
+                f"{per_collection}) = 0 gradient steps per collection step: nothing would be "
+                "learnt; raise it or trainer.collection_step_num_env_steps")
+        algo.check_plan(u * run_steps)
+
+    @classmethod
+    def storage(cls, params: OffPolicyTrainerParams, request: StorageRequest) -> Storage:
+        """Circular lanes of ``buffer.size`` transitions in all."""
+        m = request.num_train_envs
+        if request.buffer_size < m:
+            raise ConfigError(f"buffer.size={request.buffer_size} is smaller than "
+                              f"env.num_train_envs={m}")
+        return Storage(replay_buffer(request.info, m, request.buffer_size // m, circular=True,
+                                     what="buffer.size", fix="lower buffer.size"))
+
+    def __init__(self, *args: Any, seed: int = 0, **kwargs: Any) -> None:
+        super().__init__(*args, seed=seed, **kwargs)
+        self.sampler = UniformSampler(seed)
+        #: the random warm-up's actions: uniform in the env's own (seeded) action space
+        self.random_policy = random_policy(self.train_collector.envs, seed)
 
     def planned_env_steps(self) -> int:
         m = self.train_collector.num_envs
@@ -505,11 +670,8 @@ class OffPolicyTrainer(OnlineTrainer):
     def collect_warmup(self) -> Episodes:
         """Uniformly random actions (in the env's bounds); the observations they meet count
         towards the observation statistics, as any training collection's do."""
-        policy, observe = self.random_policy, self.algorithm.observe
-        if self.algorithm.obs_norm is not None:
-            policy = lambda obs: (observe(obs), self.random_policy(obs))[1]  # noqa: E731
         episodes = self.train_collector.collect(
-            policy, n_steps=self.params.random_warmup_env_steps)
+            self.random_policy, n_steps=self.params.random_warmup_env_steps)
         self.env_step += episodes.n_steps
         return episodes
 
@@ -519,19 +681,81 @@ class OffPolicyTrainer(OnlineTrainer):
             return []
         stats = []
         for _ in range(n):
-            batch = self.buffer.sample(self.params.batch_size)
-            stats.append(self.algorithm.update(batch, progress=self.progress()))
-            self.gradient_step += 1
+            report = learn_from_a_batch(self.algorithm, self.buffer, self.sampler,
+                                        self.params.batch_size, self.progress())
+            self.gradient_step += report.gradient_steps
+            stats.append(report.stats)
         return stats
+
+    def storage_state(self) -> dict[str, Any] | None:
+        """The replay buffer (its filled part) unless trainer.checkpoint_buffer=false, and the
+        sampler's stream."""
+        return {"buffer": self.buffer.state_dict() if self.params.checkpoint_buffer else None,
+                "sampler": self.sampler.state_dict()}
+
+    def load_storage_state(self, state: dict[str, Any] | None) -> list[str]:
+        if state is not None and state.get("sampler") is not None:
+            self.sampler.load_state_dict(state["sampler"])
+        if state is None or state.get("buffer") is None:
+            return ["the checkpoint holds no replay buffer (trainer.checkpoint_buffer=false): "
+                    "the buffer starts empty"]
+        self.buffer.load_state_dict(state["buffer"])
+        return []
+
+
+def learn_from_a_batch(algorithm: OffPolicyAlgorithm, buffer: ReplayBuffer,
+                       sampler: UniformSampler, batch_size: int, progress: Progress
+                       ) -> UpdateReport:
+    """Sample transitions, make the algorithm's batch of them (its returns), update."""
+    lanes, positions = sampler.sample(buffer, batch_size)
+    return algorithm.update(algorithm.batch(buffer, lanes, positions), progress=progress)
 
 
 class OfflineTrainer(Trainer):
-    """Learns from a filled buffer (a dataset); a training step is one gradient step, and
+    """Learns from a dataset (a filled buffer); a training step is one gradient step, and
     schedules advance with gradient steps (no env step is ever taken in training)."""
 
+    name = "offline"
+    params_type = OfflineTrainerParams
     params: OfflineTrainerParams
     algorithm: OffPolicyAlgorithm
     step_key = "gradient_step"
+    collects = False
+
+    @classmethod
+    def check(cls, params: OfflineTrainerParams, algo: AlgoConfig, num_train_envs: int,
+              buffer_size: int) -> None:
+        if params.batch_size is None:
+            raise ConfigError("trainer.batch_size=null: an offline gradient step samples a "
+                              "batch from the dataset; give it a size, e.g. "
+                              "trainer.batch_size=256")
+        algo.check_plan(params.max_epochs * params.epoch_num_steps)
+
+    @classmethod
+    def storage(cls, params: OfflineTrainerParams, request: StorageRequest) -> Storage:
+        """The dataset, loaded, checked against the env's spaces and the batch size, as a
+        one-lane buffer in the algorithm's action space."""
+        spec, info = request.dataset, request.info
+        assert spec is not None  # the settings' pairing check
+        data = datasets.load_dataset(spec)
+        datasets.check_spaces(data, info.obs_space, info.action_space, info.env_id, spec)
+        if params.batch_size > len(data):
+            raise ConfigError(
+                f"trainer.batch_size={params.batch_size} is larger than the dataset "
+                f"({len(data):,} transitions in {spec}): lower trainer.batch_size or collect "
+                "more data")
+        buffer = datasets.to_buffer(data, discrete=info.discrete, action_low=info.action_low,
+                                    action_high=info.action_high)
+        returns = np.asarray(data.episode_returns(), dtype=np.float64)
+        facts = {**datasets.dataset_fingerprint(spec), "transitions": len(data),
+                 "episodes": int(returns.size),
+                 "return_mean": float(returns.mean()) if returns.size else None,
+                 "source": data.meta.get("source"), "policy": data.meta.get("policy")}
+        return Storage(buffer, dataset=facts, observations=data.obs)
+
+    def __init__(self, *args: Any, seed: int = 0, **kwargs: Any) -> None:
+        super().__init__(*args, seed=seed, **kwargs)
+        self.sampler = UniformSampler(seed)
 
     def planned_steps(self) -> int:
         return self.params.max_epochs * self.params.epoch_num_steps
@@ -543,14 +767,22 @@ class OfflineTrainer(Trainer):
 
     def training_step(self) -> tuple[int, Episodes | None, list[Any], Timing]:
         t0 = time.perf_counter()
-        batch = self.buffer.sample(self.params.batch_size)
-        stats = self.algorithm.update(batch, progress=self.progress())
-        self.gradient_step += 1
-        return 1, None, [stats], Timing(update=time.perf_counter() - t0)
+        report = learn_from_a_batch(self.algorithm, self.buffer, self.sampler,
+                                    self.params.batch_size, self.progress())
+        self.gradient_step += report.gradient_steps
+        return 1, None, [report.stats], Timing(update=time.perf_counter() - t0)
+
+    def storage_state(self) -> dict[str, Any] | None:
+        """The sampler's stream; the data are the dataset's (checkpoints reference it by its
+        hash)."""
+        return {"sampler": self.sampler.state_dict()}
+
+    def load_storage_state(self, state: dict[str, Any] | None) -> list[str]:
+        if state is not None and state.get("sampler") is not None:
+            self.sampler.load_state_dict(state["sampler"])
+        return []
 
 
-TRAINERS: dict[type[TrainerParams], type[Trainer]] = {
-    OnPolicyTrainerParams: OnPolicyTrainer,
-    OffPolicyTrainerParams: OffPolicyTrainer,
-    OfflineTrainerParams: OfflineTrainer,
-}
+#: the trainer kinds, by ``trainer=<name>``
+TRAINERS: dict[str, type[Trainer]] = {
+    kind.name: kind for kind in (OnPolicyTrainer, OffPolicyTrainer, OfflineTrainer)}

@@ -1,0 +1,228 @@
+"""The build: checked settings -> envs, algorithm, storage, collectors, trainer, loggers.
+
+Every check that needs a built object (the env's spaces against the algorithm, the memory a
+buffer needs, a dataset against the env) runs here, before the first file of the run is
+written, so that a refused run leaves nothing behind. The trainer kind (``rltrain.trainer``)
+says what differs between on-policy, off-policy and offline training: which envs to make,
+what is feasible, how its storage is made; nothing here asks which kind it has.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from rltrain.actions import ScaleActions
+from rltrain.algorithms import ALGORITHMS, CONTINUOUS, DISCRETE, Algorithm, AlgoSpec
+from rltrain.algorithms import get as algorithm_spec
+from rltrain.collector import Collector
+from rltrain.config import ConfigError, DiscountedConfig
+from rltrain.core import SpaceInfo
+from rltrain.envs import (
+    env_seeds,
+    make_vector_env,
+    max_episode_steps,
+    registered_threshold_caveats,
+    space_info,
+)
+from rltrain.loggers import ConsoleLogger, JsonlLogger, Logger, LoggerContext, build_loggers
+from rltrain.normalize import ObsNormalizer, RewardScaler
+from rltrain.settings import Settings
+from rltrain.trainer import TRAINERS, Callbacks, Storage, StorageRequest, Trainer
+
+log = logging.getLogger("rltrain")
+
+
+@dataclass(frozen=True)
+class Parts:
+    """The objects a run is made of, built before any file is written."""
+
+    info: SpaceInfo
+    algorithm: Algorithm
+    storage: Storage
+    #: None when the trainer collects nothing (offline)
+    train_collector: Collector | None
+    test_collector: Collector
+    train_seed: int
+    test_seed: int
+
+    def close(self) -> None:
+        if self.train_collector is not None:
+            self.train_collector.envs.close()
+        self.test_collector.envs.close()
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def check_actions(spec: AlgoSpec, info: SpaceInfo) -> None:
+    """Refuse an action space the algorithm cannot act in, naming what would work."""
+    kind = DISCRETE if info.discrete else CONTINUOUS
+    if kind not in spec.actions:
+        # what would work here: the same kind of training (online or offline), this action space
+        offline = "offline" in spec.trainers
+        fits = sorted(name for name, other in ALGORITHMS.items() if kind in other.actions
+                      and ("offline" in other.trainers) == offline)
+        space = (f"discrete actions (Discrete({info.num_actions}))" if info.discrete else
+                 f"continuous actions (Box, shape {info.action_shape})")
+        raise ConfigError(f"algo={spec.name} needs {' or '.join(spec.actions)} actions, but "
+                          f"{info.env_id} has {space}; use algo={' or algo='.join(fits)}")
+    if spec.bounded_actions and not info.discrete:
+        assert info.action_low is not None and info.action_high is not None
+        bounded = np.isfinite(info.action_low) & np.isfinite(info.action_high)
+        if not bounded.all():
+            raise ConfigError(
+                f"algo={spec.name} squashes its actions into the env's bounds, but {info.env_id}'s "
+                f"action space is unbounded in dimensions {np.flatnonzero(~bounded).tolist()}; "
+                "give the env finite bounds (e.g. env.wrappers=[{name: RescaleAction, kwargs: "
+                "{min_action: -1, max_action: 1}}] on a bounded copy of the space) or use "
+                "algo=ppo, which passes unbounded dimensions through unscaled")
+
+
+def build_algorithm(s: Settings, info: SpaceInfo) -> Algorithm:
+    """The registered algorithm for ``s.algo``, with the normalisers ``env.normalize`` asks
+    for attached."""
+    spec = algorithm_spec(s.algo.name)
+    check_actions(spec, info)
+    algorithm = spec.build(s.algo, info, s.device, s.seed)
+    norm = s.env.normalize
+    obs_norm = ObsNormalizer(info.obs_dim, norm.clip_obs, norm.epsilon) if norm.obs else None
+    scaler = None
+    if norm.reward:
+        assert isinstance(s.algo, DiscountedConfig)  # the settings' check
+        scaler = RewardScaler(s.env.num_train_envs, s.algo.gamma, norm.clip_reward,
+                              norm.epsilon)
+    algorithm.set_normalizers(obs_norm, scaler)
+    return algorithm
+
+
+def build_parts(s: Settings) -> Parts:
+    """Seed, then build envs, algorithm, storage and collectors (envs reset, seeded)."""
+    torch.set_num_threads(s.torch_threads)
+    seed_everything(s.seed)
+    kind = TRAINERS[s.trainer.name]
+    train_seed, test_seed = env_seeds(s.seed, s.env.num_train_envs)
+    limit, source = max_episode_steps(s.env)
+    if source.startswith("rltrain"):
+        log.warning(f"env {s.env.id} registers no time limit: its episodes are cut at "
+                    f"{limit:,} steps ({source}); set env.max_episode_steps to choose")
+    # a test env without a quota of episodes would only idle
+    num_test_envs = min(s.env.num_test_envs, s.trainer.test_step_num_episodes)
+    train_envs = make_vector_env(s.env, s.env.num_train_envs) if kind.collects else None
+    try:
+        test_envs = make_vector_env(s.env, num_test_envs)
+    except BaseException:
+        if train_envs is not None:
+            train_envs.close()
+        raise
+    try:
+        info = space_info(test_envs if train_envs is None else train_envs, s.env.id, limit,
+                          s.env.reward_threshold)
+        _warn_of_threshold(s, info)
+        algorithm = build_algorithm(s, info)
+        kind.check(s.trainer, s.algo, s.env.num_train_envs, s.buffer.size)
+        storage = kind.storage(s.trainer, StorageRequest(info, s.env.num_train_envs,
+                                                         s.buffer.size, s.dataset))
+    except BaseException:
+        if train_envs is not None:
+            train_envs.close()
+        test_envs.close()
+        raise
+    if algorithm.obs_norm is not None and storage.observations is not None:
+        algorithm.obs_norm.observe(storage.observations)  # an offline run's fixed statistics
+    if not info.discrete:  # the algorithm acts in [-1, 1]; the envs scale to their bounds
+        test_envs = ScaleActions(test_envs)
+        train_envs = None if train_envs is None else ScaleActions(train_envs)
+    train_collector = None
+    if train_envs is not None:
+        # the observers of training collection: the normalisers' statistics, updated here only
+        obs_norm, scaler = algorithm.obs_norm, algorithm.reward_scaler
+        train_collector = Collector(train_envs, storage.buffer,
+                                    on_obs=None if obs_norm is None else obs_norm.observe,
+                                    on_step=None if scaler is None else scaler.observe)
+        train_collector.reset(seed=train_seed)
+    test_collector = Collector(test_envs)
+    test_collector.reset(seed=test_seed)
+    return Parts(info, algorithm, storage, train_collector, test_collector, train_seed,
+                 test_seed)
+
+
+def _warn_of_threshold(s: Settings, info: SpaceInfo) -> None:
+    """The env's registered reward threshold, where this run's settings change its meaning."""
+    if s.env.reward_threshold is None and info.reward_threshold is not None:
+        caveats = registered_threshold_caveats(s.env)
+        if caveats:
+            log.warning(
+                f"the reward threshold {info.reward_threshold:g} is {s.env.id}'s registered "
+                f"one, for its own rewards and time limit, but {'; '.join(caveats)}: "
+                "'solved' and trainer.stop_score=auto may be out of reach or trivial; set "
+                "env.reward_threshold (or trainer.stop_score) for this setting")
+
+
+def build_trainer(s: Settings, parts: Parts, *, loggers: list[Logger] | None = None,
+                  callbacks: Callbacks | None = None) -> Trainer:
+    """The trainer the algorithm runs with, on the built parts."""
+    return TRAINERS[s.trainer.name](
+        parts.algorithm, s.trainer, parts.storage.buffer, parts.test_collector,
+        train_collector=parts.train_collector, reward_threshold=parts.info.reward_threshold,
+        loggers=loggers or [], callbacks=callbacks or Callbacks(), seed=s.seed,
+        test_seed=parts.test_seed)
+
+
+def run_loggers(s: Settings, run_dir: Path, *, config: dict[str, Any],
+                summary: dict[str, Any], resumed_at: dict[str, Any] | None) -> list[Logger]:
+    """The console, ``epochs.jsonl`` + ``summary.json`` (with ``summary``'s facts), and the
+    registered loggers ``logger.*`` switches on. ``resumed_at``: the trainer state a resumed
+    run starts from (its later records are dropped, its step is where curves go on)."""
+    step_key = TRAINERS[s.trainer.name].step_key
+    done = None
+    if resumed_at is not None:
+        done = resumed_at["epoch"] - (resumed_at["partial"] is not None)
+    console = ConsoleLogger(s.trainer.max_epochs, s.logger.progress_bar, run_dir,
+                            quiet=s.logger.quiet,
+                            progress_interval_s=s.logger.progress_interval_s,
+                            stats=algorithm_spec(s.algo.name).console)
+    context = LoggerContext(run_dir=run_dir, config=config,
+                            name=f"{s.algo.name}-{s.env.name}-seed{s.seed}",
+                            resume_step=None if resumed_at is None else resumed_at[step_key],
+                            step_key=step_key)
+    return [console, JsonlLogger(run_dir, keep_epochs=done, extra_summary=summary),
+            *build_loggers(s.logger, context)]
+
+
+def log_build(s: Settings, parts: Parts, trainer: Trainer, run_dir: Path) -> None:
+    """What was built, in rltrain.log and on the console."""
+    info, dataset = parts.info, parts.storage.dataset
+    actions = f"Discrete({info.num_actions})" if info.discrete else f"Box{info.action_shape}"
+    mode = "next-step" if (parts.train_collector or parts.test_collector).next_step_mode \
+        else "same-step"
+    train = f"{s.env.num_train_envs} train / " if parts.train_collector is not None else ""
+    log.info(f"env {s.env.id}: {train}{parts.test_collector.num_envs} "
+             f"test envs ({mode} autoreset), obs {info.obs_shape}, actions {actions}, "
+             f"reward threshold {info.reward_threshold}, episodes of at most "
+             f"{info.max_episode_steps:,} steps")
+    if dataset is not None:
+        mean = dataset["return_mean"]
+        log.info(f"dataset {dataset['spec']}: {dataset['transitions']:,} transitions, "
+                 f"{dataset['episodes']:,} episodes"
+                 + ("" if mean is None else f" (mean return {mean:.1f})")
+                 + f", sha256 {dataset['sha256'][:12]}")
+    if s.env.wrappers:
+        log.info(f"env wrappers: {', '.join(map(str, s.env.wrappers))}")
+    algorithm = parts.algorithm
+    log.info(f"algorithm {type(algorithm).__name__}: "
+             f"{sum(p.numel() for p in algorithm.parameters()):,} parameters on "
+             f"{s.device}, seed {s.seed}")
+    unit = "gradient steps" if trainer.step_key == "gradient_step" else "env steps"
+    log.info(f"trainer {type(trainer).__name__}: up to {s.trainer.max_epochs} epochs of "
+             f"{s.trainer.epoch_num_steps} {unit}, stop score {trainer.stop_score}")
+    log.info(f"run directory {run_dir}")

@@ -1,0 +1,307 @@
+"""A run's life on disk: checkpoints, the ``best/`` and ``final/`` policies, what a resume
+restores, the RNG state, and the one path that reads a checkpoint back.
+
+:class:`Lifecycle` owns what a run keeps besides its logs; the trainer reaches it through its
+callbacks (an epoch ended, a best score, the end). ``rltrain resume=RUN_DIR`` and a sweep job
+that continues itself both start from :func:`resume_point` and hand it to
+:func:`rltrain.run.run`, which builds the parts afresh and calls :meth:`Lifecycle.restore`;
+``rltrain-eval --weights last`` loads the algorithm's modules through
+:func:`restore_algorithm`, as a resume does.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from rltrain.algorithms import Algorithm
+from rltrain.build import Parts
+from rltrain.catalogue import register_configs, typed_run_config
+from rltrain.checkpoint import load_latest, save_checkpoint, save_policy
+from rltrain.config import ConfigError
+from rltrain.errors import SaveError
+from rltrain.settings import Settings
+from rltrain.stats import EpochStats, InfoStats
+from rltrain.trainer import Callbacks, Trainer, derived_seed
+
+log = logging.getLogger("rltrain")
+
+
+@dataclass
+class RunContext:
+    """What the CLI knows of a run besides its config, and what it reads back after it."""
+
+    run_dir: Path
+    #: the command as typed (a sweep job: ``rltrain`` and the job's own overrides)
+    command: str = field(default_factory=lambda: " ".join(["rltrain", *sys.argv[1:]]))
+    #: the job's overrides (Hydra's ``overrides.task``), for summary.json
+    overrides: list[str] | None = None
+    #: called once the run is accepted and built, before its first file: writes ``.hydra/``
+    on_accept: Callable[[], None] | None = None
+    started: float = field(default_factory=time.perf_counter)
+    #: the newest checkpoint written or resumed from: path, epoch, env_step, epochs_complete
+    checkpoint: dict[str, Any] | None = None
+    #: the Optuna trial this run reports to (rltrain.tune.TrialReporter), if any
+    trial: Any = None
+
+
+# --------------------------------------------------------------------------- resume
+@dataclass(frozen=True)
+class ResumePoint:
+    """Where a resume starts: the newest usable checkpoint of a run and its config."""
+
+    #: the checkpoint's contents (rltrain.checkpoint.load_checkpoint)
+    state: dict[str, Any]
+    #: its config, with the schemas again (the run's own, whatever the command line says)
+    cfg: DictConfig
+    #: the file it came from
+    path: Path
+    #: what was wrong with newer checkpoint files, skipped on the way
+    problems: list[str]
+
+    @property
+    def trainer(self) -> dict[str, Any]:
+        return self.state["trainer"]
+
+    @property
+    def epochs_complete(self) -> int:
+        return completed_epochs(self.trainer)
+
+
+def resume_point(run_dir: Path) -> ResumePoint:
+    """The run's newest usable checkpoint (``last.pt``, else the newest good numbered one).
+
+    :raises CheckpointError: no usable checkpoint; ConfigError: its config is not rltrain's.
+    """
+    state, used, problems = load_latest(run_dir / "checkpoints")
+    register_configs()
+    cfg = typed_run_config(OmegaConf.create(state["config"]))
+    _dataset_where_it_was(cfg, (state.get("dataset") or {}).get("path"))
+    return ResumePoint(state, cfg, used, problems)
+
+
+def _dataset_where_it_was(cfg: DictConfig, recorded: str | None) -> None:
+    """A resume from another working directory: a relative ``dataset=`` path that does not
+    resolve from here is the file the run began with (its absolute path is in the
+    checkpoint); whether it is still the same data, its hash says (:meth:`Lifecycle.restore`)."""
+    spec = cfg.get("dataset")
+    if (recorded and spec and not str(spec).startswith("minari:")
+            and not Path(spec).is_absolute() and not Path(spec).exists()
+            and Path(recorded).exists()):
+        cfg.dataset = recorded
+
+
+def completed_epochs(trainer_state: dict[str, Any]) -> int:
+    """Epochs fully done (and logged) at a checkpoint."""
+    return trainer_state["epoch"] - (trainer_state["partial"] is not None)
+
+
+def restore_algorithm(algorithm: Algorithm, state: dict[str, Any], *,
+                      training: bool = True) -> None:
+    """Load a checkpoint's algorithm: its modules, and with ``training`` its optimisers and
+    noise too (a resume); without, the modules alone (``rltrain-eval --weights last``)."""
+    if training:
+        algorithm.load_training_state(state["algorithm"])
+    else:
+        algorithm.load_state_dict(state["algorithm"]["modules"])
+
+
+# --------------------------------------------------------------------------- RNG
+def rng_state() -> dict[str, Any]:
+    np_state = np.random.get_state(legacy=False)
+    return {
+        "python": random.getstate(),
+        "numpy": {**np_state, "state": {"key": torch.from_numpy(
+            np_state["state"]["key"].astype(np.int64)), "pos": np_state["state"]["pos"]}},
+        "torch": torch.get_rng_state(),
+    }
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np_state = state["numpy"]
+    np.random.set_state({**np_state, "state": {
+        "key": np_state["state"]["key"].numpy().astype(np.uint32),
+        "pos": np_state["state"]["pos"]}})
+    torch.set_rng_state(state["torch"])
+
+
+# --------------------------------------------------------------------------- the run's files
+class Lifecycle:
+    """A run's checkpoints, policy files and restore: the trainer's callbacks.
+
+    :param config: the resolved run config, stored in every checkpoint.
+    :param summary: facts for ``summary.json`` this object keeps current (the newest
+        checkpoint, whether the envs' state is captured exactly, the resumes), shared with
+        the jsonl logger that writes the file.
+    """
+
+    def __init__(self, ctx: RunContext, s: Settings, parts: Parts, config: dict[str, Any],
+                 summary: dict[str, Any], history: dict[str, Any]) -> None:
+        self.ctx, self.s, self.parts = ctx, s, parts
+        self.config, self.summary, self.history = config, summary, history
+        self.meta = {"algo": s.algo.name, "env_id": s.env.id,
+                     "obs_shape": list(parts.info.obs_shape), "discrete": parts.info.discrete,
+                     "action_dim": parts.info.action_dim}
+        self.trainer: Trainer | None = None
+        self._warned_inexact = False
+
+    def callbacks(self) -> Callbacks:
+        return Callbacks(on_epoch_end=self.on_epoch_end, on_best=lambda _: self.save("best"),
+                         on_stop=self.on_stop)
+
+    def attach(self, trainer: Trainer) -> None:
+        self.trainer = trainer
+
+    @property
+    def _trainer(self) -> Trainer:
+        assert self.trainer is not None, "attach() the trainer first"
+        return self.trainer
+
+    # ------------------------------------------------------------------ callbacks
+    def on_epoch_end(self, stats: EpochStats) -> None:
+        trainer, trial = self._trainer, self.ctx.trial
+        if trial is not None and trial.report(stats.epoch, stats.test.return_mean) \
+                and not trainer.done():
+            log.info(f"the study's pruner stopped this trial after epoch {stats.epoch}")
+            trainer.prune()
+        if stats.epoch % self.s.trainer.checkpoint_every == 0 or trainer.done():
+            self.checkpoint()
+
+    def on_stop(self, info: InfoStats) -> None:
+        if info.status == "failed":
+            return  # what the failure left is not worth keeping: last.pt stays the last good one
+        self.save("final")
+        if info.interrupted:
+            self.checkpoint()
+
+    # ------------------------------------------------------------------ writing
+    def save(self, directory: str) -> None:
+        """The deployable policy (weights alone) to ``RUN_DIR/<directory>/policy.pt``."""
+        run_dir = self.ctx.run_dir
+        try:
+            save_policy(run_dir / directory, self.parts.algorithm.deployable().state_dict(),
+                        self.meta)
+        except OSError as e:
+            raise SaveError(f"could not write {run_dir / directory / 'policy.pt'}: "
+                            f"{e.strerror or e}") from None
+
+    def checkpoint(self) -> None:
+        """The whole training state to ``checkpoints/`` (``last.pt`` and the newest K), said
+        to be inexact, once, when the envs' state cannot be captured."""
+        trainer, parts = self._trainer, self.parts
+        collectors = {name: c.state_dict() for name, c in (("train", parts.train_collector),
+                                                             ("test", parts.test_collector))
+                      if c is not None}
+        missing = [f"{name} envs: {what}" for name, c in collectors.items()
+                   for what in c["not_captured"]]
+        if missing and not self._warned_inexact:
+            self._warned_inexact = True
+            self.summary["env_state"] = {"exact": False, "not_captured": missing}
+            log.warning(f"the envs' state cannot be saved exactly ({grouped(missing)}): a resume "
+                        "from a checkpoint will start fresh episodes from a seeded reset, so "
+                        "its records will differ from an unbroken run's")
+        trainer_state = trainer.state_dict()  # with its kind's storage
+        state = {
+            "config": self.config,
+            "algorithm": parts.algorithm.training_state(),
+            "trainer": trainer_state,
+            "collectors": collectors,
+            # offline: the dataset by reference (its hash)
+            "dataset": parts.storage.dataset,
+            "rng": rng_state(),
+            "history": self.history,
+        }
+        run_dir = self.ctx.run_dir
+        name = f"ckpt_{trainer.env_step:010d}_{trainer.epoch:05d}.pt"
+        try:
+            path = save_checkpoint(run_dir / "checkpoints", state, name,
+                                   self.s.trainer.keep_checkpoints)
+        except OSError as e:
+            raise SaveError(f"could not write the checkpoint {run_dir / 'checkpoints' / name}: "
+                            f"{e.strerror or e}") from None
+        self.ctx.checkpoint = self.summary["checkpoint"] = {
+            "path": str(path), "epoch": trainer.epoch, "env_step": trainer.env_step,
+            "epochs_complete": completed_epochs(trainer_state)}
+
+    # ------------------------------------------------------------------ reading
+    def restore(self, point: ResumePoint) -> list[str]:
+        """Load a checkpoint into the built parts and the trainer; returns what made the
+        resume inexact (also logged, and recorded in the run's history)."""
+        trainer, parts, ckpt = self._trainer, self.parts, point.state
+        self.ctx.checkpoint = self.summary["checkpoint"] = {
+            "path": str(point.path), "epoch": point.trainer["epoch"],
+            "env_step": point.trainer["env_step"], "epochs_complete": point.epochs_complete}
+        restore_algorithm(parts.algorithm, ckpt)
+        notes = trainer.load_state_dict(ckpt["trainer"])
+        old_max_epochs = ckpt["config"]["trainer"]["max_epochs"]
+        best = trainer.best.score
+        reached = trainer.stop_score is not None and best is not None and best >= trainer.stop_score
+        if self.s.trainer.max_epochs > old_max_epochs or not reached:
+            # the run is being extended, or its stop score was raised (or dropped) past its best
+            trainer.stopped_early = False
+        env_step = ckpt["trainer"]["env_step"]
+        for name, collector, seed in (("train", parts.train_collector, parts.train_seed),
+                                      ("test", parts.test_collector, parts.test_seed)):
+            if collector is None:
+                continue
+            problems = collector.load_state_dict(ckpt["collectors"][name],
+                                                 seed=derived_seed(seed, env_step))
+            if problems and name == "train":
+                notes.append(f"the train envs' state could not be restored ({grouped(problems)})"
+                             ": training continues with fresh episodes from a seeded reset")
+            elif problems:
+                notes.append(f"the test envs' state could not be restored ({grouped(problems)})")
+        set_rng_state(ckpt["rng"])
+        for note in notes:
+            log.warning(f"inexact resume: {note}; records from here on will differ from an "
+                        "unbroken run's")
+        log.info(f"resumed at epoch {trainer.epoch}, env step {trainer.env_step:,}"
+                 + ("" if notes else " (exact)"))
+        self.history["resumes"].append({"epoch": point.trainer["epoch"],
+                                        "env_step": point.trainer["env_step"],
+                                        "exact": not notes, "notes": notes})
+        return notes
+
+
+def check_same_dataset(point: ResumePoint, parts: Parts) -> None:
+    """An offline run resumes only on the data it began with: the checkpoint holds the
+    dataset's content hash, not a copy. Checked before anything of the run is written."""
+    now = parts.storage.dataset
+    if now is None:
+        return
+    then = point.state.get("dataset") or {}
+    if then.get("sha256") != now["sha256"]:
+        raise ConfigError(
+            f"the dataset {now['spec']} is not the one this run began with ({then.get('path')}, "
+            f"sha256 {str(then.get('sha256'))[:12]}...; now {now['path']}, sha256 "
+            f"{now['sha256'][:12]}...): a resume must learn from the same data; restore that "
+            "file, or start a new run")
+
+
+def grouped(entries: list[str], limit: int = 3) -> str:
+    """Entries that differ only by sub-env index, once: ``envs.envs[0].sim`` ... ``envs[7]``
+    -> ``envs.envs[0-7].sim``."""
+    groups: dict[str, list[int]] = {}
+    for entry in entries:
+        indices = [int(i) for i in re.findall(r"envs\.envs\[(\d+)\]", entry)[:1]]
+        key = re.sub(r"(envs\.envs)\[\d+\]", r"\1[{}]", entry, count=1)
+        groups.setdefault(key, []).extend(indices)
+    parts = []
+    for key, indices in groups.items():
+        span = (f"{min(indices)}-{max(indices)}" if len(set(indices)) > 1 else
+                str(indices[0]) if indices else "")
+        parts.append(key.replace("[{}]", f"[{span}]") if "{}" in key else key)
+    more = f"; and {len(parts) - limit} more" if len(parts) > limit else ""
+    return "; ".join(parts[:limit]) + more

@@ -1,0 +1,169 @@
+"""``rltrain resume=RUN_DIR [trainer.max_epochs=N] [trainer.stop_score=X|null]``: continue a run
+in its directory, with the config stored in its checkpoint, through the one resume path
+(:func:`rltrain.lifecycle.resume_point`, then :func:`rltrain.run.run`) a sweep job that
+continues itself takes too.
+
+Only extending the run may change: more epochs, or another stop score. Whatever else the
+command line says is refused by name, and a run that is already complete is said to be.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rltrain import rundir, signals
+from rltrain.checkpoint import CheckpointError
+from rltrain.config import ConfigError
+from rltrain.lifecycle import ResumePoint, RunContext, resume_point
+from rltrain.run import StoppedAtOnce, run
+from rltrain.trainer import failure_text
+
+#: the only overrides a resume accepts: extending the run
+MAX_EPOCHS = "trainer.max_epochs"
+#: a run that stopped early at its stop score may go on with a higher one (or none)
+STOP_SCORE = "trainer.stop_score"
+_UNSET: Any = object()
+
+
+class ResumeRefused(Exception):
+    """What the user asked of a resume cannot be done; the message says why."""
+
+
+def parse(args: list[str]) -> tuple[Path, int | None, Any]:
+    """(run directory, max_epochs or None, stop score, or _UNSET when not given)."""
+    run_dir, max_epochs, stop_score = None, None, _UNSET
+    for arg in args:
+        key, _, value = arg.partition("=")
+        if key == "resume":
+            run_dir = Path(value).expanduser()
+        elif key == MAX_EPOCHS:
+            try:
+                max_epochs = int(value)
+            except ValueError:
+                raise ResumeRefused(f"{MAX_EPOCHS}={value!r} is not an integer") from None
+        elif key == STOP_SCORE:
+            try:
+                stop_score = None if value in ("null", "none", "None") else float(value)
+            except ValueError:
+                raise ResumeRefused(f"{STOP_SCORE}={value!r} is not a number or null") from None
+            if stop_score is not None and not math.isfinite(stop_score):
+                raise ResumeRefused(f"{STOP_SCORE} must be a finite number or null, got {value}")
+        elif arg not in ("-q", "--quiet"):
+            raise ResumeRefused(
+                f"{arg!r} cannot change on resume: a resumed run keeps the config stored in its "
+                f"checkpoint (only {MAX_EPOCHS}=N and {STOP_SCORE}=X|null may extend it); "
+                "start a new run to change anything else")
+    assert run_dir is not None  # main() sends here only arguments with resume=
+    return run_dir, max_epochs, stop_score
+
+
+def extend(point: ResumePoint, max_epochs: int | None, stop_score: Any) -> str | None:
+    """Apply the extension to the point's config; returns why there is nothing to do (the run
+    is complete), or None."""
+    cfg, state = point.cfg, point.trainer
+    old_max = int(cfg.trainer.max_epochs)
+    done = point.epochs_complete
+    if max_epochs is not None:
+        if max_epochs < state["epoch"]:
+            raise ResumeRefused(
+                f"{MAX_EPOCHS}={max_epochs} is below the {state['epoch']} epochs this run has "
+                f"{'started' if state['partial'] else 'done'}; a resume can only extend a run: "
+                f"pass {MAX_EPOCHS}={max(state['epoch'], old_max)} or more")
+        cfg.trainer.max_epochs = max_epochs
+    new_max = int(cfg.trainer.max_epochs)
+    raised = False  # a stop score moved past the best score reached lets an early stop go on
+    if stop_score is not _UNSET:
+        old_stop = cfg.trainer.stop_score
+        cfg.trainer.stop_score = stop_score
+        best = state["best_score"]
+        raised = stop_score != old_stop and (stop_score is None or best is None
+                                             or best < stop_score)
+    finished = state["partial"] is None and (
+        done >= new_max or (state["stopped_early"] and new_max <= old_max and not raised))
+    if not finished:
+        return None
+    return (f"it stopped early at epoch {done}, reaching the stop score"
+            if state["stopped_early"] and done < new_max else f"{done} of {new_max} epochs")
+
+
+def resume(args: list[str], *, say: Callable[[str], None], started: float,
+           outcome: Callable[[Any, RunContext], tuple[int, str | None]],
+           stopped_at_once: Callable[[StoppedAtOnce, RunContext], tuple[int, str]],
+           full_error: bool) -> int:
+    """Run the resume command; returns the exit code (messages go through ``say``)."""
+    def error(message: str, code: int = 2) -> int:
+        say(f"error: {message}")
+        return code
+
+    try:
+        run_dir, max_epochs, stop_score = parse(args)
+    except ResumeRefused as e:
+        return error(str(e))
+    if not run_dir.is_dir():
+        return error(f"resume={run_dir}: no such run directory")
+    if not (run_dir / "checkpoints").is_dir():
+        return error(f"resume={run_dir}: no checkpoints/ there, so nothing to resume (is it a "
+                     "run directory written by rltrain?)")
+    try:
+        lock = rundir.RunDirLock(run_dir)
+        lock.acquire()
+    except rundir.RunDirError as e:
+        return error(f"resume={run_dir}: {e}")
+    try:
+        try:
+            point = resume_point(run_dir)
+        except (CheckpointError, ConfigError) as e:
+            return error(f"resume={run_dir}: {e}")
+        for problem in point.problems:
+            say(f"warning: {problem}")
+        if point.path.name != "last.pt":
+            say(f"warning: resuming from the older checkpoint {point.path}")
+        try:
+            complete = extend(point, max_epochs, stop_score)
+        except ResumeRefused as e:
+            return error(str(e))
+        if complete is not None:
+            print(f"rltrain: the run in {run_dir} is already complete ({complete}); nothing to "
+                  f"do. Extend it with: rltrain resume={run_dir} {MAX_EPOCHS}="
+                  f"{max(point.epochs_complete, int(point.cfg.trainer.max_epochs)) + 10}")
+            return 0
+        _log_to(run_dir, bool(point.cfg.logger.quiet))
+        ctx = RunContext(run_dir, started=started)
+        try:
+            info = run(point.cfg, ctx, resume=point)
+        except ConfigError as e:
+            return error(str(e))
+        except Exception as e:  # noqa: BLE001 - before training: one line, no traceback
+            if full_error:
+                raise
+            return error(f"resume={run_dir}: the run could not start: {failure_text(e)} "
+                         "(HYDRA_FULL_ERROR=1 shows the traceback)", 1)
+        except signals.EarlyStop as e:
+            say(f"{signals.name(e.signum)} received before training resumed: stopped; the run "
+                f"is as it was: resume it again with: rltrain resume={run_dir}")
+            return 128 + e.signum
+        except StoppedAtOnce as e:
+            code, said = stopped_at_once(e, ctx)
+            say(said)
+            return code
+        code, message = outcome(info, ctx)
+        if message:
+            say(message)
+        return code
+    finally:
+        lock.release()
+
+
+def _log_to(run_dir: Path, quiet: bool) -> None:
+    """A resume runs outside Hydra: its log lines go to the console and rltrain.log as a
+    Hydra run's do."""
+    console = logging.StreamHandler(sys.stdout)
+    console.setLevel(logging.WARNING if quiet else logging.INFO)
+    file = logging.FileHandler(run_dir / "rltrain.log", delay=True)
+    file.setFormatter(logging.Formatter("[%(asctime)s][%(levelname)s] %(message)s"))
+    logging.basicConfig(level=logging.INFO, format="%(message)s", handlers=[console, file])
