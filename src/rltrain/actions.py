@@ -69,6 +69,14 @@ class ScaleActions(VectorActionWrapper):
 class ActionScale(nn.Module):
     """The same map in torch: the last step of a deployable continuous policy."""
 
+    # buffers (registered in __init__), each of shape [action_dim]: see :func:`scaling`
+    offset: torch.Tensor
+    scale: torch.Tensor
+    lo: torch.Tensor
+    hi: torch.Tensor
+    low: torch.Tensor
+    high: torch.Tensor
+
     def __init__(self, low: np.ndarray, high: np.ndarray) -> None:
         super().__init__()
         values = (*scaling(low, high), np.asarray(low, np.float32), np.asarray(high, np.float32))

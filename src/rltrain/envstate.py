@@ -350,13 +350,13 @@ class _Packer:
         if isinstance(value, torch.Tensor):
             return ("tensor", value.detach().cpu().clone())
         if isinstance(value, (np.random.Generator, np.random.RandomState)):
-            generator = isinstance(value, np.random.Generator)
-            state = value.bit_generator.state if generator else value.get_state(legacy=False)
+            if isinstance(value, np.random.Generator):
+                tag, state, where = "generator", value.bit_generator.state, "bit_generator.state"
+            else:
+                tag, state, where = "randomstate", value.get_state(legacy=False), "state"
             if state["bit_generator"] not in _BIT_GENERATORS:
                 return self.uncaptured(path, value, "a bit generator restore would not build")
-            if generator:
-                return ("generator", self.pack(state, f"{path}.bit_generator.state"))
-            return ("randomstate", self.pack(state, f"{path}.state"))
+            return (tag, self.pack(state, f"{path}.{where}"))
         if isinstance(value, random.Random):
             try:
                 return ("random", value.getstate())  # (int, tuple of ints, float | None)
@@ -425,7 +425,7 @@ class _Restorer:
         self.problems: list[str] = []
         #: path -> the live object restored there, for the aliases that refer to it
         self.restored: dict[str, Any] = {}
-        self.handlers = {
+        self.handlers: dict[str, Callable[..., Any]] = {
             "alias": self._alias, "uncaptured": self._uncaptured, "skipped": self._skipped,
             "enum": self._enum, "npscalar": self._npscalar, "array": self._array,
             "tensor": self._tensor, "generator": self._generator,
@@ -633,8 +633,8 @@ class _Restorer:
         if isinstance(live, tuple) and len(new) == len(old):
             if all(a is b for a, b in zip(new, old, strict=True)):
                 return live  # unchanged: keep the very tuple
-            if hasattr(type(live), "_fields"):
-                return type(live)._make(new)  # a namedtuple stays one (the live type, not a name)
+            if hasattr(type(live), "_fields") and hasattr(live, "_make"):  # a namedtuple
+                return live._make(new)  # stays one, of the live type (not a name from the file)
         return tuple(new)
 
     def _set(self, path: str, live: Any, items: list, frozen: bool) -> Any:

@@ -59,7 +59,7 @@ class ColoredNoise:
         self.position = self.length
 
     def __call__(self) -> np.ndarray:
-        if self.position >= self.length:
+        if self.chunk is None or self.position >= self.length:
             self.chunk = colored_noise(self.beta, self.shape, self.length, self.rng)
             self.position = 0
         step = self.chunk[..., self.position]

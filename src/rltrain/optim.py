@@ -64,7 +64,7 @@ class Adam:
         self.steps = 0
         self.flat = flatten_parameters(self.params)
         self.grad = torch.zeros_like(self.flat)
-        self._grad_views = []
+        self._grad_views: list[torch.Tensor] = []
         offset = 0
         for p in self.params:
             n = p.numel()

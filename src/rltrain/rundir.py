@@ -15,6 +15,7 @@ failed before its first checkpoint holds nothing of value: a new run replaces it
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -24,6 +25,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from omegaconf import OmegaConf
 
 LOCK = ".rltrain.lock"
 #: what rltrain writes into a run directory (and may remove when it replaces a failed attempt)
@@ -123,8 +126,6 @@ class RunDirLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        import fcntl
-
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as e:
@@ -174,8 +175,6 @@ def _read_holder(fd: int) -> str:
 
 def locked_by_other(run_dir: Path) -> bool:
     """Whether another process holds ``run_dir``'s lock right now."""
-    import fcntl
-
     try:
         fd = os.open(run_dir / LOCK, os.O_RDONLY)
     except OSError:
@@ -223,8 +222,6 @@ def remove_if_empty(run_dir: Path) -> None:
 def write_hydra_snapshot(run_dir: Path, cfg: Any, hydra_cfg: Any, overrides: list[str]) -> None:
     """``.hydra/config.yaml``, ``hydra.yaml`` and ``overrides.yaml``, as Hydra writes them,
     but only once the run has been accepted."""
-    from omegaconf import OmegaConf
-
     out = run_dir / ".hydra"
     out.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(cfg, out / "config.yaml")

@@ -160,6 +160,8 @@ def training(request_stop: Callable[[int], None]) -> Iterator[None]:
 
     preempt_sig = preemption_signal()
     scheduler = signal.getsignal(preempt_sig) if preempt_sig is not None else None
+    # the preemption signal is taken only from a handler it can be handed back to (submitit's)
+    taken = preempt_sig if preempt_sig is not None and callable(scheduler) else None
 
     def preempt(signum: int, frame: Any) -> None:
         global _preempted
@@ -174,16 +176,15 @@ def training(request_stop: Callable[[int], None]) -> Iterator[None]:
     _set(first)
     if in_sweep_worker():
         _set(signal.SIG_IGN, (signal.SIGINT,))
-    take_preemption = preempt_sig is not None and callable(scheduler)
-    if take_preemption:
-        signal.signal(preempt_sig, preempt)
-    if requested() is not None:
-        request_stop(requested())
+    if taken is not None:
+        signal.signal(taken, preempt)
+    if (earlier := requested()) is not None:
+        request_stop(earlier)
     try:
         yield
     finally:
-        if take_preemption:
-            signal.signal(preempt_sig, scheduler)
+        if taken is not None:
+            signal.signal(taken, scheduler)
         if _between_jobs is not None:
             _set(_between_jobs)
         else:

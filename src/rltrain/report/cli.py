@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rltrain.evaluate import ArgumentParser, UserError, positive_int
+from rltrain.report.compose import Settings, build
 from rltrain.report.runs import DamagedRun, Run, find_runs, load_run, show
 from rltrain.report.stats import Reference
 
@@ -83,8 +84,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     except UserError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         sys.exit(2)
-    from rltrain.report.compose import Settings, build
-
     try:
         outcome = build(runs, out, Settings(args.last, args.reps, references), skipped,
                         args.inputs)

@@ -14,9 +14,9 @@ import json
 import math
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import yaml
 
@@ -138,12 +138,12 @@ def _is_run_dir(path: Path) -> bool:
         (path / "epochs.jsonl").is_file() or (path / "summary.json").is_file())
 
 
-def natural(text: object) -> list:
+def natural(text: object) -> list[int | str]:
     """A sort key that orders the numbers inside ``text`` by value (job 2 before job 10)."""
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(text))]
 
 
-def load_run(path: Path, warn: Any = print) -> Run:
+def load_run(path: Path, warn: Callable[[str], object] = print) -> Run:
     """Read one run directory; raise :class:`DamagedRun` when it cannot be used at all.
 
     :param warn: called with a message for what is odd but survivable (a torn last line of
@@ -170,7 +170,7 @@ def load_run(path: Path, warn: Any = print) -> Run:
     return Run(path, config, _read_overrides(path), summary, steps, scores)
 
 
-def _read_epochs(path: Path, warn: Any, key: str = "env_step"
+def _read_epochs(path: Path, warn: Callable[[str], object], key: str = "env_step"
                  ) -> tuple[list[float], list[float]]:
     text = path.read_text(errors="replace")
     lines = text.splitlines()
@@ -198,7 +198,7 @@ def _read_epochs(path: Path, warn: Any, key: str = "env_step"
     return steps, scores
 
 
-def _read_summary(path: Path, warn: Any) -> dict | None:
+def _read_summary(path: Path, warn: Callable[[str], object]) -> dict[str, Any] | None:
     file = path / "summary.json"
     if not file.is_file():
         return None
@@ -218,7 +218,7 @@ def _read_overrides(path: Path) -> list[str]:
     return [str(o) for o in overrides] if isinstance(overrides, list) else []
 
 
-def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """``{"algo": {"lr": 1e-3}}`` -> ``{"algo.lr": 1e-3}``; lists become tuples (hashable)."""
     flat: dict[str, Any] = {}
     for key, value in tree.items():
@@ -317,7 +317,7 @@ def _bookkeeping(key: str) -> bool:
     return any(key == b or (b.endswith(".") and key.startswith(b)) for b in BOOKKEEPING)
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
