@@ -72,7 +72,9 @@ def collect(envs: Any, policy: Policy, *, seed: int, episodes: int | None = None
     if (episodes is None) == (steps is None):
         raise ValueError("pass exactly one of episodes and steps")
     m = envs.num_envs
-    quotas = episode_quotas(episodes if episodes is not None else steps, m)
+    n = episodes if episodes is not None else steps
+    assert n is not None  # exactly one of the two is given (checked above)
+    quotas = episode_quotas(n, m)
     obs_space, act_space = envs.single_observation_space, envs.single_action_space
     discrete = not act_space.shape
     buffer = ReplayBuffer(m, CHUNK, obs_space.shape, act_space.shape,
@@ -226,7 +228,7 @@ def from_policy(args: argparse.Namespace) -> tuple[Any, str]:
     try:
         if loaded is None:
             policy = random_policy(envs, seed)
-            described = {"kind": "random"}
+            described: dict[str, Any] = {"kind": "random"}
             how = "a uniform random policy"
         else:
             def act(obs: np.ndarray) -> np.ndarray:
@@ -249,8 +251,8 @@ def from_policy(args: argparse.Namespace) -> tuple[Any, str]:
     meta = new_meta(**_env_meta(env_cfg, obs_space, act_space), policy=described,
                     source="rltrain-collect", seed=seed, num_envs=num_envs,
                     asked={"episodes": args.episodes, "steps": args.steps})
-    ds = make_dataset(*(arrays[k] for k in ("obs", "act", "rew", "next_obs", "terminated",
-                                            "truncated")), meta=meta)
+    ds = make_dataset(arrays["obs"], arrays["act"], arrays["rew"], arrays["next_obs"],
+                      arrays["terminated"], arrays["truncated"], meta=meta)
     return ds, f"{how} on {num_envs} {info.env_id} env{'s' * (num_envs > 1)}, seed {seed}"
 
 
@@ -453,11 +455,12 @@ def check_paths(args: argparse.Namespace) -> None:
 
 
 def _size(n: int) -> str:
+    size: float = n  # the int itself while it is counted in bytes (no ".0")
     for unit in ("bytes", "KB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:,} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
-        n /= 1000
-    return str(n)
+        if size < 1000 or unit == "GB":
+            return f"{size:,} {unit}" if unit == "bytes" else f"{size:.1f} {unit}"
+        size /= 1000
+    return str(size)
 
 
 def report(ds: Any, how: str, out: Path) -> None:

@@ -125,12 +125,14 @@ class Collector:
         the buffer as one block, and forget them."""
         if not steps:
             return
-        *fields, valids = zip(*steps, strict=True)
+        assert self.buffer is not None  # collect() holds steps only when there is a buffer
+        obs, act, rew, next_obs, terminated, truncated, valids = zip(*steps, strict=True)
         valid = None
         if any(v is not None for v in valids):
             every = np.ones(self.num_envs, dtype=bool)
             valid = np.stack([every if v is None else v for v in valids])
-        self.buffer.extend(*(np.stack(f) for f in fields), valid)
+        self.buffer.extend(np.stack(obs), np.stack(act), np.stack(rew), np.stack(next_obs),
+                           np.stack(terminated), np.stack(truncated), valid)
         steps.clear()
 
     def collect(

@@ -63,9 +63,9 @@ def import_env_modules(cfg: EnvConfig) -> None:
     """Import ``env.imports`` and the module of a ``module:Env-v0`` id (which register envs)."""
     for module in cfg.imports:
         _import(module, "env.imports")
-    module, _ = split_id(cfg.id)
-    if module is not None:
-        _import(module, f"env.id={cfg.id}")
+    id_module, _ = split_id(cfg.id)
+    if id_module is not None:
+        _import(id_module, f"env.id={cfg.id}")
 
 
 def _spec(env_id: str) -> gym.envs.registration.EnvSpec:
@@ -260,9 +260,9 @@ def make_vector_env(cfg: EnvConfig, num_envs: int, *, render_mode: str | None = 
     except ConfigError:
         raise
     except (gym.error.DependencyNotInstalled, ImportError) as e:
-        extra = needed_extra(spec)
-        if extra is not None:
-            raise ConfigError(missing_extra_message(cfg.id, extra, e)) from None
+        package_extra = needed_extra(spec)
+        if package_extra is not None:
+            raise ConfigError(missing_extra_message(cfg.id, package_extra, e)) from None
         if render_mode is not None or not isinstance(e, gym.error.DependencyNotInstalled):
             raise  # rltrain-eval --video names the extra that renders
         raise ConfigError(f"env {cfg.id!r} needs a package that is not installed: {e}") from None
@@ -303,6 +303,7 @@ def space_info(envs: VectorEnv, env_id: str, max_steps: int = DEFAULT_MAX_EPISOD
         )
     # whether a network can take the observations is the encoders' question (images: no encoder
     # yet; rltrain.encoders.registry.choose refuses them, naming why)
+    shape: tuple[int, ...]
     if isinstance(act_space, gym.spaces.Discrete):
         num_actions, shape, low, high = int(act_space.n), (), None, None
     elif isinstance(act_space, gym.spaces.Box):

@@ -29,15 +29,16 @@ class MLP(nn.Module):
 
     def __init__(self, sizes: Sequence[int], activation: str, out_gain: float) -> None:
         super().__init__()
-        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:],
-                                                                        strict=True))
+        # a typed list first: a ModuleList hands its items back as plain Modules
+        linears = [nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:], strict=True)]
+        self.layers = nn.ModuleList(linears)
         self._act = ACTIVATIONS[activation]
-        for layer in self.layers[:-1]:
+        for layer in linears[:-1]:
             _init(layer, np.sqrt(2))
-        _init(self.layers[-1], out_gain)
+        _init(linears[-1], out_gain)
         # the Parameter objects themselves: .to(), load_state_dict() and deepcopy keep them
         # (the first two change their data in place, the last copies this list along)
-        *self._hidden, self._last = [(layer.weight, layer.bias) for layer in self.layers]
+        *self._hidden, self._last = [(layer.weight, layer.bias) for layer in linears]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         act = self._act

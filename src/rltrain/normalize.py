@@ -22,6 +22,12 @@ from torch import nn
 class RunningMoments(nn.Module):
     """Mean and variance of a stream of batches, per feature."""
 
+    # buffers (registered in __init__), float64: mean and variance of shape ``shape``, and the
+    # number of samples folded in so far (a scalar)
+    mean: torch.Tensor
+    var: torch.Tensor
+    count: torch.Tensor
+
     def __init__(self, shape: tuple[int, ...]) -> None:
         super().__init__()
         self.register_buffer("mean", torch.zeros(shape, dtype=torch.float64))
@@ -48,6 +54,11 @@ class RunningMoments(nn.Module):
 
 class ObsNormalizer(nn.Module):
     """``clip((obs - mean) / sqrt(var + eps), -clip, clip)`` with running statistics."""
+
+    # buffers (registered in __init__), float32, of shape [obs_dim]: the mean and
+    # 1 / sqrt(var + eps) of ``moments``
+    shift: torch.Tensor
+    scale: torch.Tensor
 
     def __init__(self, obs_dim: int, clip: float, epsilon: float) -> None:
         super().__init__()
@@ -89,6 +100,10 @@ class RewardScaler(nn.Module):
     ``R_t = gamma * R_{t-1} + r_t`` of each training env (reset when its episode ends), as
     in Engstrom et al. 2020, "Implementation matters in deep policy gradients"."""
 
+    # buffer (registered in __init__), float64, of shape [num_envs]: each env's running
+    # discounted return
+    returns: torch.Tensor
+
     def __init__(self, num_envs: int, gamma: float, clip: float, epsilon: float) -> None:
         super().__init__()
         self.moments = RunningMoments(())
@@ -96,9 +111,9 @@ class RewardScaler(nn.Module):
         self.register_buffer("returns", torch.zeros(num_envs, dtype=torch.float64))
 
     @torch.no_grad()
-    def observe(self, rew, done, valid) -> None:  # noqa: ANN001 - numpy arrays (num_envs,)
+    def observe(self, rew: np.ndarray, done: np.ndarray, valid: np.ndarray | None) -> None:
         """One vector step of training collection: rewards, episode ends, and which lanes hold
-        a real transition (None: all of them)."""
+        a real transition (None: all of them), each of shape ``(num_envs,)``."""
         r = torch.from_numpy(rew).to(torch.float64)
         mask = None if valid is None else torch.from_numpy(valid)
         if mask is None:
@@ -114,5 +129,5 @@ class RewardScaler(nn.Module):
         """What rewards are multiplied by now."""
         return float((self.moments.var + self.epsilon).rsqrt())
 
-    def scale(self, rew):  # noqa: ANN001, ANN201 - numpy array in, numpy array out
+    def scale(self, rew: np.ndarray) -> np.ndarray:
         return (rew * self.factor()).clip(-self.clip, self.clip)

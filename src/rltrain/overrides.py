@@ -14,9 +14,13 @@ from __future__ import annotations
 import argparse
 import difflib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rltrain.catalogue import free_form_prefixes, key_problem, trainer_problem, value_problem
 from rltrain.config import ConfigError
+
+if TYPE_CHECKING:  # Hydra's parser is imported where it parses (prepare), for import time
+    from hydra.core.override_parser.types import Override
 
 #: the options of ``hydra.main``'s command line that take a value
 _VALUED = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
@@ -64,7 +68,7 @@ def group_options(group: str, *roots: Path) -> list[str]:
                    if p.suffix in (".yaml", ".yml")})
 
 
-def _check_option(override, roots: list[Path]) -> None:  # noqa: ANN001 - hydra's Override
+def _check_option(override: Override, roots: list[Path]) -> None:
     """``algo=ppp``: refused in one line naming the options (Hydra's own message lists the
     search path too, over a dozen lines)."""
     group = override.key_or_group
@@ -154,7 +158,9 @@ def prepare(argv: list[str], conf_root: Path) -> list[str]:
             raise ConfigError(problem)
         change = not (override.is_add() or override.is_force_add() or override.is_delete())
         if change and any(key.startswith(prefix) for prefix in free):
-            rewritten[override.input_line] = "++" + override.input_line
+            line = override.input_line
+            assert line is not None  # parse_overrides sets it on every override it returns
+            rewritten[line] = "++" + line
     out = []
     for i, arg in enumerate(argv):
         is_value = i > 0 and argv[i - 1] in _VALUED
@@ -163,10 +169,10 @@ def prepare(argv: list[str], conf_root: Path) -> list[str]:
     return out
 
 
-def _check_trainer(parsed: list, algos: list[str] | None) -> None:
+def _check_trainer(parsed: list[Override], algos: list[str] | None) -> None:
     """``trainer=X`` must be a trainer of the algorithm it runs with, checked here because
     another trainer's keys fail in Hydra's composition first, with a long message about the
-    tuned file (``run.check_pairing`` says the same after composition)."""
+    tuned file (``settings.check_pairing`` says the same after composition)."""
     named = {o.key_or_group for o in parsed}
     if algos is None and named & {"algo", "experiment", "hparams_search"}:
         return  # a glob sweep or a preset: the algorithm is not known here
@@ -179,7 +185,7 @@ def _check_trainer(parsed: list, algos: list[str] | None) -> None:
                         raise ConfigError(problem)
 
 
-def _choices(override) -> list[str] | None:  # noqa: ANN001 - hydra's Override
+def _choices(override: Override) -> list[str] | None:
     """The algorithm names an ``algo=...`` override selects (a sweep selects several)."""
     try:
         if override.is_sweep_override():

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -122,7 +122,7 @@ class InfoStats:
     failed_at: str | None = None
 
 
-def mean_stats(records: list[Mapping[str, float]]) -> dict[str, float]:
+def mean_stats(records: Sequence[Mapping[str, float]]) -> dict[str, float]:
     """Average each field of a list of records (the update stats, as dicts) over the records
     that hold it: an update leaves out what it did not measure (the actor's loss on a step
     that updates only the critics), so a stat is the mean of its real measurements."""

@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
@@ -271,10 +271,10 @@ class Trainer(Iterator[EpochStats]):
         while part.steps < self.params.epoch_num_steps and self._early_test is None:
             if self.stop_signal is not None:
                 raise Interrupted(self.stop_signal)
-            n, episodes, stats, spent = self.training_step()
+            n, episodes, update_stats, spent = self.training_step()
             # what each update measured (a stat it did not measure this time is None)
             updates = [{k: float(v) for k, v in dataclasses.asdict(s).items() if v is not None}
-                       for s in stats]
+                       for s in update_stats]
             self._check_finite(updates)
             part.steps += n
             part.training_steps += 1
@@ -503,7 +503,7 @@ class _EpochInProgress:
     steps: int = 0
     training_steps: int = 0
     collected: list[Episodes] = field(default_factory=list)
-    updates: list[dict[str, float]] = field(default_factory=list)
+    updates: list[Mapping[str, float]] = field(default_factory=list)
     timing: Timing = field(default_factory=Timing)
 
 
@@ -617,6 +617,7 @@ class OffPolicyTrainer(OnlineTrainer):
               buffer_size: int) -> None:
         m = num_train_envs
         capacity = (buffer_size // m) * m
+        assert params.batch_size is not None  # OffPolicyTrainerParams.check() refuses None
         if params.batch_size > capacity:
             raise ConfigError(
                 f"trainer.batch_size={params.batch_size} is larger than the replay buffer "
@@ -677,12 +678,14 @@ class OffPolicyTrainer(OnlineTrainer):
 
     def update_step(self, episodes: Episodes, start: Progress) -> list[Any]:
         n = round(self.params.update_step_num_gradient_steps_per_sample * episodes.n_transitions)
-        if len(self.buffer) < self.params.batch_size:
+        batch_size = self.params.batch_size
+        assert batch_size is not None  # OffPolicyTrainerParams.check() refuses None
+        if len(self.buffer) < batch_size:
             return []
         stats = []
         for _ in range(n):
             report = learn_from_a_batch(self.algorithm, self.buffer, self.sampler,
-                                        self.params.batch_size, self.progress())
+                                        batch_size, self.progress())
             self.gradient_step += report.gradient_steps
             stats.append(report.stats)
         return stats
@@ -739,6 +742,7 @@ class OfflineTrainer(Trainer):
         assert spec is not None  # the settings' pairing check
         data = datasets.load_dataset(spec)
         datasets.check_spaces(data, info.obs_space, info.action_space, info.env_id, spec)
+        assert params.batch_size is not None  # check() refused None; build calls it first
         if params.batch_size > len(data):
             raise ConfigError(
                 f"trainer.batch_size={params.batch_size} is larger than the dataset "
@@ -767,8 +771,10 @@ class OfflineTrainer(Trainer):
 
     def training_step(self) -> tuple[int, Episodes | None, list[Any], Timing]:
         t0 = time.perf_counter()
+        batch_size = self.params.batch_size
+        assert batch_size is not None  # check() refused None before the trainer was built
         report = learn_from_a_batch(self.algorithm, self.buffer, self.sampler,
-                                    self.params.batch_size, self.progress())
+                                    batch_size, self.progress())
         self.gradient_step += report.gradient_steps
         return 1, None, [report.stats], Timing(update=time.perf_counter() - t0)
 

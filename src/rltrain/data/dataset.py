@@ -135,12 +135,13 @@ def space_from_dict(d: Mapping[str, Any]) -> gym.Space:
         if d["type"] == "Box":
             shape = tuple(int(n) for n in d["shape"])
             dtype = np.dtype(d.get("dtype", "float32"))
-            bounds = [np.array([float(x) for x in d[k]]).reshape(shape) for k in ("low", "high")]
+            low, high = (np.array([float(x) for x in d[k]]).reshape(shape)
+                         for k in ("low", "high"))
             if dtype.kind == "f":  # exact: the bounds were written from this dtype
-                bounds = [b.astype(dtype) for b in bounds]
+                low, high = low.astype(dtype), high.astype(dtype)
             with warnings.catch_warnings():  # gymnasium's notes on casting integer bounds
                 warnings.simplefilter("ignore")
-                return gym.spaces.Box(*bounds, shape, dtype)
+                return gym.spaces.Box(low, high, shape, dtype)
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"malformed space description ({type(e).__name__}: {e})") from None
     raise ValueError(f"unknown space type {d.get('type')!r}")
@@ -246,8 +247,9 @@ def make_dataset(obs: np.ndarray, act: np.ndarray, rew: np.ndarray, next_obs: np
 
 def concatenate(parts: list[Dataset], meta: dict[str, Any]) -> Dataset:
     """The datasets one after another (each ends an episode, so episodes stay whole)."""
-    return make_dataset(*(np.concatenate([getattr(p, name) for p in parts]) for name in ARRAYS),
-                        meta=meta)
+    obs, act, rew, next_obs, terminated, truncated = (
+        np.concatenate([getattr(p, name) for p in parts]) for name in ARRAYS)
+    return make_dataset(obs, act, rew, next_obs, terminated, truncated, meta=meta)
 
 
 # --------------------------------------------------------------------------- files
@@ -400,7 +402,8 @@ def _validated(arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any], spec: 
             where = int(np.flatnonzero(~np.isfinite(a.reshape(len(a), -1)).all(axis=1))[0])
             raise bad(f"has a non-finite value in {name} (transition {where}); remove or "
                       "recollect it")
-    return make_dataset(*(arrays[name] for name in ARRAYS), meta=dict(meta))
+    return make_dataset(arrays["obs"], arrays["act"], arrays["rew"], arrays["next_obs"],
+                        arrays["terminated"], arrays["truncated"], meta=dict(meta))
 
 
 def load_dataset(spec: str) -> Dataset:

@@ -51,8 +51,11 @@ class TensorBoardLogger(Logger):
             text = yaml.safe_dump(config, sort_keys=False)
             self.writer.add_text("config", "```yaml\n" + text + "```", 0)
             exp, ssi, self._end = hparams(_hparams(config), dict.fromkeys(self.METRICS, 0.0))
-            self.writer.file_writer.add_summary(exp)
-            self.writer.file_writer.add_summary(ssi)
+            # SummaryWriter.__init__ sets file_writer to None, unannotated, before creating it,
+            # so mypy takes its type to be None (a torch 2.x typing bug): here (and until
+            # close()) it is the FileWriter
+            self.writer.file_writer.add_summary(exp)  # type: ignore[attr-defined]
+            self.writer.file_writer.add_summary(ssi)  # type: ignore[attr-defined]
             self.writer.flush()
 
     def log_epoch(self, record: dict[str, Any]) -> None:
@@ -65,7 +68,8 @@ class TensorBoardLogger(Logger):
 
     def finish(self, info: dict[str, Any]) -> None:
         if self._end is not None:
-            self.writer.file_writer.add_summary(self._end)
+            # file_writer typed None by mypy: see __init__
+            self.writer.file_writer.add_summary(self._end)  # type: ignore[attr-defined]
         self.writer.close()
 
 

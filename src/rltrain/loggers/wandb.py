@@ -6,7 +6,7 @@ run directory (``.wandb_id``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, cast
 
 from rltrain.config import ConfigError
 from rltrain.loggers.base import Logger, numeric_values, read_run_id
@@ -42,8 +42,10 @@ class WandbLogger(Logger):
 
         run_dir = context.run_dir
         run_id = read_run_id(run_dir, ".wandb_id")
+        # the schema's str (OmegaConf has no Literal), one of MODES: check() refused the rest
+        mode = cast(Literal["offline", "online"], cfg.mode)
         self.run = wandb.init(
-            project=cfg.project, entity=cfg.entity, mode=cfg.mode, dir=str(run_dir),
+            project=cfg.project, entity=cfg.entity, mode=mode, dir=str(run_dir),
             config=context.config, name=context.name, group=cfg.group,
             tags=list(cfg.tags) or None, id=run_id, resume="allow" if run_id else None,
             settings=wandb.Settings(silent=True, console="off"))
