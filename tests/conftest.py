@@ -16,10 +16,19 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+from rltrain import collect
+from rltrain.catalogue import register_configs
+from rltrain.lifecycle import RunContext
+from rltrain.run import run
+from rltrain.stats import InfoStats
 
 BIN = Path(sys.executable).parent
 RLTRAIN = BIN / "rltrain"
 TESTS = Path(__file__).resolve().parent
+CONF = TESTS.parent / "conf"
 
 
 def cli_env(env: dict | None = None) -> dict:
@@ -160,6 +169,47 @@ def job_dir(sweep: Path, num: int) -> Path:
 
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+#: a DQN run on CartPole of two epochs of 256 env steps (a second or so)
+SHORT_DQN = ["experiment=smoke", "algo=dqn", "logger.tensorboard=false",
+             "env.num_train_envs=2", "env.num_test_envs=2", "trainer.epoch_num_steps=256",
+             "buffer.size=2000", "trainer.random_warmup_env_steps=100",
+             "algo.target_update_interval=16"]
+
+
+def compose_run(*overrides: str) -> DictConfig:
+    """The run config ``rltrain OVERRIDES`` composes, in-process (Hydra's compose API)."""
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose("config", overrides=list(overrides))
+
+
+def run_in_process(run_dir: Path, *overrides: str) -> InfoStats:
+    """Train ``rltrain OVERRIDES`` into ``run_dir`` in this process, through the composition
+    root the CLI calls (:func:`rltrain.run.run`); no live progress bar."""
+    run_dir.mkdir(parents=True)
+    return run(compose_run(*overrides, "logger.progress_bar=false"), RunContext(run_dir))
+
+
+def random_dataset(path: Path, env_id: str = "CartPole-v1", episodes: int = 4) -> Path:
+    """A dataset of uniformly random episodes, written in-process by the code behind
+    ``rltrain-collect --random --env ENV_ID --episodes N --out PATH``."""
+    collect.run(collect.parser().parse_args(
+        ["--random", "--env", env_id, "--episodes", str(episodes), "--out", str(path)]))
+    return path
+
+
+@pytest.fixture(scope="module")
+def two_epoch_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished two-epoch smoke run (PPO on CartPole, through the CLI), made once per
+    test module that asks for it."""
+    cwd = tmp_path_factory.mktemp("two")
+    run_dir = cwd / "run"
+    res = subprocess.run([str(RLTRAIN), "experiment=smoke", f"hydra.run.dir={run_dir}"],
+                         cwd=cwd, capture_output=True, text=True, env=cli_env())
+    assert res.returncode == 0, res.stderr
+    return run_dir
 
 
 @pytest.fixture

@@ -147,21 +147,7 @@ def test_env_state_that_cannot_be_saved_is_said_at_checkpoint_and_resume(cli, tm
 
 
 # ---------------------------------------------------------------- 3. +key=value
-@pytest.mark.parametrize(("override", "named"), [
-    ("+trainer.max_epoch=1", "did you mean trainer.max_epochs?"),
-    ("+seeed=1", "did you mean seed?"),
-    ("+algo.lrr=1", "did you mean algo.lr?"),
-    ("+algo._target_=os.system", "unknown key algo._target_"),
-    ("+env.wrappers=[x]", "env.wrappers[0]: gymnasium.wrappers has no 'x'"),
-    ("+logger.foo.bar=1", "unknown key logger.foo"),
-])
-def test_added_keys_are_checked_against_the_schema(cli, tmp_path, override, named):
-    res = cli("experiment=smoke", override)
-    assert res.returncode == 2
-    assert named in res.stderr, res.stderr
-    assert "Traceback" not in res.stderr and not list(tmp_path.glob("outputs/*/*"))
-
-
+# (keys added with + are checked against the schemas: tests/test_catalogue.py)
 def test_free_form_env_kwargs_need_no_plus(cli, tmp_path):
     """``env.kwargs.KEY=VALUE`` (as the README shows) reaches the env's constructor: this
     env's reward turns NaN at its 10th step, so the run stops there."""
@@ -235,15 +221,7 @@ def test_a_killed_run_leaves_no_stuck_lock(cli, tmp_path):
 
 
 # ---------------------------------------------------------------- 6. non-finite values
-@pytest.mark.parametrize("override", ["algo.lr=nan", "algo.lr=inf", "algo.clip_ratio=nan",
-                                      "algo.ent_coef=inf", "algo.vf_coef=-inf",
-                                      "trainer.stop_score=nan"])
-def test_non_finite_hyperparameters_are_refused_by_name(cli, override):
-    res = cli("experiment=smoke", override)
-    key = override.split("=")[0]
-    assert res.returncode == 2 and f"{key} must be a finite number" in res.stderr, res.stderr
-
-
+# (non-finite hyperparameters are refused by the settings: tests/test_settings.py)
 def _finite(path: Path) -> bool:
     state = torch.load(path, weights_only=True)["state_dict"]
     return all(bool(t.isfinite().all()) for t in state.values())
@@ -281,18 +259,7 @@ def test_exploding_weights_stop_the_run_and_save_no_nan_policy(cli, tmp_path):
 
 
 # ---------------------------------------------------------------- 7. impossible combinations
-@pytest.mark.parametrize(("args", "named"), [
-    (["algo=dqn", "trainer.batch_size=500", "buffer.size=100"], "trainer.batch_size=500"),
-    (["algo=dqn", "trainer.random_warmup_env_steps=100000"], "random_warmup_env_steps"),
-    (["algo=dqn", "trainer.update_step_num_gradient_steps_per_sample=0.001"],
-     "0 gradient steps per collection step"),
-    (["algo=dqn", "algo.target_update_interval=1000000"], "algo.target_update_interval"),
-])
-def test_settings_that_cannot_learn_are_refused(cli, args, named):
-    res = cli("experiment=smoke", *args)
-    assert res.returncode == 2 and named in res.stderr, res.stderr
-
-
+# (settings that cannot learn are refused by the trainer kinds: tests/test_build.py)
 def test_episode_collection_fits_the_on_policy_buffer(cli, tmp_path):
     """Collecting whole episodes once overflowed the rollout storage mid-run
     (BufferFullError, when buffer.size / envs was below an env's episodes): its size now
@@ -307,30 +274,7 @@ def test_episode_collection_fits_the_on_policy_buffer(cli, tmp_path):
 
 
 # ---------------------------------------------------------------- 8. smaller ones
-@pytest.fixture(scope="module")
-def two_epoch_run(tmp_path_factory) -> Path:
-    cwd = tmp_path_factory.mktemp("two")
-    run_dir = cwd / "run"
-    res = subprocess.run([str(RLTRAIN), "experiment=smoke", f"hydra.run.dir={run_dir}"],
-                         cwd=cwd, capture_output=True, text=True, env=cli_env())
-    assert res.returncode == 0, res.stderr
-    return run_dir
-
-
-def test_resume_below_the_epochs_done_is_refused(cli, two_epoch_run):
-    res = cli(f"resume={two_epoch_run}", "trainer.max_epochs=1")
-    assert res.returncode == 2
-    assert "below the 2 epochs this run has done" in res.stderr
-
-
-def test_resume_of_a_finished_run_says_there_is_nothing_to_do(cli, two_epoch_run):
-    before = (two_epoch_run / "epochs.jsonl").read_bytes()
-    res = cli(f"resume={two_epoch_run}")
-    assert res.returncode == 0
-    assert "already complete (2 of 2 epochs); nothing to do" in res.stdout
-    assert (two_epoch_run / "epochs.jsonl").read_bytes() == before
-
-
+# (a resume below the epochs done, or of a finished run: tests/test_resume.py)
 def test_export_refuses_to_overwrite_the_runs_weights(two_epoch_run, tmp_path):
     weights = two_epoch_run / "best" / "policy.pt"
     before = weights.read_bytes()

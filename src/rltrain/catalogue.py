@@ -69,6 +69,10 @@ def typed_run_config(raw: DictConfig) -> DictConfig:
     """Give a composed config read back from a run directory (``.hydra/config.yaml``)
     its schemas again, so it is checked and converts to the same dataclasses."""
     specs = algorithm_specs()
+    for group in ("algo", "env", "trainer", "buffer", "logger"):
+        if group in raw and not isinstance(raw[group], DictConfig):
+            raise ConfigError(f"the stored config is damaged: {group} is "
+                              f"{type(raw[group]).__name__}, not a group of keys")
     algo = raw.get("algo", {}).get("name")
     if algo not in specs:
         raise ConfigError(f"the stored config names no known algorithm (algo.name={algo!r}; "
@@ -89,7 +93,9 @@ def typed_run_config(raw: DictConfig) -> DictConfig:
     try:
         merged = OmegaConf.merge(schema, raw)
     except OmegaConfBaseException as e:
-        raise ConfigError(f"the stored config does not match rltrain's schema: {e}") from None
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise ConfigError(f"the stored config does not match rltrain's schema: {first}"
+                          ) from None
     assert isinstance(merged, DictConfig)  # merged onto a structured mapping
     return merged
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import re
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -69,7 +70,9 @@ def atomic_save(obj: Any, path: Path) -> None:
     try:
         with open(tmp, "wb") as f:
             writer = _Writer(f)
-            torch.save(obj, writer)
+            # torch.save takes any object with write() and flush(), as its docstring says, but
+            # annotates IO[bytes], which an io.RawIOBase is not (torch 2.x typing bug)
+            torch.save(obj, writer)  # type: ignore[arg-type]
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -94,19 +97,33 @@ def save_policy(directory: Path, state_dict: dict[str, Any], meta: dict[str, Any
     return path
 
 
+def _read(path: Path) -> Any:
+    """``torch.load(path, weights_only=True)``: tensors and plain data, nothing that runs code.
+    Refused in one line naming the file: objects whose loading would import and call code
+    (torch's own advice to load them unsafely is not repeated), and anything torch cannot read
+    (a truncated file, another format: torch raises many kinds of error for those)."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        needs = re.search(r"Unsupported global: GLOBAL (\S+)", str(e))
+        if needs is None and not zipfile.is_zipfile(path):
+            raise CheckpointError(f"{path} is truncated or corrupt (not a file torch.save "
+                                  f"wrote: {path.stat().st_size:,} bytes)") from None
+        what = f" ({needs.group(1)})" if needs else ""
+        raise CheckpointError(f"{path} holds objects other than tensors and plain data{what}; "
+                              "refusing to load it (it could run code)") from None
+    except Exception as e:  # noqa: BLE001 - whatever torch makes of a damaged file
+        first = (str(e).strip().splitlines() or ["no detail"])[0]
+        raise CheckpointError(f"{path} is truncated or corrupt ({path.stat().st_size:,} bytes; "
+                              f"{type(e).__name__}: {first[:200]})") from None
+
+
 def load_policy(path: Path) -> dict[str, Any]:
     """Read what :func:`save_policy` wrote: ``{"state_dict": ..., "meta": ...}``; raises
     CheckpointError naming the file."""
     if not path.is_file():
         raise CheckpointError(f"{path} does not exist")
-    try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError:
-        raise CheckpointError(f"{path} holds objects other than tensors and plain data; "
-                              "refusing to load it (it could run code)") from None
-    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as e:
-        raise CheckpointError(f"{path} could not be loaded ({path.stat().st_size} bytes; "
-                              f"truncated or corrupt?): {str(e).splitlines()[0]}") from None
+    obj = _read(path)
     if not isinstance(obj, dict) or not isinstance(obj.get("state_dict"), dict):
         raise CheckpointError(f"{path} is not an rltrain policy file (no state_dict)")
     return obj
@@ -135,16 +152,7 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     """Load and validate one checkpoint file; raises CheckpointError naming it."""
     if not path.is_file():
         raise CheckpointError(f"{path} does not exist")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as e:
-        raise CheckpointError(
-            f"{path} holds objects other than tensors and plain data; refusing to load it "
-            f"(it could run code): {str(e).splitlines()[0]}"
-        ) from None
-    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as e:
-        raise CheckpointError(f"{path} is truncated or corrupt ({type(e).__name__}: "
-                              f"{str(e).splitlines()[0] if str(e) else 'no detail'})") from None
+    state = _read(path)
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(f"{path} is not an rltrain checkpoint")
     if state.get("version") not in READS:

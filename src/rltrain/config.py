@@ -378,6 +378,9 @@ def check_finite(obj: Any, prefix: str) -> None:
     for NaN, so range checks alone would let ``algo.lr=nan`` train a NaN network)."""
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            check_finite(value, f"{prefix}.{f.name}")  # env.normalize.epsilon=inf, ...
+            continue
         values = value if isinstance(value, (list, tuple)) else [value]
         for v in values:
             if isinstance(v, float) and not math.isfinite(v):

@@ -9,7 +9,7 @@ algorithm, a dataset for an online algorithm. Checks that need the env or a buil
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TypeVar
 
@@ -83,6 +83,15 @@ def _group(cfg: DictConfig, key: str, schema: type[T]) -> T:
 
 def settings(cfg: DictConfig) -> Settings:
     """The checked settings of a composed run config; raises ConfigError naming the field."""
+    # the pairing first: another trainer's params would otherwise show up as keys unknown to
+    # the algorithm's trainer (a forged trainer.name, whose params are another kind's, is
+    # check_pairing's to name)
+    kind = TRAINERS.get(str(OmegaConf.select(cfg, "trainer.name", default="")))
+    trainer_keys = set(cfg.trainer.keys()) if isinstance(cfg.get("trainer"), DictConfig) else set()
+    if kind is not None and trainer_keys == {f.name for f in fields(kind.params_type)}:
+        problem = trainer_problem(str(OmegaConf.select(cfg, "algo.name", default="")), kind.name)
+        if problem is not None:
+            raise ConfigError(problem)
     check_known_keys(cfg)
     algo, env = _group(cfg, "algo", AlgoConfig), _group(cfg, "env", EnvConfig)
     trainer, buffer = _group(cfg, "trainer", TrainerParams), _group(cfg, "buffer",
