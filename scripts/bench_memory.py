@@ -1,6 +1,6 @@
 """Memory of a SAC Humanoid-v5 replay buffer: rltrain against Stable-Baselines3.
 
-    .venv/bin/python scripts/bench_memory.py [--size 1000000] [--fill 200000]
+    .venv/bin/python scripts/bench_memory.py [--size 1000000] [--fill 200000] [--cli]
 
 For a buffer of ``--size`` transitions with Humanoid-v5's spaces (obs (348,) float32,
 act (17,) float32, one env as SAC runs it), prints per buffer:
@@ -23,15 +23,28 @@ one; SB3 requires ``handle_timeout_termination=False`` for it). SB3 is in the ``
 extra (``.venv/bin/pip install -e ".[bench]"``); without it its rows are skipped with the
 reason. Each measurement runs in a fresh subprocess, so one buffer's pages do not count
 against another's. Linux only (VmRSS is read from /proc/self/status).
+
+``--cli`` (needs the mujoco extra) also measures whole runs of the real ``rltrain``, so that
+another checkout can be measured the same way (``PYTHONPATH=OTHER/src``):
+
+- SAC on Humanoid-v5 with a 1M buffer, one epoch of 300 env steps after 300 random ones and
+  no checkpointed buffer: ``startup_time`` from ``summary.json`` (seconds from the command's
+  start to the first env step: imports, envs, networks, the buffer) and the process's peak
+  resident memory;
+- SAC on Hopper-v5 (its tuned config) for 9,184 env steps (4,500 random, 2 epochs of 2,342):
+  the size of ``checkpoints/last.pt``, which holds the replay buffer.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import resource
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -131,12 +144,54 @@ def sb3_missing() -> str | None:
     return None
 
 
+RLTRAIN = Path(sys.executable).parent / "rltrain"
+#: the whole-run measurements: name -> overrides
+CLI_RUNS = {
+    "humanoid": ["algo=sac", "env=humanoid", "buffer.size=1000000", "trainer.max_epochs=1",
+                 "trainer.epoch_num_steps=300", "trainer.random_warmup_env_steps=300",
+                 "trainer.checkpoint_buffer=false"],
+    "hopper": ["algo=sac", "env=hopper", "trainer.max_epochs=2", "trainer.epoch_num_steps=2342",
+               "trainer.random_warmup_env_steps=4500"],
+}
+
+
+def cli_run(name: str, root: Path) -> dict:
+    """Run ``rltrain`` with CLI_RUNS[name] in a child; its start-up, peak RSS, checkpoint."""
+    run_dir = root / name
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    done = subprocess.run([str(RLTRAIN), *CLI_RUNS[name], f"hydra.run.dir={run_dir}",
+                           "logger.tensorboard=false", "-q"], capture_output=True, text=True,
+                          check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"rltrain {name} failed: {done.stderr.strip()[-500:]}")
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # KiB, the largest child
+    summary = json.loads((run_dir / "summary.json").read_text())
+    last = run_dir / "checkpoints" / "last.pt"
+    return {"startup": summary["startup_time"], "env_step": summary["env_step"],
+            "peak_rss": peak * 1024 if peak > before else None,
+            "checkpoint": last.stat().st_size if last.exists() else None}
+
+
+def cli_section() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        humanoid, hopper = cli_run("humanoid", Path(tmp)), cli_run("hopper", Path(tmp))
+    peak = humanoid["peak_rss"]
+    print(f"\nrltrain algo=sac env=humanoid buffer.size=1000000: start-up "
+          f"{humanoid['startup']:.2f} s (to the first env step), peak RSS "
+          + ("n/a (an earlier child peaked higher)" if peak is None else f"{peak / 1e6:,.0f} MB")
+          + " over the whole run")
+    print(f"rltrain algo=sac env=hopper, {hopper['env_step']:,} env steps: checkpoints/last.pt "
+          f"{hopper['checkpoint'] / 1e6:.1f} MB")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=1_000_000, help="buffer transitions")
     # enough that the fixed costs (partly written 2 MB huge pages, the writer's temporaries)
     # weigh little per transition
     parser.add_argument("--fill", type=int, default=200_000, help="transitions written")
+    parser.add_argument("--cli", action="store_true",
+                        help="also time and measure whole rltrain runs (mujoco extra)")
     parser.add_argument("--child", choices=KINDS, help=argparse.SUPPRESS)
     parser.add_argument("--episode-length", type=int, default=1000, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -166,6 +221,8 @@ def main() -> None:
               f"{short['resident']:15,.0f} {estimate:>13}")
     print("long eps: about 1 episode end in 1000 steps; short eps: 1 in 25. B/tr: bytes per "
           "transition; own estimate: rltrain's resident_bytes() (long / short)")
+    if args.cli:
+        cli_section()
 
 
 if __name__ == "__main__":
