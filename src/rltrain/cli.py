@@ -237,7 +237,9 @@ def task(cfg: Any) -> Any:
 
 def _set_console_level(cfg: Any) -> None:
     """``logger.quiet``: the console shows warnings and errors only (rltrain.log keeps all)."""
-    quiet = bool(getattr(getattr(cfg, "logger", None), "quiet", False))
+    from omegaconf import OmegaConf  # with Hydra: see the module docstring
+
+    quiet = bool(OmegaConf.select(cfg, "logger.quiet", default=False))
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.StreamHandler) and not isinstance(
                 handler, logging.FileHandler):

@@ -1,9 +1,6 @@
 """The algorithms: every module of this package (but ``base`` and ``registry``) declares one
 and registers it, so importing the package fills :data:`ALGORITHMS`."""
 
-import importlib
-import pkgutil
-
 from rltrain.algorithms.base import (
     Algorithm,
     OffPolicyAlgorithm,
@@ -12,10 +9,9 @@ from rltrain.algorithms.base import (
     UpdateReport,
 )
 from rltrain.algorithms.registry import ALGORITHMS, CONTINUOUS, DISCRETE, AlgoSpec, get, register
+from rltrain.modules import import_members
 
-for _module in pkgutil.iter_modules(__path__):
-    if _module.name not in ("base", "registry") and not _module.name.startswith("_"):
-        importlib.import_module(f"{__name__}.{_module.name}")
+import_members(__name__, __path__, skip=("base", "registry"))
 
 __all__ = ["ALGORITHMS", "CONTINUOUS", "DISCRETE", "AlgoSpec", "Algorithm", "OffPolicyAlgorithm",
            "OnPolicyAlgorithm", "TDAlgorithm", "UpdateReport", "get", "register"]

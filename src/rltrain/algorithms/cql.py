@@ -155,13 +155,9 @@ class ContinuousCQL(SAC):
         cfg = self.cfg
         obs, act, rew, discount, next_obs = self.tensors(batch)
         alpha = self.log_alpha.detach().exp()
-        # critics: SAC's TD target of the smaller target critic (its entropy bonus only with
-        # backup_entropy), plus the conservative penalty
-        with torch.no_grad():
-            next_act, next_logp = self.pi.sample(next_obs)
-            next_q = self.critic_target(next_obs, next_act).min(0).values
-            target = rew + discount * (next_q - alpha * next_logp if cfg.backup_entropy
-                                       else next_q)
+        # critics: SAC's TD target (its entropy bonus only with backup_entropy), plus the
+        # conservative penalty
+        target = self.td_target(rew, discount, next_obs, alpha, entropy_bonus=cfg.backup_entropy)
         q = self.critic(obs, act)
         penalty = self.penalty(q, obs, *self.proposal_actions(obs, next_obs))
         critic_loss = squared_td_error(q, target) + penalty

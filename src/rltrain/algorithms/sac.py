@@ -123,11 +123,8 @@ class SAC(TDAlgorithm):
         cfg = self.cfg
         obs, act, rew, discount, next_obs = self.tensors(batch)
         alpha = self.log_alpha.detach().exp()
-        # critics: regress both onto the soft TD target of the smaller target critic
-        with torch.no_grad():
-            next_act, next_logp = self.pi.sample(next_obs)
-            next_q = self.critic_target(next_obs, next_act).min(0).values
-            target = rew + discount * (next_q - alpha * next_logp)
+        # critics: regress both onto the soft TD target
+        target = self.td_target(rew, discount, next_obs, alpha, entropy_bonus=True)
         q = self.critic(obs, act)
         critic_loss = squared_td_error(q, target)
         clip_and_step(critic_loss, self.critic_optim, cfg.max_grad_norm)
@@ -135,6 +132,16 @@ class SAC(TDAlgorithm):
         return UpdateReport(SACStats(float(critic_loss.detach()), number(actor_loss),
                                      number(alpha_loss), float(alpha), number(entropy),
                                      float(q.detach().mean())))
+
+    def td_target(self, rew: torch.Tensor, discount: torch.Tensor, next_obs: torch.Tensor,
+                  alpha: torch.Tensor, *, entropy_bonus: bool) -> torch.Tensor:
+        """r + discount * (min_i Q'_i(s', a') - alpha log pi(a'|s')), a' ~ pi(.|s'): the smaller
+        target critic's value of the policy's next action, with the entropy bonus of soft
+        Q-learning (``entropy_bonus``; CQL may leave it out)."""
+        with torch.no_grad():
+            next_act, next_logp = self.pi.sample(next_obs)
+            next_q = self.critic_target(next_obs, next_act).min(0).values
+            return rew + discount * (next_q - alpha * next_logp if entropy_bonus else next_q)
 
     def policy_and_targets(self, obs: torch.Tensor, alpha: torch.Tensor, progress: Progress
                            ) -> tuple[torch.Tensor | None, ...]:

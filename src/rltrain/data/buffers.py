@@ -94,6 +94,8 @@ class Window(NamedTuple):
     truncated: np.ndarray
     stored: np.ndarray
     positions: np.ndarray
+    #: the entries' flat indices (lane * lane_capacity + position), for the gathers that follow
+    flat: np.ndarray
 
 
 #: an aside reference is (serial number of the aside mod this) + 1; 0 means "no aside"
@@ -506,13 +508,25 @@ class ReplayBuffer:
         """The next observations of stored transitions, exactly as they were written: the
         successor's observation, or the aside, or the lane's pending one."""
         lanes, positions = np.asarray(lanes), np.asarray(positions)
+        return self._next_obs(self._lane_base[lanes] + positions, lanes, positions)
+
+    def transitions(self, lanes: np.ndarray, positions: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(obs, act, rew, terminated, next_obs)`` of stored transitions: what a one-step
+        batch reads, gathered with one index computation (the sampling hot path)."""
         flat = self._lane_base[lanes] + positions
+        f = self._flat
+        return (f["obs"].take(flat, axis=0), f["act"].take(flat, axis=0), f["rew"].take(flat),
+                f["terminated"].take(flat), self._next_obs(flat, lanes, positions))
+
+    def _next_obs(self, flat: np.ndarray, lanes: np.ndarray, positions: np.ndarray
+                  ) -> np.ndarray:
         succ = flat + 1
         succ[positions == self.lane_capacity - 1] -= self.lane_capacity
         out = self._flat["obs"].take(succ, axis=0)
         ref = self._flat["aside_ref"].take(flat)
-        special = np.flatnonzero(ref)
-        if len(special):  # asides, and lanes' newest transitions (a pending one)
+        if ref.any():  # asides, and lanes' newest transitions (a pending one)
+            special = np.flatnonzero(ref)
             ref, lanes = ref[special], lanes[special]
             newest = (ref == _PENDING).reshape(-1, *(1,) * len(self.obs_shape))
             pending = self.pending[lanes]
@@ -526,18 +540,28 @@ class ReplayBuffer:
         """The ``n`` consecutive transitions of each lane starting at each position (in time
         order, across the wrap-around), and whether each is stored yet."""
         lanes, positions = np.asarray(lanes), np.asarray(positions)
-        if n == 1:
-            wpos = positions[:, None]
-            stored = np.ones(wpos.shape, dtype=bool)
-        else:
-            steps = np.arange(n)
-            offsets = (positions - self.oldest()[lanes]) % self.lane_capacity
-            stored = offsets[:, None] + steps < self.size[lanes][:, None]
-            wpos = (positions[:, None] + steps) % self.lane_capacity
+        wpos = (positions[:, None] + np.arange(n)) % self.lane_capacity
         flat = self._lane_base[lanes][:, None] + wpos
         f = self._flat
+        # an entry is stored unless an earlier one of its window is the lane's newest (whose
+        # next observation is pending): one gather, no counting from each lane's oldest
+        newest = f["aside_ref"].take(flat[:, :-1]) == _PENDING
+        stored = np.ones(flat.shape, dtype=bool)
+        if n > 1:
+            stored[:, 1:] = ~np.logical_or.accumulate(newest, axis=1)
         return Window(f["rew"].take(flat), f["terminated"].take(flat),
-                      f["truncated"].take(flat), stored, wpos)
+                      f["truncated"].take(flat), stored, wpos, flat)
+
+    def obs_at_flat(self, flat: np.ndarray) -> np.ndarray:
+        """The observations at flat indices (a window's), without recomputing them."""
+        return self._flat["obs"].take(flat, axis=0)
+
+    def act_at_flat(self, flat: np.ndarray) -> np.ndarray:
+        return self._flat["act"].take(flat, axis=0)
+
+    def next_obs_at_flat(self, flat: np.ndarray, lanes: np.ndarray) -> np.ndarray:
+        """:meth:`next_obs_at` for flat indices of the given lanes."""
+        return self._next_obs(flat, lanes, flat - self._lane_base[lanes])
 
     def rollout(self) -> Rollout:
         """All transitions of an append-only buffer, lanes x time."""

@@ -68,9 +68,8 @@ def nstep_returns(
     used[:, 0] = True
     if n > 1:
         # transition k is used if every earlier one in the window did not end the
-        # episode and k itself has been collected
-        alive = np.cumprod(~dones[:, :-1], axis=1).astype(bool)
-        used[:, 1:] = alive & np.cumprod(valid[:, 1:], axis=1).astype(bool)
+        # episode and every one up to k has been collected
+        np.logical_and.accumulate(~dones[:, :-1] & valid[:, 1:], axis=1, out=used[:, 1:])
     powers = gamma ** np.arange(n, dtype=np.float64)
     returns = (rewards * used * powers).sum(axis=1).astype(np.float32)
     last = used.sum(axis=1) - 1
@@ -92,21 +91,21 @@ def nstep_batch(buffer: ReplayBuffer, lanes: np.ndarray, positions: np.ndarray, 
     """
     if n < 1:
         raise ValueError(f"n-step returns need n >= 1, got {n}")
+    if n == 1:  # every gradient step of SAC, TD3, DDPG: one gather per field
+        obs, act, rew, terminated, next_obs = buffer.transitions(lanes, positions)
+        discount = np.where(terminated, np.float32(0.0), np.float32(gamma))
+        return Batch(obs=obs, act=act, rew=rew, next_obs=next_obs, discount=discount,
+                     lanes=lanes, positions=positions)
     window = buffer.window(lanes, positions, n)
-    if n == 1:
-        rew = window.rew[:, 0]
-        discount = np.where(window.terminated[:, 0], 0.0, gamma).astype(np.float32)
-        boot = positions
-    else:
-        rew, last, discount = nstep_returns(
-            window.rew, window.terminated, window.terminated | window.truncated,
-            window.stored, gamma)
-        boot = window.positions[np.arange(len(last)), last]
+    rew, last, discount = nstep_returns(
+        window.rew, window.terminated, window.terminated | window.truncated, window.stored,
+        gamma)
+    first = window.flat[:, 0]
     return Batch(
-        obs=buffer.obs_at(lanes, positions),
-        act=buffer.act_at(lanes, positions),
+        obs=buffer.obs_at_flat(first),
+        act=buffer.act_at_flat(first),
         rew=rew,
-        next_obs=buffer.next_obs_at(lanes, boot),
+        next_obs=buffer.next_obs_at_flat(window.flat[np.arange(len(last)), last], lanes),
         discount=discount,
         lanes=lanes,
         positions=positions,
