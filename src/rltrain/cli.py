@@ -19,7 +19,6 @@ import logging
 import os
 import sys
 import time
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +87,9 @@ def help_text() -> str:
 
 
 def version_text() -> str:
+    # here, not at the top: importlib.metadata takes 20 ms, which every run would pay
+    from importlib.metadata import PackageNotFoundError, version
+
     parts = []
     for package in ("hydra-core", "torch", "gymnasium"):
         with contextlib.suppress(PackageNotFoundError):
