@@ -69,9 +69,11 @@ def check_actions(spec: AlgoSpec, info: SpaceInfo) -> None:
     kind = DISCRETE if info.discrete else CONTINUOUS
     if kind not in spec.actions:
         # what would work here: the same kind of training (online or offline), this action space
-        offline = "offline" in spec.trainers
+        def from_data(algo: AlgoSpec) -> bool:
+            return not any(TRAINERS[t].collects for t in algo.trainers)
+
         fits = sorted(name for name, other in ALGORITHMS.items() if kind in other.actions
-                      and ("offline" in other.trainers) == offline)
+                      and from_data(other) == from_data(spec))
         space = (f"discrete actions (Discrete({info.num_actions}))" if info.discrete else
                  f"continuous actions (Box, shape {info.action_shape})")
         raise ConfigError(f"algo={spec.name} needs {' or '.join(spec.actions)} actions, but "

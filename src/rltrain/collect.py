@@ -20,6 +20,10 @@ last ``next_obs`` is its true final observation under either autoreset mode.
 ``--episodes N`` splits the episodes over the envs in fixed quotas (as a test step does) and
 keeps each env's first episodes whole; ``--steps N`` keeps each env's first transitions, its
 last episode marked truncated where the collection cut it.
+
+rltrain's own modules are imported inside the functions that need them, after the arguments
+are parsed: they import torch and gymnasium (1.1 s here), and ``rltrain-collect --help`` or a
+wrong argument then answers in 0.08 s.
 """
 
 from __future__ import annotations
