@@ -9,7 +9,8 @@ measure time. A refactoring that keeps behaviour shows no difference.
 
     # the checkout to compare against, e.g. a worktree of the previous commit
     git worktree add /tmp/rltrain-before HEAD~1
-    PYTHONPATH=/tmp/rltrain-before/src .venv/bin/python scripts/compare_records.py run /tmp/rec_before
+    export PYTHONPATH=/tmp/rltrain-before/src
+    .venv/bin/python scripts/compare_records.py run /tmp/rec_before && unset PYTHONPATH
     .venv/bin/python scripts/compare_records.py run /tmp/rec_after --data /tmp/rec_before/data
     .venv/bin/python scripts/compare_records.py diff /tmp/rec_before /tmp/rec_after
 
