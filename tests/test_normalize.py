@@ -75,7 +75,7 @@ def test_observe_folds_in_numpy_observations_of_any_rank_and_dtype():
     for obs in (x.astype(np.float32), x, (x * 10).astype(np.int64), readonly):
         seen, ref = ObsNormalizer(6, 10.0, 1e-8), ObsNormalizer(6, 10.0, 1e-8)
         seen.observe(obs)
-        ref.update(torch.as_tensor(obs, dtype=torch.float32).reshape(16, 6))
+        ref.update(torch.as_tensor(np.array(obs), dtype=torch.float32).reshape(16, 6))
         for key, value in seen.state_dict().items():
             assert torch.equal(value, ref.state_dict()[key]), (obs.dtype, key)
 
