@@ -137,10 +137,7 @@ def prepare(argv: list[str], conf_root: Path) -> list[str]:
         parsed = OverridesParser.create().parse_overrides(args.overrides)
     except HydraException:
         return argv  # a syntax error: Hydra's own message says where
-    algos: list[str] | None = None
-    for override in parsed:
-        if override.key_or_group == "algo" and not override.is_delete():
-            algos = _choices(override)
+    algos = _selected_algos(parsed, roots, args.config_name)
     _check_trainer(parsed, algos)
     free = free_form_prefixes()
     rewritten: dict[str, str] = {}
@@ -173,16 +170,67 @@ def _check_trainer(parsed: list[Override], algos: list[str] | None) -> None:
     """``trainer=X`` must be a trainer of the algorithm it runs with, checked here because
     another trainer's keys fail in Hydra's composition first, with a long message about the
     tuned file (``settings.check_pairing`` says the same after composition)."""
-    named = {o.key_or_group for o in parsed}
-    if algos is None and named & {"algo", "experiment", "hparams_search"}:
-        return  # a glob sweep or a preset: the algorithm is not known here
+    if algos is None:
+        return  # a glob sweep, or a primary config of the user's: not known here
     for override in parsed:
         if override.key_or_group == "trainer" and not override.is_delete():
-            for algo in algos or ["ppo"]:  # conf/config.yaml's default algorithm
+            for algo in algos:
                 for trainer in _choices(override) or []:
                     problem = trainer_problem(algo, trainer)
                     if problem is not None:
                         raise ConfigError(problem)
+
+
+def _selected_algos(parsed: list[Override], roots: list[Path],
+                    config_name: str | None) -> list[str] | None:
+    """The algorithms the command will run, so that a key is checked against their schemas
+    (``rltrain algo.tau=0.01`` names PPO's keys, not every algorithm's): ``algo=...``, else
+    the ``override /algo`` of a chosen preset (experiment, hparams_search), else the primary
+    config's default. None where that is not known here (a glob sweep over algorithms,
+    ``--config-name``, a ``--config-dir`` with its own primary config): keys are then
+    checked against every algorithm, and the composed config against its own."""
+    for override in parsed:
+        if override.key_or_group == "algo" and not override.is_delete():
+            return _choices(override)
+    for override in parsed:
+        if override.key_or_group in ("experiment", "hparams_search"):
+            if override.is_delete() or override.is_sweep_override():
+                return None
+            value = override.value()
+            if value is None:
+                continue
+            chosen = _default_choice(roots, f"{override.key_or_group}/{value}", "/algo")
+            if chosen == "":
+                return None  # an unreadable preset: Hydra reports it
+            if chosen is not None:
+                return [chosen]
+    if config_name is not None or any((root / "config.yaml").is_file() for root in roots[1:]):
+        return None
+    chosen = _default_choice(roots[:1], "config", "algo")
+    return [chosen] if chosen else None
+
+
+def _default_choice(roots: list[Path], name: str, group: str) -> str | None:
+    """The option a YAML file's defaults list picks for ``group`` (``- algo: ppo``, ``-
+    override /algo: sac``): None if it picks none, "" if the file cannot be read."""
+    import yaml
+
+    for root in roots:
+        path = root / f"{name}.yaml"
+        if not path.is_file():
+            continue
+        try:
+            data = yaml.safe_load(path.read_text())
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            return ""
+        defaults = data.get("defaults") if isinstance(data, dict) else None
+        for entry in defaults if isinstance(defaults, list) else []:
+            if isinstance(entry, dict):
+                for key, value in entry.items():
+                    if str(key).removeprefix("override ") == group and isinstance(value, str):
+                        return value
+        return None
+    return None
 
 
 def _choices(override: Override) -> list[str] | None:
