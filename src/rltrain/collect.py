@@ -32,12 +32,13 @@ import argparse
 import json
 import math
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from rltrain.core import Policy
 from rltrain.evaluate import (
     WEIGHT_FILES,
     ArgumentParser,
@@ -54,8 +55,6 @@ SEED_OFFSET = 20_000
 DEFAULT_NUM_ENVS = 8
 #: vector steps per collection call: each call fills a fresh chunk of the lanes
 CHUNK = 256
-
-Policy = Callable[[np.ndarray], np.ndarray]
 
 
 # --------------------------------------------------------------------------- collecting
