@@ -20,6 +20,7 @@ from rltrain.config import (
     ConfigError,
     EnvConfig,
     LoggerConfig,
+    NetworkConfig,
     OfflineTrainerParams,
     OffPolicyTrainerParams,
     OnPolicyTrainerParams,
@@ -149,6 +150,17 @@ def test_check_pairing_accepts_each_algorithm_with_its_own_trainer():
 def test_check_pairing_refuses_by_name(s, message):
     with pytest.raises(ConfigError, match="^" + re.escape(message)):
         check_pairing(s)
+
+
+def test_reward_normalisation_needs_a_discount():
+    """Every registered online algorithm has a gamma, so this rule waits for one without: an
+    online algorithm's schema without DiscountedConfig (PPO's name, so the pairing passes)."""
+    s = typed(NetworkConfig(name="ppo"), OnPolicyTrainerParams(), reward=True)
+    with pytest.raises(ConfigError, match=r"^env\.normalize\.reward=true scales rewards by the "
+                                          r"spread of the discounted return, and algo=ppo has "
+                                          r"no discount$"):
+        check_pairing(s)
+    check_pairing(typed(PPOConfig(), OnPolicyTrainerParams(), reward=True))
 
 
 # --------------------------------------------------------------------------- devices
