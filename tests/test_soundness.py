@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -281,6 +283,46 @@ def test_export_refuses_to_overwrite_the_runs_weights(two_epoch_run, tmp_path):
     res = run_tool("rltrain-export", two_epoch_run, "--out", weights, cwd=tmp_path)
     assert res.returncode == 2 and "refusing to overwrite" in res.stderr
     assert weights.read_bytes() == before
+
+
+def test_a_hang_up_saves_the_epoch_in_flight_and_says_how_to_resume(tmp_path):
+    """SIGHUP (the terminal closed) is taken as SIGTERM: with checkpoints only every third
+    epoch, a hang-up in epoch 2 still leaves a checkpoint, the summary and the resume line,
+    and the resumed run completes the same epochs."""
+    run_dir = tmp_path / "run"
+    res = signal_when(["experiment=smoke", "trainer.max_epochs=3", "trainer.checkpoint_every=3",
+                       "trainer.epoch_num_steps=65536",
+                       "trainer.collection_step_num_env_steps=8192",
+                       "logger.progress_interval_s=0", f"hydra.run.dir={run_dir}"], tmp_path,
+                      lambda line: line.startswith("  epoch 2/3: "), signal.SIGHUP)
+    assert res.returncode == 128 + signal.SIGHUP, res.stderr
+    assert "SIGHUP received; finishing the current step and saving" in res.stderr
+    assert f"resume with: rltrain resume={run_dir}" in res.stderr
+    assert "Traceback" not in res.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["interrupted"] is True
+    assert summary["interrupt_signal"] == signal.SIGHUP
+    assert Path(summary["checkpoint"]["path"]).is_file() and summary["checkpoint"]["epoch"] == 2
+    res = subprocess.run([str(RLTRAIN), f"resume={run_dir}"], cwd=tmp_path,
+                         capture_output=True, text=True, env=cli_env())
+    assert res.returncode == 0, res.stderr
+    assert [r["epoch"] for r in read_jsonl(run_dir / "epochs.jsonl")] == [1, 2, 3]
+
+
+def test_under_nohup_a_hang_up_is_still_ignored(tmp_path):
+    """``nohup rltrain ...``: SIGHUP ignored when the process starts stays ignored."""
+    run_dir = tmp_path / "run"
+    nohup = shutil.which("nohup")
+    if nohup is None:
+        pytest.skip("needs nohup (coreutils)")
+    res = signal_when([str(RLTRAIN), "experiment=smoke", "trainer.max_epochs=2",
+                       "trainer.epoch_num_steps=16384",
+                       "trainer.collection_step_num_env_steps=8192",
+                       "logger.progress_interval_s=0", f"hydra.run.dir={run_dir}"], tmp_path,
+                      lambda line: line.startswith("  epoch 1/2: "), signal.SIGHUP,
+                      program=Path(nohup))
+    assert res.returncode == 0, res.stderr
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "completed"
 
 
 @pytest.mark.parametrize(("sig", "code"), [(SIGTERM, 143), (2, 130)])

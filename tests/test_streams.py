@@ -64,6 +64,38 @@ def test_a_broken_pipe_met_by_the_flush_is_dropped_too():
 
 
 @contextlib.contextmanager
+def hung_up_terminal(*, buffered: bool) -> Iterator[io.TextIOWrapper]:
+    """A text stream on a terminal that was closed: a pseudo-terminal whose other end is gone,
+    where every write fails with EIO (what a run's output meets after SIGHUP)."""
+    master, slave = os.openpty()
+    os.close(master)
+    raw = open(slave, "wb", buffering=0)  # noqa: SIM115 - closed below
+    stream = io.TextIOWrapper(io.BufferedWriter(raw) if buffered else raw,
+                              write_through=not buffered)
+    try:
+        yield stream
+    finally:
+        with contextlib.suppress(OSError):
+            stream.close()
+        with contextlib.suppress(OSError):
+            raw.close()
+
+
+@pytest.mark.parametrize("buffered", [False, True])
+def test_output_to_a_closed_terminal_is_dropped(buffered):
+    with hung_up_terminal(buffered=buffered) as stream:
+        with pytest.raises(OSError) as e:  # the premise: EIO
+            stream.write("x")
+            stream.flush()
+        assert e.value.errno == errno.EIO
+        safe = PipeSafe(stream)
+        assert safe.write("rltrain: SIGHUP received\n") == len("rltrain: SIGHUP received\n")
+        safe.flush()
+        assert safe.write("resume with: ...\n") == len("resume with: ...\n")
+        safe.flush()
+
+
+@contextlib.contextmanager
 def full_device(*, buffered: bool) -> Iterator[io.TextIOWrapper]:
     """A text stream on ``/dev/full``, where every write fails with ENOSPC (a full disk)."""
     if not Path("/dev/full").exists():

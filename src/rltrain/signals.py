@@ -1,4 +1,9 @@
-"""SIGINT and SIGTERM through a run's phases, process-wide.
+"""SIGINT, SIGTERM and SIGHUP through a run's phases, process-wide.
+
+SIGHUP (the terminal closed, an SSH session dropped) is taken as SIGTERM is: the run saves and
+says how to resume, and what it prints to the gone terminal is dropped
+(:class:`rltrain.streams.PipeSafe`). Under ``nohup`` (SIGHUP ignored when the process
+starts) it stays ignored.
 
 * **Start-up** (imports, config, building envs and networks): nothing is worth saving
   yet, so a signal stops at once with :class:`EarlyStop`, which the CLI reports in one
@@ -28,7 +33,12 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: signals a terminal sends to its whole process group: Ctrl-C, and the hang-up when it closes
+TERMINAL: tuple[int, ...] = (signal.SIGINT,)
+if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:  # not under nohup
+    TERMINAL += (signal.SIGHUP,)
+#: the signals that stop a run (SIGHUP as SIGTERM)
+SIGNALS: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM, *TERMINAL[1:])
 #: signals received by this process, in order
 _received: list[int] = []
 #: set in a sweep's main process, inherited by its worker processes
@@ -76,8 +86,8 @@ def _main_thread() -> bool:
 
 def in_sweep_worker() -> bool:
     """Whether this process runs sweep jobs for another (joblib, submitit, Ray workers):
-    their SIGINT is the terminal's Ctrl-C to the whole process group, which the sweep's
-    main process answers by sending each job SIGTERM, so workers ignore SIGINT."""
+    their SIGINT (and SIGHUP) is the terminal's, sent to the whole process group, which the
+    sweep's main process answers by sending each job SIGTERM, so workers ignore those."""
     pid = os.environ.get(SWEEP_PID_ENV)
     return pid is not None and pid != str(os.getpid())
 
@@ -102,7 +112,7 @@ def quiet() -> None:
     """Record signals, do nothing else (after training; sweep workers before training)."""
     _set(lambda signum, frame: record(signum))
     if in_sweep_worker():
-        _set(signal.SIG_IGN, (signal.SIGINT,))
+        _set(signal.SIG_IGN, TERMINAL)
 
 
 def between_jobs(handler: Callable[[int, Any], None]) -> None:
@@ -152,7 +162,7 @@ def training(request_stop: Callable[[int], None]) -> Iterator[None]:
         # below tells the user to send one) must stop at once, not be taken as the first again
         _set(second)
         if in_sweep_worker():
-            _set(signal.SIG_IGN, (signal.SIGINT,))
+            _set(signal.SIG_IGN, TERMINAL)
         record(signum)
         request_stop(signum)
         print(f"\nrltrain: {name(signum)} received; finishing the current step and saving "
@@ -175,7 +185,7 @@ def training(request_stop: Callable[[int], None]) -> Iterator[None]:
         return
     _set(first)
     if in_sweep_worker():
-        _set(signal.SIG_IGN, (signal.SIGINT,))
+        _set(signal.SIG_IGN, TERMINAL)
     if taken is not None:
         signal.signal(taken, preempt)
     if (earlier := requested()) is not None:

@@ -111,7 +111,7 @@ class InfoStats:
     wall_time: float
     reward_threshold: float | None
     timing: Timing = field(default_factory=Timing)
-    #: the signal that interrupted the run (2 SIGINT, 15 SIGTERM), if any
+    #: the signal that interrupted the run (1 SIGHUP, 2 SIGINT, 15 SIGTERM), if any
     interrupt_signal: int | None = None
     #: completed (every epoch, or stopped early at the stop score), interrupted, failed, or
     #: pruned (a tuning study's pruner stopped it after an epoch)

@@ -1,7 +1,8 @@
 """The process's standard streams and its exit, for a command-line tool that others pipe.
 
 - :class:`PipeSafe` keeps training going when the reader of stdout goes away
-  (``rltrain ... | head -1``): output is dropped from then on, nothing is raised.
+  (``rltrain ... | head -1``, or the terminal closed): output is dropped from then on,
+  nothing is raised.
 - :func:`fast_exit` ends the process without the interpreter's teardown, which costs about
   0.3 s once torch is loaded (a sixth of a short run), after running what a normal exit runs.
 
@@ -18,8 +19,9 @@ import os
 import sys
 from typing import Any, NoReturn
 
-#: errno values of a reader that went away
-_GONE = (32, 104)  # EPIPE, ECONNRESET
+#: errno values of a reader that went away: a pipe's or socket's, or a terminal that was
+#: closed (EIO, after SIGHUP)
+_GONE = (5, 32, 104)  # EIO, EPIPE, ECONNRESET
 
 
 class PipeSafe(io.TextIOBase):
@@ -47,6 +49,10 @@ class PipeSafe(io.TextIOBase):
             try:
                 self._stream.flush()
             except (BrokenPipeError, ConnectionResetError):
+                self._broken = True
+            except OSError as e:
+                if e.errno not in _GONE:
+                    raise
                 self._broken = True
 
     def isatty(self) -> bool:
