@@ -4,15 +4,18 @@ in-process on the command's own functions, and through the CLI."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import compose_run
+from conftest import RLTRAIN, cli_env, compose_run, read_jsonl
 from rltrain.lifecycle import ResumePoint, RunContext
 from rltrain.resume import _UNSET, ResumeRefused, extend, parse, resume
 from rltrain.run import StoppedAtOnce
+from rltrain.rundir import resume_command
 
 OTHER = ("'{arg}' cannot change on resume: a resumed run keeps the config stored in its "
          "checkpoint (only trainer.max_epochs=N and trainer.stop_score=X|null may extend it); "
@@ -191,3 +194,35 @@ def test_resume_missing_run_dir(cli, tmp_path):
     res = cli(f"resume={tmp_path / 'nope'}")
     assert res.returncode != 0
     assert "nope" in res.stderr and "Traceback" not in res.stderr
+
+
+# --------------------------------------------------------------------------- the printed command
+def test_the_resume_command_is_quoted_for_the_shell():
+    assert resume_command(Path("/runs/a")) == "rltrain resume=/runs/a"
+    assert resume_command("/r/sp ace/it's", "trainer.max_epochs=12") == (
+        "rltrain 'resume=/r/sp ace/it'\"'\"'s' trainer.max_epochs=12")
+
+
+def test_the_commands_rltrain_prints_work_when_pasted(cli, tmp_path):
+    """A run directory with a space and a quote in its name: the hint of a reused directory,
+    then the extension hint of a complete run, each pasted into a shell as printed."""
+    run_dir = tmp_path / "sp ace" / "it's"
+    assert cli("experiment=smoke", "logger.tensorboard=false",
+               f'hydra.run.dir="{run_dir}"').returncode == 0
+    res = cli("experiment=smoke", f'hydra.run.dir="{run_dir}"')
+    assert res.returncode == 2
+    pasted = res.stderr.split("or continue it with: ")[1].strip()
+    assert pasted == resume_command(run_dir)
+
+    def paste(command: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", "-c", command], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=300,
+                              env=cli_env({"PATH": f"{RLTRAIN.parent}:{os.environ['PATH']}"}))
+
+    res = paste(pasted)
+    assert res.returncode == 0, res.stderr
+    extend_with = res.stdout.split("Extend it with: ")[1].strip()
+    assert extend_with == resume_command(run_dir, "trainer.max_epochs=12")
+    res = paste(extend_with.replace("=12", "=3"))
+    assert res.returncode == 0, res.stderr
+    assert [r["epoch"] for r in read_jsonl(run_dir / "epochs.jsonl")] == [1, 2, 3]

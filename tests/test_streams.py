@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rltrain.streams import PipeSafe, guard_streams
+from rltrain.streams import PipeSafe, clip_long_words, guard_streams
 
 
 @contextlib.contextmanager
@@ -167,3 +167,30 @@ def test_fast_exit_runs_what_a_normal_exit_runs_then_exits_with_the_code(tmp_pat
     assert res.returncode == 3, res.stderr
     assert res.stdout == "buffered, atexit ran"
     assert "logged before the exit" in log.read_text()
+
+
+def test_long_words_in_a_message_are_clipped():
+    value = "9" * 100_000
+    message = clip_long_words(f"algo.lr='{value}' is not valid: give a number")
+    # the word is algo.lr='999...9' (100,010 characters): its first 100, its length, its last 20
+    assert message.startswith("algo.lr='" + "9" * 91 + "...[100,010 characters]...")
+    assert message.endswith("...[100,010 characters]..." + "9" * 19 + "' is not valid: give a "
+                            "number")
+    assert len(message) < 200
+    ordinary = "unknown key algo.lrr; did you mean algo.lr? (/a/path/of/ordinary/length)"
+    assert clip_long_words(ordinary) == ordinary
+
+
+def test_an_error_echoing_a_huge_value_stays_short(tmp_path):
+    """The CLI, resume and each companion tool print one short line for a 100,000-character
+    value (a path that long is refused by the system: named, not a traceback)."""
+    huge = "A" * 100_000
+    for argv in (["rltrain", f"env.id={huge}"], ["rltrain", "resume=/nowhere", f"seed={huge}"],
+                 ["rltrain", f"resume=/{huge}"], ["rltrain-eval", f"/{huge}"],
+                 ["rltrain-export", f"/{huge}"], ["rltrain-report", f"/{huge}"],
+                 ["rltrain-collect", f"/{huge}", "--episodes", "1", "--out", "x.h5"]):
+        res = subprocess.run([str(Path(sys.executable).parent / argv[0]), *argv[1:]],
+                             cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert res.returncode == 2, res.stderr[:300]
+        assert "characters]..." in res.stderr and len(res.stderr) < 1200, res.stderr[:300]
+        assert "Traceback" not in res.stderr and len(res.stderr.splitlines()) == 1

@@ -24,7 +24,7 @@ from typing import Any
 
 import rltrain
 from rltrain import signals
-from rltrain.streams import fast_exit, guard_streams
+from rltrain.streams import clip_long_words, fast_exit, guard_streams
 
 STARTED = time.perf_counter()
 
@@ -124,9 +124,11 @@ def _where(checkpoint: dict[str, Any] | None) -> str:
 
 def _outcome(info: Any, ctx: Any, label: str = "") -> tuple[int, str | None]:
     """The exit code and message for a run's InfoStats."""
+    from rltrain.rundir import resume_command
+
     if info.status == "failed":
         where = f" in {info.failed_at}" if info.failed_at else ""
-        tail = (f"; after fixing the cause, resume with: rltrain resume={ctx.run_dir}"
+        tail = (f"; after fixing the cause, resume with: {resume_command(ctx.run_dir)}"
                 if ctx.checkpoint else "; the directory can be reused")
         return 1, (f"error: {label}the run failed{where}: {info.error}\n"
                    f"rltrain: {_where(ctx.checkpoint)}; summary.json and rltrain.log in "
@@ -134,12 +136,14 @@ def _outcome(info: Any, ctx: Any, label: str = "") -> tuple[int, str | None]:
     if info.status == "interrupted":
         return 128 + int(info.interrupt_signal or 2), (
             f"interrupted at epoch {info.epochs} (env step {info.env_step:,}); checkpoint and "
-            f"summary written.\nresume with: rltrain resume={ctx.run_dir}")
+            f"summary written.\nresume with: {resume_command(ctx.run_dir)}")
     return 0, None
 
 
 def _stopped_at_once(e: Any, ctx: Any) -> tuple[int, str]:
-    resume = f"\nresume with: rltrain resume={ctx.run_dir}" if e.checkpoint else ""
+    from rltrain.rundir import resume_command
+
+    resume = f"\nresume with: {resume_command(ctx.run_dir)}" if e.checkpoint else ""
     return 128 + e.signum, (f"{e} received again: stopped at once; {_where(e.checkpoint)}"
                             f"{resume}")
 
@@ -206,7 +210,7 @@ def task(cfg: Any) -> Any:
     except (ConfigError, rundir.RunDirError) as e:
         if _full_error():
             raise
-        code, message = 2, f"error: {label}{e}"
+        code, message = 2, f"error: {label}{clip_long_words(str(e))}"
         if not single and isinstance(e, ConfigError):
             sweep.write_status(run_dir, "failed", str(e))
             with_snapshot = run_dir / ".hydra"
@@ -309,7 +313,7 @@ def _hydra(argv: list[str]) -> tuple[int, bool]:
 
 
 def _error(message: str, code: int = 2) -> int:
-    _say(f"error: {message}")
+    _say(f"error: {clip_long_words(message)}")
     return code
 
 

@@ -48,6 +48,7 @@ from rltrain.evaluate import (
     seed_int,
     short,
 )
+from rltrain.streams import clip_long_words, os_error_text
 
 #: the default seed is this plus the run's seed (eval's default is 10_000 plus it)
 SEED_OFFSET = 20_000
@@ -509,7 +510,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         run(args)
     except (ConfigError, UserError) as e:
-        print(f"rltrain-collect: error: {short(e, 400)}", file=sys.stderr)
+        print(f"rltrain-collect: error: {clip_long_words(short(e, 400))}", file=sys.stderr)
+        sys.exit(2)
+    except OSError as e:  # a path the system refuses (too long, not readable)
+        print(f"rltrain-collect: error: {os_error_text(e)}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
         print("rltrain-collect: interrupted; nothing was written", file=sys.stderr)

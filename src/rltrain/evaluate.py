@@ -33,6 +33,8 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from rltrain.streams import clip_long_words, os_error_text
+
 #: the weights a run keeps, by ``--weights`` name
 WEIGHT_FILES = {
     "best": Path("best") / "policy.pt",
@@ -343,7 +345,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         r = run(args)
     except (ConfigError, UserError) as e:
-        print(f"rltrain-eval: error: {e}", file=sys.stderr)
+        print(f"rltrain-eval: error: {clip_long_words(str(e))}", file=sys.stderr)
+        sys.exit(2)
+    except OSError as e:  # a path the system refuses (too long, not readable)
+        print(f"rltrain-eval: error: {os_error_text(e)}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
         print("rltrain-eval: interrupted", file=sys.stderr)

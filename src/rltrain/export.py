@@ -27,6 +27,7 @@ import numpy as np
 from rltrain.config import ConfigError
 from rltrain.envs import make_vector_env
 from rltrain.evaluate import WEIGHT_FILES, ArgumentParser, LoadedRun, UserError, load_run, require
+from rltrain.streams import clip_long_words, os_error_text
 
 OPSET = 17
 #: random check observations are drawn uniformly from the observation space, with
@@ -155,7 +156,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             raise UserError(f"could not write {out}: {e.strerror or e}{hint}") from None
         ok, detail = compare(loaded, out, check_observations(loaded))
     except (ConfigError, UserError) as e:
-        print(f"rltrain-export: error: {e}", file=sys.stderr)
+        print(f"rltrain-export: error: {clip_long_words(str(e))}", file=sys.stderr)
+        sys.exit(2)
+    except OSError as e:  # a path the system refuses (too long, not readable)
+        print(f"rltrain-export: error: {os_error_text(e)}", file=sys.stderr)
         sys.exit(2)
     info = loaded.info
     action = (f"int64[batch] (argmax of {info.num_actions})" if info.discrete else

@@ -21,6 +21,7 @@ from rltrain.checkpoint import CheckpointError
 from rltrain.config import ConfigError
 from rltrain.lifecycle import ResumePoint, RunContext, resume_point
 from rltrain.run import StoppedAtOnce, run
+from rltrain.streams import clip_long_words
 from rltrain.trainer import failure_text
 
 #: the only overrides a resume accepts: extending the run
@@ -97,16 +98,20 @@ def resume(args: list[str], *, say: Callable[[str], None], started: float,
            full_error: bool) -> int:
     """Run the resume command; returns the exit code (messages go through ``say``)."""
     def error(message: str, code: int = 2) -> int:
-        say(f"error: {message}")
+        say(f"error: {clip_long_words(message)}")
         return code
 
     try:
         run_dir, max_epochs, stop_score = parse(args)
     except ResumeRefused as e:
         return error(str(e))
-    if not run_dir.is_dir():
+    try:
+        found, checkpoints = run_dir.is_dir(), (run_dir / "checkpoints").is_dir()
+    except OSError as e:  # a name too long for the file system, a directory not readable
+        return error(f"resume={run_dir}: cannot be read: {e.strerror}")
+    if not found:
         return error(f"resume={run_dir}: no such run directory")
-    if not (run_dir / "checkpoints").is_dir():
+    if not checkpoints:
         return error(f"resume={run_dir}: no checkpoints/ there, so nothing to resume (is it a "
                      "run directory written by rltrain?)")
     try:
@@ -128,9 +133,9 @@ def resume(args: list[str], *, say: Callable[[str], None], started: float,
         except ResumeRefused as e:
             return error(str(e))
         if complete is not None:
+            more = max(point.epochs_complete, int(point.cfg.trainer.max_epochs)) + 10
             print(f"rltrain: the run in {run_dir} is already complete ({complete}); nothing to "
-                  f"do. Extend it with: rltrain resume={run_dir} {MAX_EPOCHS}="
-                  f"{max(point.epochs_complete, int(point.cfg.trainer.max_epochs)) + 10}")
+                  f"do. Extend it with: {rundir.resume_command(run_dir, f'{MAX_EPOCHS}={more}')}")
             return 0
         _log_to(run_dir, bool(point.cfg.logger.quiet))
         ctx = RunContext(run_dir, started=started)
@@ -145,7 +150,7 @@ def resume(args: list[str], *, say: Callable[[str], None], started: float,
                          "(HYDRA_FULL_ERROR=1 shows the traceback)", 1)
         except signals.EarlyStop as e:
             say(f"{signals.name(e.signum)} received before training resumed: stopped; the run "
-                f"is as it was: resume it again with: rltrain resume={run_dir}")
+                f"is as it was: resume it again with: {rundir.resume_command(run_dir)}")
             return 128 + e.signum
         except StoppedAtOnce as e:
             code, said = stopped_at_once(e, ctx)

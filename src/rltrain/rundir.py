@@ -19,6 +19,7 @@ import fcntl
 import json
 import logging
 import os
+import shlex
 import shutil
 import socket
 import time
@@ -255,9 +256,15 @@ def claim(run_dir: Path, remove_empty: bool = True) -> Iterator[RunDirLock]:
             (run_dir / LOCK).unlink(missing_ok=True)
 
 
+def resume_command(run_dir: Path | str, *extra: str) -> str:
+    """The command that resumes ``run_dir``, quoted for a POSIX shell so that it works when
+    pasted (a directory with spaces or quotes in its name): ``rltrain resume=DIR``."""
+    return "rltrain " + shlex.join([f"resume={run_dir}", *extra])
+
+
 def _refuse_run(run_dir: Path) -> None:
     used = holds_run(run_dir)
     if used:
         raise RunDirError(
             f"{run_dir} already holds a run ({', '.join(used)}); choose a new hydra.run.dir so "
-            f"nothing is overwritten, or continue it with: rltrain resume={run_dir}")
+            f"nothing is overwritten, or continue it with: {resume_command(run_dir)}")

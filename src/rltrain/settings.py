@@ -186,8 +186,13 @@ def load_run_settings(run_dir: Path, device: str | None = None) -> Settings:
     """The checked settings of an existing run, from its ``.hydra/config.yaml``;
     ``device`` replaces the run's own (a run trained on cuda evaluates on cpu)."""
     path = run_dir / ".hydra" / "config.yaml"
-    if not path.is_file():
+    try:
+        is_run = path.is_file()
         what = "is not a directory" if not run_dir.is_dir() else "has no .hydra/config.yaml"
+    except OSError as e:  # a name too long for the file system, a directory not readable
+        raise ConfigError(f"{run_dir} cannot be read: {e.strerror}; pass a run directory "
+                          "written by rltrain") from None
+    if not is_run:
         raise ConfigError(f"{run_dir} {what}; pass a run directory written by rltrain")
     try:
         raw = OmegaConf.load(path)

@@ -3,6 +3,7 @@
 - :class:`PipeSafe` keeps training going when the reader of stdout goes away
   (``rltrain ... | head -1``, or the terminal closed): output is dropped from then on,
   nothing is raised.
+- :func:`clip_long_words` keeps an error line readable when it echoes a huge value.
 - :func:`fast_exit` ends the process without the interpreter's teardown, which costs about
   0.3 s once torch is loaded (a sixth of a short run), after running what a normal exit runs.
 
@@ -16,6 +17,7 @@ import contextlib
 import io
 import logging
 import os
+import re
 import sys
 from typing import Any, NoReturn
 
@@ -75,6 +77,29 @@ def guard_streams() -> None:
         sys.stdout = PipeSafe(sys.stdout)
     if not isinstance(sys.stderr, PipeSafe):
         sys.stderr = PipeSafe(sys.stderr)
+
+
+#: a word (no whitespace) longer than this in an error message is shown clipped
+LONG_WORD = 200
+
+
+def clip_long_words(message: str, limit: int = LONG_WORD) -> str:
+    """``message`` with each word over ``limit`` characters shown as its start, its length and
+    its end: an error that echoes a 100,000-character value stays one readable line."""
+
+    def clip(m: re.Match[str]) -> str:
+        word = m.group(0)
+        return f"{word[:limit // 2]}...[{len(word):,} characters]...{word[-limit // 10:]}"
+
+    return re.sub(rf"\S{{{limit + 1},}}", clip, message)
+
+
+def os_error_text(e: OSError) -> str:
+    """An OSError in one line: the path it met and what the system said (``/x: File name too
+    long``), clipped like any error line."""
+    what = e.strerror or str(e)
+    where = f"{e.filename}: " if e.filename is not None else ""
+    return clip_long_words(f"{where}{what}")
 
 
 def fast_exit(code: int) -> NoReturn:

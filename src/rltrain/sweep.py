@@ -187,7 +187,7 @@ def report(path: Path, quiet: bool = False) -> tuple[int, int, int]:
                 f" (pruned after epoch {summary.get('epochs')})" if status == "pruned" else "")
         elif status == "interrupted":
             interrupted += 1
-            detail = f"resume with: rltrain resume={job}"
+            detail = f"resume with: {rundir.resume_command(job)}"
         else:
             failed += status == "failed" or status == "unknown"
             detail = str(summary.get("error") or "")

@@ -14,6 +14,7 @@ from rltrain.evaluate import ArgumentParser, UserError, positive_int
 from rltrain.report.compose import Settings, build
 from rltrain.report.runs import DamagedRun, Run, find_runs, load_run, show
 from rltrain.report.stats import Reference
+from rltrain.streams import clip_long_words, os_error_text
 
 PROG = "rltrain-report"
 #: the files a report writes (``--force`` removes these, and only these, first)
@@ -82,7 +83,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         _require()
         make_output_dir(out, args.force)
     except UserError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
+        print(f"{PROG}: error: {clip_long_words(str(e))}", file=sys.stderr)
+        sys.exit(2)
+    except OSError as e:  # a path the system refuses (too long, not readable)
+        print(f"{PROG}: error: {os_error_text(e)}", file=sys.stderr)
         sys.exit(2)
     try:
         outcome = build(runs, out, Settings(args.last, args.reps, references), skipped,
