@@ -9,6 +9,7 @@ import queue
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -29,6 +30,10 @@ BIN = Path(sys.executable).parent
 RLTRAIN = BIN / "rltrain"
 TESTS = Path(__file__).resolve().parent
 CONF = TESTS.parent / "conf"
+
+# what rltrain records as set up on this machine (rltrain.trust) goes to a folder of this
+# test process, in-process and in every CLI run it starts, never to the user's home
+os.environ["RLTRAIN_STATE_DIR"] = tempfile.mkdtemp(prefix="rltrain-test-state-")
 
 
 def cli_env(env: dict | None = None) -> dict:

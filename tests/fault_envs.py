@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import os
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -107,6 +108,12 @@ def _register() -> None:
         gym.register(id=IMAGE_ID, entry_point=ImageEnv, max_episode_steps=50)
         gym.register(id=DICT_ID, entry_point=DictObsEnv, max_episode_steps=20)
         gym.register(id=BROKEN_ID, entry_point=BrokenEnv, max_episode_steps=20)
+
+
+def touch_marker(path: str) -> None:
+    """Not an env: proof that it was called (a Minari env_spec's entry point in the trust
+    tests), by the file it creates."""
+    Path(path).touch()
 
 
 def _write_marker() -> None:

@@ -133,7 +133,7 @@ def build_parts(s: Settings) -> Parts:
         algorithm = build_algorithm(s, info)
         kind.check(s.trainer, s.algo, s.env.num_train_envs, s.buffer.size)
         storage = kind.storage(s.trainer, StorageRequest(info, s.env.num_train_envs,
-                                                         s.buffer.size, s.dataset))
+                                                         s.buffer.size, s.dataset, s.trust))
     except BaseException:
         if train_envs is not None:
             train_envs.close()

@@ -32,7 +32,7 @@ USAGE = """\
 rltrain: train a deep RL agent from composed YAML configs (Hydra).
 
 usage: rltrain [--multirun] [--cfg job] [-q] [GROUP=OPTION ...] [KEY=VALUE ...]
-       rltrain resume=RUN_DIR [trainer.max_epochs=N]
+       rltrain resume=RUN_DIR [trainer.max_epochs=N] [--trust]
        rltrain --version
 
 examples:
@@ -62,6 +62,11 @@ keys (KEY=VALUE): any key that `rltrain --cfg job` prints, e.g. seed=1, device=c
 Each run writes outputs/<algo>-<env>/<date_time>/ (epochs.jsonl, summary.json, tb/,
 checkpoints/, best/, final/); move it with hydra.run.dir=PATH. Hydra's own options:
 rltrain --hydra-help.
+
+A run from elsewhere (another machine or person) whose config names modules or wrappers
+beyond gymnasium's is refused by resume=, rltrain-eval, -export and -collect until you
+pass --trust; trust=true lets a run use a Minari dataset that would build its env from
+the dataset's recorded spec.
 """
 
 #: groups a user selects; trainer follows the algorithm, tuned follows algo and env
@@ -155,10 +160,11 @@ def task(cfg: Any) -> Any:
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 
-    from rltrain import rundir, sweep
+    from rltrain import rundir, sweep, trust
     from rltrain.config import ConfigError
     from rltrain.lifecycle import RunContext
     from rltrain.run import StoppedAtOnce, run
+    from rltrain.settings import plain
     from rltrain.trainer import failure_text
 
     hydra_cfg = HydraConfig.get()
@@ -190,6 +196,9 @@ def task(cfg: Any) -> Any:
 
     shown = [o[2:] if o.startswith("++") else o for o in overrides]
     command = " ".join(["rltrain", *(sys.argv[1:] if single else shown)])
+    # the command typed here is consent to the code its config names: recorded, so that
+    # rltrain-eval, resume= and a requeued job trust this run's files (rltrain.trust)
+    trust.record(trust.env_surface(plain(cfg.get("env"))), command)
     ctx = RunContext(run_dir, command=command, overrides=shown, on_accept=accept,
                      started=STARTED if single else time.perf_counter())
     code, message = 0, None
@@ -201,7 +210,7 @@ def task(cfg: Any) -> Any:
             return done.get("best_score")
     try:
         if again:
-            info = sweep.continue_job(run_dir, ctx, label)
+            info = sweep.continue_job(run_dir, ctx, label, consent=bool(cfg.get("trust")))
         else:
             with rundir.claim(run_dir,
                               remove_empty=not (single and sweep.STATE.run_dir_existed)):

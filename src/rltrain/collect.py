@@ -40,6 +40,7 @@ import numpy as np
 
 from rltrain.core import Policy
 from rltrain.evaluate import (
+    TRUST_HELP,
     WEIGHT_FILES,
     ArgumentParser,
     UserError,
@@ -205,7 +206,7 @@ def from_policy(args: argparse.Namespace) -> tuple[Any, str]:
         if args.run_dir is not None:
             from rltrain.settings import load_run_settings
 
-            s = load_run_settings(args.run_dir, device="cpu")
+            s = load_run_settings(args.run_dir, device="cpu", consent=args.trust)
             env_cfg, run_seed = s.env, s.seed
         else:
             env_cfg = _env_config(args)
@@ -214,7 +215,8 @@ def from_policy(args: argparse.Namespace) -> tuple[Any, str]:
     else:
         from rltrain.evaluate import load_run
 
-        loaded = load_run(args.run_dir, args.weights or "best", device="cpu")
+        loaded = load_run(args.run_dir, args.weights or "best", device="cpu",
+                          consent=args.trust)
         env_cfg, run_seed, info = loaded.settings.env, loaded.settings.seed, loaded.info
         _, obs_space, act_space = _space_info(env_cfg)
     if args.noise and info.discrete and args.noise > 1:
@@ -267,7 +269,7 @@ def from_buffer(args: argparse.Namespace) -> tuple[Any, str]:
     from rltrain.settings import load_run_settings
     from rltrain.trainer import TRAINERS
 
-    s = load_run_settings(args.run_dir, device="cpu")
+    s = load_run_settings(args.run_dir, device="cpu", consent=args.trust)
     if not TRAINERS[s.trainer.name].keeps_replay_buffer:
         kind = {"onpolicy": "on-policy", "offline": "offline"}.get(s.trainer.name,
                                                                   s.trainer.name)
@@ -362,6 +364,7 @@ def parser() -> ArgumentParser:
     p.add_argument("--out", type=Path, required=True, metavar="FILE",
                    help="the dataset to write: .h5 or .hdf5 (HDF5, compressed) or .npz")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
+    p.add_argument("--trust", action="store_true", help=TRUST_HELP)
     size = p.add_argument_group("how much (one of)")
     size.add_argument("--episodes", type=positive_int, default=None, metavar="N",
                       help="N whole episodes, in fixed per-env quotas")
@@ -510,7 +513,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         run(args)
     except (ConfigError, UserError) as e:
-        print(f"rltrain-collect: error: {clip_long_words(short(e, 400))}", file=sys.stderr)
+        print(f"rltrain-collect: error: {clip_long_words(str(e))}", file=sys.stderr)
         sys.exit(2)
     except OSError as e:  # a path the system refuses (too long, not readable)
         print(f"rltrain-collect: error: {os_error_text(e)}", file=sys.stderr)

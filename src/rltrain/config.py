@@ -307,6 +307,10 @@ class RunConfig:
     #: what an offline algorithm (trainer=offline: bc, td3bc, cql, iql) learns from: an .h5,
     #: .hdf5 or .npz file written by rltrain-collect, or minari:ID (a local Minari dataset)
     dataset: str | None = None
+    #: consent to code the run's files would run (rltrain.trust): a Minari dataset whose
+    #: env must be built from its recorded spec. Never taken from a stored config: a resume
+    #: gives it with --trust
+    trust: bool = False
 
 
 def env_dir_name(env_id: str) -> str:

@@ -127,9 +127,11 @@ class LoadedRun:
             return self.policy(torch.as_tensor(obs)).numpy()
 
 
-def load_run(run_dir: Path, weights: str, device: str | None = None) -> LoadedRun:
+def load_run(run_dir: Path, weights: str, device: str | None = None, *,
+             consent: bool = False) -> LoadedRun:
     """Rebuild the run's algorithm from ``.hydra/config.yaml`` and load ``weights`` into it
-    (on ``device``, default: cpu, whatever the run trained on).
+    (on ``device``, default: cpu, whatever the run trained on). Code the config names that
+    was not set up on this machine runs only with ``consent`` (``--trust``).
 
     Raises :class:`rltrain.config.ConfigError` or :class:`UserError` for anything the
     user can fix (no such run, no such weights file, a damaged file).
@@ -140,7 +142,7 @@ def load_run(run_dir: Path, weights: str, device: str | None = None) -> LoadedRu
     from rltrain.envs import make_vector_env, max_episode_steps, space_info
     from rltrain.settings import load_run_settings
 
-    s = load_run_settings(run_dir, device=device or "cpu")
+    s = load_run_settings(run_dir, device=device or "cpu", consent=consent)
     path = run_dir / WEIGHT_FILES[weights]
     if not path.is_file():
         have = [name for name, rel in WEIGHT_FILES.items() if (run_dir / rel).is_file()]
@@ -278,6 +280,11 @@ def write_json(obj: dict[str, Any], path: Path) -> None:
     os.replace(tmp, path)
 
 
+#: what --trust does, for every tool that rebuilds a run from its directory
+TRUST_HELP = ("run the modules and wrappers RUN_DIR's config names even though no command on "
+              "this machine set them up (a run from elsewhere); only for a run you trust")
+
+
 def parser() -> ArgumentParser:
     p = ArgumentParser(
         prog="rltrain-eval",
@@ -297,6 +304,7 @@ def parser() -> ArgumentParser:
     p.add_argument("--video", type=Path, default=None, metavar="DIR",
                    help="record every evaluated episode as an mp4 in DIR (needs the 'video' "
                    "extra: moviepy, pygame)")
+    p.add_argument("--trust", action="store_true", help=TRUST_HELP)
     return p
 
 
@@ -307,7 +315,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         require(["moviepy"], "--video", "video")
         if args.video.exists() and not args.video.is_dir():
             raise UserError(f"--video {args.video} is a file; pass a directory for the videos")
-    loaded = load_run(args.run_dir, args.weights)
+    loaded = load_run(args.run_dir, args.weights, consent=args.trust)
     s = loaded.settings
     seed = default_seed(s.seed) if args.seed is None else args.seed
     try:

@@ -26,7 +26,15 @@ import numpy as np
 
 from rltrain.config import ConfigError
 from rltrain.envs import make_vector_env
-from rltrain.evaluate import WEIGHT_FILES, ArgumentParser, LoadedRun, UserError, load_run, require
+from rltrain.evaluate import (
+    TRUST_HELP,
+    WEIGHT_FILES,
+    ArgumentParser,
+    LoadedRun,
+    UserError,
+    load_run,
+    require,
+)
 from rltrain.streams import clip_long_words, os_error_text
 
 OPSET = 17
@@ -139,6 +147,7 @@ def parser() -> ArgumentParser:
                    "(default: best)")
     p.add_argument("--out", type=Path, default=None, metavar="PATH",
                    help="the ONNX file to write (default: RUN_DIR/final/policy.onnx)")
+    p.add_argument("--trust", action="store_true", help=TRUST_HELP)
     return p
 
 
@@ -148,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         require(["onnx", "onnxruntime"], "rltrain-export", "export")
         check_out(out, args.run_dir)
-        loaded = load_run(args.run_dir, args.weights, device="cpu")
+        loaded = load_run(args.run_dir, args.weights, device="cpu", consent=args.trust)
         try:
             export_onnx(loaded, out)
         except OSError as e:

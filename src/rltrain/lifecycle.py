@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from rltrain import trust
 from rltrain.algorithms import Algorithm
 from rltrain.build import Parts
 from rltrain.catalogue import register_configs, typed_run_config
@@ -79,14 +80,22 @@ class ResumePoint:
         return completed_epochs(self.trainer)
 
 
-def resume_point(run_dir: Path) -> ResumePoint:
+def resume_point(run_dir: Path, *, consent: bool = False,
+                 allow: str = "add --trust to rltrain resume=...") -> ResumePoint:
     """The run's newest usable checkpoint (``last.pt``, else the newest good numbered one).
+    Its config would run no code that was not set up here, unless ``consent``
+    (:mod:`rltrain.trust`).
 
-    :raises CheckpointError: no usable checkpoint; ConfigError: its config is not rltrain's.
+    :raises CheckpointError: no usable checkpoint; ConfigError: its config is not rltrain's,
+        or (UntrustedError) it would run code without consent.
     """
     state, used, problems = load_latest(run_dir / "checkpoints")
+    config = state.get("config")
+    env = config.get("env") if isinstance(config, dict) else None
+    trust.check(trust.env_surface(env), f"the config in {used}", consent=consent, allow=allow)
     register_configs()
     cfg = typed_run_config(OmegaConf.create(state["config"]))
+    cfg.trust = consent  # the consent of this command, never a stored one
     _dataset_where_it_was(cfg, (state.get("dataset") or {}).get("path"))
     return ResumePoint(state, cfg, used, problems)
 

@@ -101,8 +101,9 @@ def resume(args: list[str], *, say: Callable[[str], None], started: float,
         say(f"error: {clip_long_words(message)}")
         return code
 
+    consent = "--trust" in args  # run what the checkpoint's config names (rltrain.trust)
     try:
-        run_dir, max_epochs, stop_score = parse(args)
+        run_dir, max_epochs, stop_score = parse([a for a in args if a != "--trust"])
     except ResumeRefused as e:
         return error(str(e))
     try:
@@ -121,7 +122,8 @@ def resume(args: list[str], *, say: Callable[[str], None], started: float,
         return error(f"resume={run_dir}: {e}")
     try:
         try:
-            point = resume_point(run_dir)
+            point = resume_point(run_dir, consent=consent,
+                                 allow=f"{rundir.resume_command(run_dir)} --trust")
         except (CheckpointError, ConfigError) as e:
             return error(f"resume={run_dir}: {e}")
         for problem in point.problems:

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
 import yaml
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
+from rltrain import trust
 from rltrain.algorithms import ALGORITHMS
 from rltrain.catalogue import check_known_keys, trainer_problem, typed_run_config
 from rltrain.config import (
@@ -58,6 +59,8 @@ class Settings:
     tune: TuneConfig = field(default_factory=TuneConfig)
     #: an offline run's dataset (``dataset=PATH`` or ``minari:ID``)
     dataset: str | None = None
+    #: ``trust=true``: the user consents to code the run's files would run (rltrain.trust)
+    trust: bool = False
 
     @property
     def learns_offline(self) -> bool:
@@ -118,7 +121,8 @@ def settings(cfg: DictConfig) -> Settings:
                           ".hdf5, .npz) or minari:ID")
     s = Settings(algo, env, trainer, buffer, logger, seed=check_seed(cfg.seed),
                  device=torch_device(cfg.device), torch_threads=int(cfg.torch_threads), tune=tune,
-                 dataset=None if dataset is None else str(dataset))
+                 dataset=None if dataset is None else str(dataset),
+                 trust=bool(cfg.get("trust", False)))
     check_pairing(s)
     return s
 
@@ -182,9 +186,12 @@ def torch_device(name: str) -> torch.device:
     return dev
 
 
-def load_run_settings(run_dir: Path, device: str | None = None) -> Settings:
+def load_run_settings(run_dir: Path, device: str | None = None, *, consent: bool = False,
+                      allow: str = "add --trust") -> Settings:
     """The checked settings of an existing run, from its ``.hydra/config.yaml``;
-    ``device`` replaces the run's own (a run trained on cuda evaluates on cpu)."""
+    ``device`` replaces the run's own (a run trained on cuda evaluates on cpu). A config
+    that would run code not set up on this machine is refused unless ``consent``
+    (:mod:`rltrain.trust`; ``allow`` says how to give it)."""
     path = run_dir / ".hydra" / "config.yaml"
     try:
         is_run = path.is_file()
@@ -205,7 +212,20 @@ def load_run_settings(run_dir: Path, device: str | None = None) -> Settings:
         raise ConfigError(f"{path} cannot be read: {e}") from None
     if not isinstance(raw, DictConfig):
         raise ConfigError(f"{path} is damaged (not a mapping of config groups)")
+    trust.check(trust.env_surface(plain(raw.get("env"))), str(path), consent=consent,
+                allow=allow)
     cfg = typed_run_config(raw)
     if device is not None:
         cfg.device = device
     return settings(cfg)
+
+
+def plain(node: Any) -> Any:
+    """A config node as plain data, interpolations resolved where they can be (what a
+    checkpoint stores), else as written: the trust record compares the two."""
+    if not isinstance(node, (DictConfig, ListConfig)):
+        return node
+    try:
+        return OmegaConf.to_container(node, resolve=True)
+    except Exception:  # noqa: BLE001 - an interpolation that does not resolve
+        return OmegaConf.to_container(node, resolve=False)

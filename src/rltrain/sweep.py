@@ -241,14 +241,19 @@ def earlier_attempt(job_dir: Path, overrides: list[str], label: str) -> dict[str
     return None
 
 
-def continue_job(job_dir: Path, ctx: RunContext, label: str) -> InfoStats:
+def continue_job(job_dir: Path, ctx: RunContext, label: str, consent: bool = False
+                 ) -> InfoStats:
     """Resume an unfinished job in its own directory from its newest good checkpoint, with
-    the config stored there (the resume path of ``rltrain resume=``); returns its InfoStats."""
+    the config stored there (the resume path of ``rltrain resume=``); returns its InfoStats.
+    ``consent``: the sweep command's ``trust=true`` (rltrain.trust); the code its config
+    names was recorded as trusted when this command composed the job."""
     lock = rundir.RunDirLock(job_dir)
     lock.acquire()
     try:
         try:
-            point = resume_point(job_dir)
+            point = resume_point(job_dir, consent=consent,
+                                 allow="trust=true on the sweep's command, or remove the job's "
+                                 "directory")
         except (CheckpointError, ConfigError) as e:
             raise ConfigError(f"{job_dir} holds an unfinished run that cannot be resumed: "
                               f"{e}") from None

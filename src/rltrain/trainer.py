@@ -65,6 +65,8 @@ class StorageRequest:
     buffer_size: int
     #: an offline run's ``dataset=`` (a file or ``minari:ID``)
     dataset: str | None = None
+    #: consent to code the dataset would run (``trust=true``; rltrain.trust)
+    trust: bool = False
 
 
 @dataclass(frozen=True)
@@ -740,7 +742,7 @@ class OfflineTrainer(Trainer):
         one-lane buffer in the algorithm's action space."""
         spec, info = request.dataset, request.info
         assert spec is not None  # the settings' pairing check
-        data = datasets.load_dataset(spec)
+        data = datasets.load_dataset(spec, consent=request.trust)
         datasets.check_spaces(data, info.obs_space, info.action_space, info.env_id, spec)
         assert params.batch_size is not None  # check() refused None; build calls it first
         if params.batch_size > len(data):

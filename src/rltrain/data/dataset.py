@@ -33,6 +33,7 @@ import gymnasium as gym
 import numpy as np
 
 import rltrain
+from rltrain import trust
 from rltrain.config import ConfigError
 
 if TYPE_CHECKING:
@@ -405,15 +406,17 @@ def _validated(arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any], spec: 
                         arrays["terminated"], arrays["truncated"], meta=dict(meta))
 
 
-def load_dataset(spec: str) -> Dataset:
+def load_dataset(spec: str, *, consent: bool = False) -> Dataset:
     """A dataset from an rltrain file (``.h5``, ``.hdf5``, ``.npz``) or a Minari dataset in
-    local storage (``minari:ID``; ``MINARI_DATASETS_PATH`` chooses the storage).
+    local storage (``minari:ID``; ``MINARI_DATASETS_PATH`` chooses the storage). A Minari
+    dataset whose env Minari would build from its recorded spec, with code other than
+    gymnasium's, is refused unless ``consent`` (``trust=true``; :mod:`rltrain.trust`).
 
     :raises ConfigError: one line naming the file or id and what would be right.
     """
     spec = str(spec)
     if spec.startswith(MINARI_PREFIX):
-        return _load_minari(spec[len(MINARI_PREFIX):], spec)
+        return _load_minari(spec[len(MINARI_PREFIX):], spec, consent)
     path = Path(spec)
     if not path.exists():
         raise ConfigError(f"dataset {spec} does not exist; pass an .h5, .hdf5 or .npz file "
@@ -468,10 +471,42 @@ def _minari_dir(dataset_id: str, spec: str) -> Path:
     return path
 
 
-def _load_minari(dataset_id: str, spec: str) -> Dataset:
+def minari_surface(path: Path) -> list[str]:
+    """What loading a Minari dataset would run beyond gymnasium: Minari builds the env from
+    the recorded ``env_spec`` (its entry point and wrappers) when the metadata holds no
+    spaces. Read from the JSON alone, nothing imported."""
+    try:
+        metadata = json.loads((path / "data" / "metadata.json").read_text())
+    except (OSError, ValueError, RecursionError):
+        return []  # Minari reports a damaged or missing file itself, building nothing
+    if not isinstance(metadata, dict):
+        return []
+    if "observation_space" in metadata and "action_space" in metadata:
+        return []
+    items = []
+    for key in ("env_spec", "eval_env_spec"):
+        raw = metadata.get(key)
+        try:
+            spec = json.loads(raw) if isinstance(raw, str) else None
+        except (ValueError, RecursionError):
+            spec = None
+        if not isinstance(spec, dict):
+            continue
+        points = [spec.get("entry_point")] + [
+            w.get("entry_point") for w in spec.get("additional_wrappers") or []
+            if isinstance(w, dict)]
+        for point in points:
+            if isinstance(point, str) and not point.startswith("gymnasium."):
+                items.append(f"call {point} (the dataset's {key}, to build its env)")
+    return items
+
+
+def _load_minari(dataset_id: str, spec: str, consent: bool = False) -> Dataset:
     """Convert a local Minari dataset: each episode's T+1 observations and T actions,
     rewards, terminations and truncations become T transitions."""
     path = _minari_dir(dataset_id, spec)
+    trust.check(minari_surface(path), f"dataset={spec} ({path})", consent=consent,
+                allow="add trust=true to the command")
     minari = _minari(spec)
     try:
         data = minari.load_dataset(dataset_id)
