@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from rltrain.errors import NonFiniteError
+from rltrain.files import open_new_bytes
 
 FORMAT = "rltrain-checkpoint"
 #: 3: env state as tagged plain data with what could not be captured; test step counter
@@ -68,7 +69,7 @@ def atomic_save(obj: Any, path: Path) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     writer = None
     try:
-        with open(tmp, "wb") as f:
+        with open_new_bytes(tmp) as f:
             writer = _Writer(f)
             # torch.save takes any object with write() and flush(), as its docstring says, but
             # annotates IO[bytes], which an io.RawIOBase is not (torch 2.x typing bug)

@@ -33,6 +33,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from rltrain.files import write_new
 from rltrain.streams import clip_long_words, os_error_text
 
 #: the weights a run keeps, by ``--weights`` name
@@ -276,7 +277,7 @@ def evaluate(loaded: LoadedRun, episodes: int, seed: int, video: Path | None = N
 
 def write_json(obj: dict[str, Any], path: Path) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(obj, indent=2) + "\n")
+    write_new(tmp, json.dumps(obj, indent=2) + "\n")
     os.replace(tmp, path)
 
 

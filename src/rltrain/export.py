@@ -35,6 +35,7 @@ from rltrain.evaluate import (
     load_run,
     require,
 )
+from rltrain.files import fresh
 from rltrain.streams import clip_long_words, os_error_text
 
 OPSET = 17
@@ -63,7 +64,7 @@ def export_onnx(loaded: LoadedRun, out: Path) -> None:
         # torch >= 2.9 defaults to the torch.export-based exporter, which also needs onnxscript
         kwargs["dynamo"] = False
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
+    tmp = fresh(out.with_name(f".{out.name}.tmp"))
     with warnings.catch_warnings():
         # "legacy TorchScript-based ONNX export" deprecation notices
         warnings.simplefilter("ignore", DeprecationWarning)
@@ -83,7 +84,7 @@ def export_onnx(loaded: LoadedRun, out: Path) -> None:
     }
     onnx.helper.set_model_props(model, meta)
     onnx.checker.check_model(model)
-    onnx.save(model, str(tmp))
+    onnx.save(model, str(fresh(tmp)))
     os.replace(tmp, out)
 
 

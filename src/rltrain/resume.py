@@ -19,6 +19,7 @@ from typing import Any
 from rltrain import rundir, signals
 from rltrain.checkpoint import CheckpointError
 from rltrain.config import ConfigError
+from rltrain.files import NoFollowFileHandler
 from rltrain.lifecycle import ResumePoint, RunContext, resume_point
 from rltrain.run import StoppedAtOnce, run
 from rltrain.streams import clip_long_words
@@ -171,6 +172,6 @@ def _log_to(run_dir: Path, quiet: bool) -> None:
     Hydra run's do."""
     console = logging.StreamHandler(sys.stdout)
     console.setLevel(logging.WARNING if quiet else logging.INFO)
-    file = logging.FileHandler(run_dir / "rltrain.log", delay=True)
+    file = NoFollowFileHandler(run_dir / "rltrain.log", delay=True)
     file.setFormatter(logging.Formatter("[%(asctime)s][%(levelname)s] %(message)s"))
     logging.basicConfig(level=logging.INFO, format="%(message)s", handlers=[console, file])

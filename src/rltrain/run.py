@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from rltrain import signals
 from rltrain.build import Parts, build_parts, build_trainer, log_build, run_loggers
 from rltrain.errors import TrainingError
+from rltrain.files import open_append
 from rltrain.lifecycle import Lifecycle, ResumePoint, RunContext, check_same_dataset
 from rltrain.loggers import Logger
 from rltrain.settings import Settings, settings
@@ -112,7 +113,7 @@ def _log_traceback(run_dir: Path, error: BaseException) -> None:
     if isinstance(error, TrainingError):
         return
     try:
-        with open(run_dir / "rltrain.log", "a", encoding="utf-8") as f:
+        with open_append(run_dir / "rltrain.log") as f:
             f.write("The run failed with this traceback:\n")
             traceback.print_exception(error, file=f)
     except OSError:

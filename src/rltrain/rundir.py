@@ -29,6 +29,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from rltrain.files import links_among
+
 LOCK = ".rltrain.lock"
 #: what rltrain writes into a run directory (and may remove when it replaces a failed attempt)
 OWN = (".hydra", "epochs.jsonl", "summary.json", "tb", "checkpoints", "best", "final",
@@ -118,6 +120,13 @@ def ensure_dir(run_dir: Path, what: str = "hydra.run.dir") -> None:
                           "location") from None
 
 
+def _target(link: Path) -> str:
+    try:
+        return os.readlink(link)
+    except OSError:
+        return "?"
+
+
 class RunDirLock:
     """An exclusive, crash-safe claim on a run directory (see the module docstring)."""
 
@@ -127,8 +136,16 @@ class RunDirLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
+        """Take the lock; RunDirError if another process holds it, or if the directory has
+        symbolic links where rltrain writes (it would write through them)."""
+        links = links_among([self.run_dir / name for name in (LOCK, *OWN)])
+        if links:
+            shown = ", ".join(f"{p.relative_to(self.run_dir)} -> {_target(p)}" for p in links)
+            raise RunDirError(f"{self.run_dir} has symbolic links where rltrain writes ({shown}); "
+                              "rltrain never writes through a link: remove them, or put the "
+                              "files themselves there")
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         except OSError as e:
             raise RunDirError(f"{self.run_dir} is not writable ({_strerror(e)}); a run needs "
                               "to write there: choose another location or fix its "

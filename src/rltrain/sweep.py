@@ -32,6 +32,7 @@ from omegaconf import open_dict, read_write
 from rltrain import rundir, signals
 from rltrain.checkpoint import CheckpointError
 from rltrain.config import ConfigError, job_number
+from rltrain.files import write_new
 from rltrain.lifecycle import RunContext, resume_point
 from rltrain.run import run
 from rltrain.stats import InfoStats
@@ -141,7 +142,7 @@ def _stop_sweep(signum: int, frame: Any) -> None:
     if sweep_dir is None:
         return
     with contextlib.suppress(OSError):
-        (sweep_dir / STOP_FILE).write_text(signals.name(signum) + "\n")
+        write_new(sweep_dir / STOP_FILE, signals.name(signum) + "\n")
     pids = job_pids(sweep_dir)
     for pid in pids:
         with contextlib.suppress(OSError):
@@ -160,7 +161,7 @@ def write_status(job_dir: Path, status: str, error: str | None = None,
                **(extra or {})}
     try:
         job_dir.mkdir(parents=True, exist_ok=True)
-        (job_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        write_new(job_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
     except OSError:
         pass
 

@@ -35,6 +35,7 @@ import numpy as np
 import rltrain
 from rltrain import trust
 from rltrain.config import ConfigError
+from rltrain.files import fresh, open_new_bytes
 
 if TYPE_CHECKING:
     from rltrain.data.buffers import ReplayBuffer
@@ -277,14 +278,14 @@ def save_dataset(ds: Dataset, path: Path | str) -> Path:
     meta = json.dumps(ds.meta, allow_nan=False)
     try:
         if suffix == ".npz":
-            with open(tmp, "wb") as f:  # a file object: numpy appends no second ".npz"
+            with open_new_bytes(tmp) as f:  # a file object: numpy appends no second ".npz"
                 np.savez(f, **{name: getattr(ds, name) for name in ARRAYS}, meta=np.array(meta))
                 f.flush()
                 os.fsync(f.fileno())
         else:
             import h5py
 
-            with h5py.File(tmp, "w") as f:
+            with h5py.File(fresh(tmp), "w") as f:
                 f.attrs["format"] = FORMAT
                 f.attrs["meta"] = meta
                 for name in ARRAYS:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rltrain.errors import SaveError
+from rltrain.files import open_append, write_new
 from rltrain.loggers.base import Logger
 from rltrain.stats import unflatten
 
@@ -65,9 +66,9 @@ class JsonlLogger(Logger):
                     log.warning(problem)
                 kept = [json.dumps(r) + "\n" for r in rows if r["epoch"] <= keep_epochs]
                 tmp = self.path.with_name(".epochs.jsonl.tmp")
-                tmp.write_text("".join(kept), encoding="utf-8")
+                write_new(tmp, "".join(kept))
                 tmp.replace(self.path)
-            self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
+            self._file = open_append(self.path)
         except OSError as e:
             raise SaveError(f"could not write {self.path}: {e.strerror or e}") from None
 
@@ -88,7 +89,7 @@ class JsonlLogger(Logger):
         summary.update(self.extra_summary)
         tmp = self.run_dir / "summary.json.tmp"
         try:
-            tmp.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+            write_new(tmp, json.dumps(summary, indent=2) + "\n")
             tmp.replace(self.run_dir / "summary.json")
         except OSError as e:
             tmp.unlink(missing_ok=True)

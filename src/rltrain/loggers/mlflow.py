@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rltrain.files import write_new
 from rltrain.loggers.base import Logger, numeric_values, read_run_id
 from rltrain.loggers.registry import LoggerContext, LoggerSpec, register
 
@@ -66,7 +67,7 @@ class MlflowLogger(Logger):
         run = self.client.create_run(experiment_id, run_name=context.name,
                                      tags={"rltrain.run_dir": str(run_dir)})
         self.run_id = run.info.run_id
-        (run_dir / ".mlflow_run_id").write_text(self.run_id, encoding="utf-8")
+        write_new(run_dir / ".mlflow_run_id", self.run_id)
         params = [Param(k, str(v)[:6000]) for k, v in _flat(context.config).items()]
         for i in range(0, len(params), self.BATCH):
             self.client.log_batch(self.run_id, params=params[i:i + self.BATCH])

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 from rltrain.config import ConfigError
+from rltrain.files import write_new
 from rltrain.loggers.base import Logger, numeric_values, read_run_id
 from rltrain.loggers.registry import LoggerContext, LoggerSpec, register
 
@@ -49,7 +50,7 @@ class WandbLogger(Logger):
             config=context.config, name=context.name, group=cfg.group,
             tags=list(cfg.tags) or None, id=run_id, resume="allow" if run_id else None,
             settings=wandb.Settings(silent=True, console="off"))
-        (run_dir / ".wandb_id").write_text(self.run.id, encoding="utf-8")
+        write_new(run_dir / ".wandb_id", self.run.id)
 
     def log_epoch(self, record: dict[str, Any]) -> None:
         self.run.log(numeric_values(record), step=int(record[self.step_key]))
