@@ -225,6 +225,9 @@ def log_build(s: Settings, parts: Parts, trainer: Trainer, run_dir: Path) -> Non
              f"{sum(p.numel() for p in algorithm.parameters()):,} parameters on "
              f"{s.device}, seed {s.seed}")
     unit = "gradient steps" if trainer.step_key == "gradient_step" else "env steps"
-    log.info(f"trainer {type(trainer).__name__}: up to {s.trainer.max_epochs} epochs of "
-             f"{s.trainer.epoch_num_steps} {unit}, stop score {trainer.stop_score}")
+    stop = ("no stop score (every epoch runs)" if trainer.stop_score is None
+            else f"stop score {trainer.stop_score:g}")
+    n = s.trainer.max_epochs
+    log.info(f"trainer {type(trainer).__name__}: up to {n} epoch{'' if n == 1 else 's'} of "
+             f"{s.trainer.epoch_num_steps:,} {unit}, {stop}")
     log.info(f"run directory {run_dir}")
