@@ -11,6 +11,7 @@ import pytest
 
 optuna = pytest.importorskip("optuna", reason="the tune extra (optuna) is not installed")
 
+from omegaconf import open_dict  # noqa: E402
 from optuna.distributions import (  # noqa: E402
     CategoricalDistribution,
     FloatDistribution,
@@ -18,6 +19,7 @@ from optuna.distributions import (  # noqa: E402
 )
 from optuna.trial import TrialState  # noqa: E402
 
+from conftest import CONF as CONF_DIR  # noqa: E402
 from conftest import job_dir  # noqa: E402
 from rltrain.config import job_number  # noqa: E402
 from rltrain.optuna_sweeper import encode, search_space  # noqa: E402
@@ -381,3 +383,39 @@ def test_the_study_opens_in_optuna_dashboard(cli, tmp_path):
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+@pytest.mark.parametrize("space", sorted(p.stem for p in CONF_DIR.glob("hparams_search/*.yaml")))
+def test_the_printed_command_of_every_shipped_search_trains_its_best_trial(cli, tmp_path, space):
+    """The experiment file a search writes picks its algorithm and env, so the command the
+    sweeper prints (``--config-dir SWEEP/conf experiment=tuned_ALGO_ENV``) composes and
+    trains: a best trial is made from the search's own composed config, as a sweep's is."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from rltrain.catalogue import register_configs
+    from rltrain.optuna_sweeper import write_tuned
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=[f"hparams_search={space}"], return_hydra_config=True)
+    run = tmp_path / "trial" / ".hydra"
+    run.mkdir(parents=True)
+    hydra_node = cfg.hydra
+    with open_dict(cfg):
+        del cfg["hydra"]
+    OmegaConf.save(cfg, run / "config.yaml")
+    OmegaConf.save(OmegaConf.create({"hydra": hydra_node}), run / "hydra.yaml")
+    trial = optuna.trial.create_trial(value=1.0, user_attrs={"run_dir": str(run.parent)})
+    algo, env = str(cfg.algo.name), str(cfg.env.name)
+    _, experiment = write_tuned(tmp_path / "sweep", trial, algo, env, space)
+    assert experiment.name == f"tuned_{algo}_{env}.yaml"
+    res = cli("--config-dir", str(tmp_path / "sweep" / "conf"), f"experiment={experiment.stem}",
+              "trainer.max_epochs=1", "trainer.epoch_num_steps=256", "trainer.stop_score=null",
+              *([] if algo == "ppo" else ["trainer.random_warmup_env_steps=128"]),
+              f"hydra.run.dir={tmp_path / 'run'}")
+    assert res.returncode == 0, res.stderr
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["epochs"] == 1
+    stored = OmegaConf.load(tmp_path / "run" / ".hydra" / "config.yaml")
+    assert (stored.algo.name, stored.env.name) == (algo, env)

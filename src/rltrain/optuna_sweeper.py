@@ -575,15 +575,41 @@ def write_tuned(sweep_dir: Path, best: optuna.trial.FrozenTrial, algo: str, env:
     Dumper.add_representer(list, lambda d, v: d.represent_sequence(
         "tag:yaml.org,2002:seq", v, flow_style=True))
     text = yaml.dump(body, Dumper=Dumper, sort_keys=False, default_flow_style=False)
+    # the experiment file also picks the trial's algorithm and env (the groups' options, from
+    # its .hydra/hydra.yaml) and, for env=gym, the env itself: on its own it trains what the
+    # trial trained; the tuned file is picked by the algorithm and env, so it holds no choice
+    choices = _trial_choices(config.parent / "hydra.yaml")
+    algo_choice, env_choice = choices.get("algo", algo), choices.get("env", env)
+    experiment: dict[str, Any] = {"defaults": [{"override /algo": algo_choice},
+                                               {"override /env": env_choice}]}
+    if env_choice == "gym":
+        experiment["env"] = {k: cfg["env"][k] for k in ("id", "kwargs", "imports", "wrappers",
+                                                         "max_episode_steps")
+                             if k in cfg.get("env", {})}
+    head = yaml.dump(experiment, Dumper=Dumper, sort_keys=False, default_flow_style=False)
     out = []
-    for sub, name in (("tuned", f"{algo}_{env}"), ("experiment", f"tuned_{algo}_{env}")):
+    for sub, name, extra in (("tuned", f"{algo}_{env}", ""),
+                             ("experiment", f"tuned_{algo}_{env}", head)):
         path = sweep_dir / "conf" / sub / f"{name}.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(f"# @package _global_\n# {algo} on {env}: the best trial ({best.number}, "
                         f"score {best.value:.6g}) of the Optuna study {study!r}, {stamp}\n"
-                        f"# searched: {params}\n{text}", encoding="utf-8")
+                        f"# searched: {params}\n{extra}{text}", encoding="utf-8")
         out.append(path)
     return out[0], out[1]
+
+
+def _trial_choices(path: Path) -> dict[str, str]:
+    """The config groups' options a trial was composed with (``hydra.runtime.choices``)."""
+    try:
+        node = OmegaConf.load(path)
+        choices = OmegaConf.select(node, "hydra.runtime.choices", default=None)
+    except Exception:  # noqa: BLE001 - a trial without Hydra's record: the config's names
+        return {}
+    if choices is None:
+        return {}
+    return {str(k): str(v) for k, v in OmegaConf.to_container(choices).items()  # type: ignore[union-attr]
+            if v is not None}
 
 
 def write_plots(study: optuna.Study, sweep_dir: Path) -> list[str]:
