@@ -193,6 +193,77 @@ def test_load_errors(tmp_path: Path) -> None:
 # ---- spaces
 
 
+def test_what_training_reads_is_in_the_file_the_hash_covers(tmp_path: Path) -> None:
+    """An array linked to another file, kept in external storage or as a virtual dataset
+    could change while the dataset's SHA-256 stays the same: each is refused by name."""
+    h5py = pytest.importorskip("h5py")
+    ds = episodes_dataset([3, 2])
+    other = save_dataset(ds, tmp_path / "other.h5")
+    raw = tmp_path / "rew.bin"
+    raw.write_bytes(ds.rew.tobytes())
+    cases = {}
+    for name in ("external_link", "soft_link", "external_storage", "virtual"):
+        path = save_dataset(ds, tmp_path / f"{name}.h5")
+        with h5py.File(path, "a") as f:
+            del f["rew"]
+            if name == "external_link":
+                f["rew"] = h5py.ExternalLink(str(other), "rew")
+            elif name == "soft_link":
+                f["spare"] = ds.rew
+                f["rew"] = h5py.SoftLink("/spare")
+            elif name == "external_storage":
+                f.create_dataset("rew", shape=ds.rew.shape, dtype=ds.rew.dtype,
+                                 external=[(str(raw), 0, ds.rew.nbytes)])
+            else:
+                layout = h5py.VirtualLayout(shape=ds.rew.shape, dtype=ds.rew.dtype)
+                layout[:] = h5py.VirtualSource(str(other), "rew", shape=ds.rew.shape)
+                f.create_virtual_dataset("rew", layout)
+        cases[name] = path
+    expected = {"external_link": f"its rew array is a link to {other}:rew",
+                "soft_link": "its rew array is a link to /spare",
+                "external_storage": "its rew array uses external storage",
+                "virtual": "its rew array uses a virtual dataset"}
+    for name, path in cases.items():
+        with pytest.raises(ConfigError) as e:
+            load_dataset(str(path))
+        _one_line(e, f"dataset {path}", expected[name], "its SHA-256 must cover")
+
+
+def test_values_beyond_float32_are_refused_by_field(tmp_path: Path) -> None:
+    ds = episodes_dataset([3, 2])
+    for name in ("rew", "obs"):
+        arrays = {n: getattr(ds, n).astype(np.float64) if n in ("obs", "next_obs", "act", "rew")
+                  else getattr(ds, n) for n in ARRAYS}
+        arrays[name].reshape(len(arrays[name]), -1)[2, 0] = 1e300
+        path = tmp_path / f"{name}.npz"
+        np.savez(path, **arrays, meta=np.array(json.dumps(ds.meta)))
+        with pytest.raises(ConfigError) as e:
+            load_dataset(str(path))
+        _one_line(e, f"dataset {path} has {name} 1e+300 (transition 2), beyond float32's range")
+
+
+def test_what_is_not_a_regular_file_is_refused_at_once(tmp_path: Path) -> None:
+    import os
+
+    fifo = tmp_path / "x.npz"
+    os.mkfifo(fifo)  # reading it would block forever
+    for spec, what in ((fifo, "is a FIFO"), ("/dev/null", "is a device"),
+                       (tmp_path, "is a directory")):
+        with pytest.raises(ConfigError) as e:
+            load_dataset(str(spec))
+        _one_line(e, f"dataset {spec} {what}; pass an .h5, .hdf5 or .npz file")
+
+
+def test_meta_nested_too_deep_is_refused(tmp_path: Path) -> None:
+    ds = episodes_dataset([3, 2])
+    path = tmp_path / "deep.npz"
+    np.savez(path, **{n: getattr(ds, n) for n in ARRAYS},
+             meta=np.array("[" * 100_000 + "]" * 100_000))
+    with pytest.raises(ConfigError) as e:
+        load_dataset(str(path))
+    _one_line(e, f"dataset {path} has a damaged meta record (JSON nested too deep")
+
+
 def test_check_spaces() -> None:
     ds = episodes_dataset([3], discrete=True)
     obs_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)

@@ -22,6 +22,7 @@ import datetime as _dt
 import hashlib
 import json
 import os
+import stat
 import warnings
 import zipfile
 from collections.abc import Mapping
@@ -313,6 +314,9 @@ def _read_file(path: Path, spec: str) -> tuple[dict[str, np.ndarray], str | None
                     if name in names:
                         arrays[name] = z[name]
                 meta = str(z["meta"][()]) if "meta" in names else None
+        except MemoryError:
+            raise ConfigError(f"dataset {spec} declares arrays larger than the memory "
+                              "available; it cannot be loaded here") from None
         except (zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError) as e:
             raise ConfigError(f"dataset {spec} is not a readable .npz file (damaged or "
                               f"truncated?): {_first_line(e)}") from None
@@ -322,9 +326,17 @@ def _read_file(path: Path, spec: str) -> tuple[dict[str, np.ndarray], str | None
         try:
             with h5py.File(path, "r") as f:
                 for name in ARRAYS:
-                    if name in f and isinstance(f[name], h5py.Dataset):
+                    if name not in f:
+                        continue
+                    _check_stored_here(f, name, spec)
+                    if isinstance(f[name], h5py.Dataset):
                         arrays[name] = f[name][()]
                 meta = f.attrs.get("meta")
+        except ConfigError:
+            raise
+        except MemoryError:
+            raise ConfigError(f"dataset {spec} declares arrays larger than the memory "
+                              "available; it cannot be loaded here") from None
         except (OSError, KeyError, ValueError, RuntimeError, TypeError) as e:
             raise ConfigError(f"dataset {spec} is not a readable HDF5 file (damaged or "
                               f"truncated?): {_first_line(e)}") from None
@@ -340,6 +352,27 @@ def _read_file(path: Path, spec: str) -> tuple[dict[str, np.ndarray], str | None
         raise ConfigError(f"dataset {spec} has no {' or '.join(missing)} array; an rltrain "
                           f"dataset holds {', '.join(ARRAYS)}")
     return arrays, meta
+
+
+def _check_stored_here(f: Any, name: str, spec: str) -> None:
+    """Every byte training reads must be in the file itself, so that its SHA-256 covers it:
+    an array that is a link (to another file or place) or keeps its data in other files
+    (external storage, a virtual dataset) is refused."""
+    import h5py
+
+    link = f.get(name, getlink=True)
+    if isinstance(link, (h5py.ExternalLink, h5py.SoftLink)):
+        where = f"{link.filename}:{link.path}" if isinstance(link, h5py.ExternalLink) \
+            else link.path
+        raise ConfigError(f"dataset {spec}: its {name} array is a link to {where}; rltrain reads "
+                          "only data stored in the dataset file itself (its SHA-256 must cover "
+                          "what training reads): write the arrays into the file")
+    node = f[name]
+    if isinstance(node, h5py.Dataset) and (node.external or node.is_virtual):
+        what = "external storage" if node.external else "a virtual dataset"
+        raise ConfigError(f"dataset {spec}: its {name} array uses {what}, keeping its data "
+                          "in other files; rltrain reads only data stored in the dataset file "
+                          "itself (its SHA-256 must cover what training reads)")
 
 
 def _first_line(e: BaseException, limit: int = 160) -> str:
@@ -397,12 +430,21 @@ def _validated(arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any], spec: 
                                                    np.isin(a, (0, 1)).all())):
             raise bad(f"has {name} of shape {a.shape} and dtype {a.dtype}; it needs one bool "
                       "per transition")
+    largest = float(np.finfo(np.float32).max)
     for name in ("obs", "next_obs", "act", "rew"):
         a = arrays[name]
         if a.dtype.kind == "f" and not np.isfinite(a).all():
             where = int(np.flatnonzero(~np.isfinite(a.reshape(len(a), -1)).all(axis=1))[0])
             raise bad(f"has a non-finite value in {name} (transition {where}); remove or "
                       "recollect it")
+        if a.dtype.kind == "f" and a.dtype.itemsize > 4 and a.size:
+            beyond = np.abs(a.reshape(len(a), -1)) > largest
+            if beyond.any():
+                where = int(np.flatnonzero(beyond.any(axis=1))[0])
+                value = float(a.reshape(len(a), -1)[where][beyond[where]][0])
+                raise bad(f"has {name} {value:g} (transition {where}), beyond float32's "
+                          f"range (±{largest:.3g}) that rltrain trains in; rescale or remove "
+                          "it")
     return make_dataset(arrays["obs"], arrays["act"], arrays["rew"], arrays["next_obs"],
                         arrays["terminated"], arrays["truncated"], meta=dict(meta))
 
@@ -419,11 +461,18 @@ def load_dataset(spec: str, *, consent: bool = False) -> Dataset:
     if spec.startswith(MINARI_PREFIX):
         return _load_minari(spec[len(MINARI_PREFIX):], spec, consent)
     path = Path(spec)
-    if not path.exists():
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
         raise ConfigError(f"dataset {spec} does not exist; pass an .h5, .hdf5 or .npz file "
-                          "written by rltrain-collect, or minari:ID")
-    if path.is_dir():
-        raise ConfigError(f"dataset {spec} is a directory; pass an .h5, .hdf5 or .npz file "
+                          "written by rltrain-collect, or minari:ID") from None
+    except OSError as e:
+        raise ConfigError(f"dataset {spec} cannot be read: {e.strerror}") from None
+    if not stat.S_ISREG(mode):
+        what = ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+                else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+                else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+        raise ConfigError(f"dataset {spec} is {what}; pass an .h5, .hdf5 or .npz file "
                           "written by rltrain-collect, or minari:ID")
     arrays, meta_text = _read_file(path, spec)
     if meta_text is None:
@@ -433,6 +482,9 @@ def load_dataset(spec: str, *, consent: bool = False) -> Dataset:
         meta = json.loads(meta_text)
     except json.JSONDecodeError as e:
         raise ConfigError(f"dataset {spec} has a damaged meta record (not JSON: {e})") from None
+    except RecursionError:
+        raise ConfigError(f"dataset {spec} has a damaged meta record (JSON nested too deep "
+                          "to read)") from None
     if not isinstance(meta, dict):
         raise ConfigError(f"dataset {spec} has a damaged meta record (not a JSON object)")
     return _validated(arrays, meta, spec)
