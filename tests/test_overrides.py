@@ -56,3 +56,26 @@ def test_the_cli_says_it_in_one_line(cli, tmp_path):
     assert res.stderr.startswith("rltrain: error: unknown key algo.tau (algo has: "), res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and "Could not override" not in res.stderr
     assert not list(tmp_path.glob("outputs/*/*"))
+
+
+@pytest.mark.parametrize("arg", ["dataset=données.h5", "hydra.run.dir=/tmp/é x"])
+def test_an_override_hydra_cannot_lex_is_named_with_its_quoted_form(arg):
+    key, _, value = arg.partition("=")
+    message = refusal("experiment=smoke", arg)
+    assert message.startswith(f"{arg!r} is not a valid override (")
+    assert message.endswith(f"quotes: \"{key}='{value}'\"")
+    assert prepare(["experiment=smoke", f"{key}='{value}'"], CONF)  # the quoted form passes
+
+
+@pytest.mark.parametrize(("arg", "message"), [
+    ("seed=${seed}", "seed: the value does not resolve (Recursive interpolation detected)"),
+    ("algo.lr=${oc.env:RLTRAIN_TEST_NO_SUCH_VAR}",
+     "algo.lr: the value does not resolve (KeyError raised while resolving interpolation: "
+     "\"Environment variable 'RLTRAIN_TEST_NO_SUCH_VAR' not found\")"),
+])
+def test_an_interpolation_that_does_not_resolve_is_one_line(cli, tmp_path, arg, message):
+    res = cli("experiment=smoke", arg)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr == f"rltrain: error: {message}; give a plain value or an interpolation " \
+                         "that resolves\n"
+    assert not list(tmp_path.glob("outputs/*/*"))

@@ -161,7 +161,7 @@ def task(cfg: Any) -> Any:
     from omegaconf import OmegaConf
 
     from rltrain import rundir, sweep, trust
-    from rltrain.config import ConfigError
+    from rltrain.config import ConfigError, overrides_as_typed
     from rltrain.lifecycle import RunContext
     from rltrain.run import StoppedAtOnce, run
     from rltrain.settings import plain
@@ -170,7 +170,8 @@ def task(cfg: Any) -> Any:
     hydra_cfg = HydraConfig.get()
     single = hydra_cfg.mode is None or hydra_cfg.mode.name == "RUN"
     run_dir = Path(hydra_cfg.runtime.output_dir)
-    overrides = list(hydra_cfg.overrides.task)
+    # as typed: an override such as seed='${seed}' must not be resolved just to be listed
+    overrides = overrides_as_typed(hydra_cfg.overrides.task)
     label = "" if single else f"job {hydra_cfg.job.num}: "
     if not single:
         if signals.in_sweep_worker():

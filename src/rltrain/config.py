@@ -424,3 +424,10 @@ def env_steps_per_collection(params: OnlineTrainerParams, num_envs: int) -> int 
 
 
 register_resolvers()
+
+
+def overrides_as_typed(node: Any) -> list[str]:
+    """Hydra's record of a job's overrides (``hydra.overrides.task``) as the user typed them:
+    read without resolving, so that ``seed='${seed}'`` is listed, not evaluated."""
+    items = OmegaConf.to_container(node, resolve=False)
+    return [str(o) for o in items] if isinstance(items, list) else []

@@ -133,10 +133,20 @@ def prepare(argv: list[str], conf_root: Path) -> list[str]:
         check_yaml_files(config_dir)
         roots.append(config_dir)
     groups = config_groups(*roots)
+    parser = OverridesParser.create()
     try:
-        parsed = OverridesParser.create().parse_overrides(args.overrides)
+        parsed = parser.parse_overrides(args.overrides)
     except HydraException:
-        return argv  # a syntax error: Hydra's own message says where
+        for arg in args.overrides:  # which one, in one line (Hydra's lexer error is five)
+            try:
+                parser.parse_overrides([arg])
+            except HydraException as e:
+                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                raise ConfigError(
+                    f"{arg!r} is not a valid override ({first}); write KEY=VALUE, and quote a "
+                    "value with spaces or non-ASCII characters for Hydra inside the shell's "
+                    f"quotes: \"{arg.partition('=')[0]}='{arg.partition('=')[2]}'\"") from None
+        return argv
     algos = _selected_algos(parsed, roots, args.config_name)
     _check_trainer(parsed, algos)
     free = free_form_prefixes()

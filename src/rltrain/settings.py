@@ -86,6 +86,7 @@ def _group(cfg: DictConfig, key: str, schema: type[T]) -> T:
 
 def settings(cfg: DictConfig) -> Settings:
     """The checked settings of a composed run config; raises ConfigError naming the field."""
+    check_resolves(cfg)
     # the pairing first: another trainer's params would otherwise show up as keys unknown to
     # the algorithm's trainer (a forged trainer.name, whose params are another kind's, is
     # check_pairing's to name)
@@ -229,3 +230,16 @@ def plain(node: Any) -> Any:
         return OmegaConf.to_container(node, resolve=True)
     except Exception:  # noqa: BLE001 - an interpolation that does not resolve
         return OmegaConf.to_container(node, resolve=False)
+
+
+def check_resolves(cfg: DictConfig) -> None:
+    """Every interpolation of the composed config resolves (``seed='${seed}'`` refers to
+    itself; ``${oc.env:NAME}`` needs NAME set): else one ConfigError naming the key."""
+    try:
+        OmegaConf.to_container(cfg, resolve=True)
+    except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", None)
+        reason = str(getattr(e, "msg", None) or e).strip().splitlines()[0]
+        where = f"{key}: " if key else ""
+        raise ConfigError(f"{where}the value does not resolve ({reason}); give a plain value "
+                          "or an interpolation that resolves") from None

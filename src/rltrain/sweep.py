@@ -31,7 +31,7 @@ from omegaconf import open_dict, read_write
 
 from rltrain import rundir, signals
 from rltrain.checkpoint import CheckpointError
-from rltrain.config import ConfigError, job_number
+from rltrain.config import ConfigError, job_number, overrides_as_typed
 from rltrain.files import write_new
 from rltrain.lifecycle import RunContext, resume_point
 from rltrain.run import run
@@ -106,7 +106,8 @@ def name_jobs_by_what_differs(config: Any) -> None:
     (the swept values, a search space's sampled ones). Each job's config is composed again
     from the sweep's ``hydra.overrides.hydra`` (whatever the launcher), so the exclusion is
     added there."""
-    parsed = OverridesParser.create().parse_overrides(list(config.hydra.overrides.task))
+    typed = overrides_as_typed(config.hydra.overrides.task)
+    parsed = OverridesParser.create().parse_overrides(typed)
     constant = {o.key_or_group for o in parsed if not o.is_sweep_override()}
     constant |= {f"tune.{key}" for key in ("storage", "study", "trial", "objective", "last_k",
                                            "prune")}
