@@ -20,13 +20,10 @@ from rltrain.streams import PipeSafe, clip_long_words, guard_streams
 
 
 @contextlib.contextmanager
-def orphaned_pipe(*, buffered: bool) -> Iterator[io.TextIOWrapper]:
-    """A text stream writing into a pipe whose reading end is already closed (the reader of
-    ``rltrain ... | head -1`` has exited). Unbuffered, a write meets EPIPE at once; buffered,
-    the flush does."""
-    read_fd, write_fd = os.pipe()
-    os.close(read_fd)
-    raw = open(write_fd, "wb", buffering=0)  # noqa: SIM115 - closed below
+def text_stream(fd: int, *, buffered: bool) -> Iterator[io.TextIOWrapper]:
+    """A text stream writing to ``fd`` (buffered: errors meet the flush; unbuffered: the
+    write), closed at the end whatever the closing raises."""
+    raw = open(fd, "wb", buffering=0)  # noqa: SIM115 - closed below
     stream = io.TextIOWrapper(io.BufferedWriter(raw) if buffered else raw,
                               write_through=not buffered)
     try:
@@ -36,6 +33,15 @@ def orphaned_pipe(*, buffered: bool) -> Iterator[io.TextIOWrapper]:
             stream.close()
         with contextlib.suppress(OSError):
             raw.close()
+
+
+def orphaned_pipe(*, buffered: bool) -> contextlib.AbstractContextManager[io.TextIOWrapper]:
+    """A text stream writing into a pipe whose reading end is already closed (the reader of
+    ``rltrain ... | head -1`` has exited). Unbuffered, a write meets EPIPE at once; buffered,
+    the flush does."""
+    read_fd, write_fd = os.pipe()
+    os.close(read_fd)
+    return text_stream(write_fd, buffered=buffered)
 
 
 def test_the_pipe_is_really_broken():
@@ -63,22 +69,12 @@ def test_a_broken_pipe_met_by_the_flush_is_dropped_too():
         safe.flush()
 
 
-@contextlib.contextmanager
-def hung_up_terminal(*, buffered: bool) -> Iterator[io.TextIOWrapper]:
+def hung_up_terminal(*, buffered: bool) -> contextlib.AbstractContextManager[io.TextIOWrapper]:
     """A text stream on a terminal that was closed: a pseudo-terminal whose other end is gone,
     where every write fails with EIO (what a run's output meets after SIGHUP)."""
     master, slave = os.openpty()
     os.close(master)
-    raw = open(slave, "wb", buffering=0)  # noqa: SIM115 - closed below
-    stream = io.TextIOWrapper(io.BufferedWriter(raw) if buffered else raw,
-                              write_through=not buffered)
-    try:
-        yield stream
-    finally:
-        with contextlib.suppress(OSError):
-            stream.close()
-        with contextlib.suppress(OSError):
-            raw.close()
+    return text_stream(slave, buffered=buffered)
 
 
 @pytest.mark.parametrize("buffered", [False, True])
