@@ -96,13 +96,13 @@ def test_progress_lines_when_stdout_is_not_a_terminal():
     assert lines == ["  epoch 1/50: 6,000/10,000 steps, 200 steps/s, epoch eta 0:20, run eta 7:50"]
 
 
-def test_quiet_prints_nothing_and_still_writes_everything(tmp_path):
+def test_quiet_prints_only_where_the_run_went_and_still_writes_everything(tmp_path):
     for name, flag in (("short", "-q"), ("key", "logger.quiet=true")):
         run_dir = tmp_path / name
         res = subprocess.run([str(RLTRAIN), *SMOKE, flag, f"hydra.run.dir={run_dir}"],
                              cwd=tmp_path, capture_output=True, text=True, env=cli_env())
         assert res.returncode == 0, res.stderr
-        assert res.stdout == "" and res.stderr == ""
+        assert res.stdout == f"run directory: {run_dir}\n" and res.stderr == ""
         assert json.loads((run_dir / "summary.json").read_text())["status"] == "completed"
         assert "run directory" in (run_dir / "rltrain.log").read_text()
 

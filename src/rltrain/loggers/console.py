@@ -201,7 +201,9 @@ class ConsoleLogger(Logger):
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
-        if self.quiet:
+        if self.quiet:  # warnings and errors only, and where the run went
+            if self.run_dir is not None:
+                self.console.print(f"run directory: {self.run_dir}", soft_wrap=True)
             return
         table = Table(title="rltrain summary", show_header=False)
         table.add_column("field", style="bold")
