@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -431,3 +432,23 @@ def overrides_as_typed(node: Any) -> list[str]:
     read without resolving, so that ``seed='${seed}'`` is listed, not evaluated."""
     items = OmegaConf.to_container(node, resolve=False)
     return [str(o) for o in items] if isinstance(items, list) else []
+
+
+def split_id(env_id: str) -> tuple[str | None, str]:
+    """``"mypkg.envs:MyEnv-v0"`` -> ``("mypkg.envs", "MyEnv-v0")`` (gymnasium's module form)."""
+    module, sep, name = env_id.rpartition(":")
+    return (module, name) if sep and module else (None, env_id)
+
+
+def wrapper_entry(entry: Any) -> tuple[Any, dict[str, Any]] | None:
+    """An ``env.wrappers`` entry as (name, kwargs): ``"FlattenObservation"`` or a dotted
+    name, ``{name: ..., kwargs: {...}}`` or Hydra's ``{_target_: ..., key: value}``; None
+    for any other shape. Plain data in, nothing imported."""
+    if isinstance(entry, str):
+        return entry, {}
+    if isinstance(entry, Mapping) and "_target_" in entry:
+        return entry["_target_"], {k: v for k, v in entry.items() if k != "_target_"}
+    if isinstance(entry, Mapping) and "name" in entry and set(entry) <= {"name", "kwargs"}:
+        kwargs = entry.get("kwargs") or {}
+        return (entry["name"], dict(kwargs)) if isinstance(kwargs, Mapping) else None
+    return None

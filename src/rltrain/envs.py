@@ -21,7 +21,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
 
-from rltrain.config import ConfigError, EnvConfig
+from rltrain.config import ConfigError, EnvConfig, split_id, wrapper_entry
 from rltrain.core import DEFAULT_MAX_EPISODE_STEPS, SpaceInfo
 
 
@@ -36,12 +36,6 @@ def env_seeds(seed: int, num_train_envs: int) -> tuple[int, int]:
 
 
 # --------------------------------------------------------------------------- the env factory
-def split_id(env_id: str) -> tuple[str | None, str]:
-    """``"mypkg.envs:MyEnv-v0"`` -> ``("mypkg.envs", "MyEnv-v0")`` (gymnasium's module form)."""
-    module, sep, name = env_id.rpartition(":")
-    return (module, name) if sep and module else (None, env_id)
-
-
 def _import(module: str, what: str) -> Any:
     # a user's env package in the directory rltrain runs from, as `python -m` would find it
     if os.getcwd() not in sys.path:
@@ -175,16 +169,11 @@ def resolve_wrappers(entries: list[Any]) -> list[WrapperSpec]:
     out = []
     for i, entry in enumerate(entries):
         where = f"env.wrappers[{i}]"
-        if isinstance(entry, str):
-            name, kwargs = entry, {}
-        elif isinstance(entry, dict) and "_target_" in entry:
-            name = entry["_target_"]
-            kwargs = {k: v for k, v in entry.items() if k != "_target_"}
-        elif isinstance(entry, dict) and "name" in entry and set(entry) <= {"name", "kwargs"}:
-            name, kwargs = entry["name"], dict(entry.get("kwargs") or {})
-        else:
+        parsed = wrapper_entry(entry)
+        if parsed is None:
             raise ConfigError(f"{where} must be a wrapper's dotted name or {{name: ..., kwargs: "
                               f"{{...}}}}, got {entry!r}")
+        name, kwargs = parsed
         if not isinstance(name, str) or not name:
             raise ConfigError(f"{where}: the wrapper's name must be a string, got {name!r}")
         module, _, attr = name.rpartition(".")

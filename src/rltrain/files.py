@@ -23,13 +23,18 @@ class LinkError(OSError):
     """A file rltrain would append to is a symbolic link."""
 
 
-def _link_error(path: Path) -> LinkError:
+def link_target(link: Path) -> str:
+    """Where a symbolic link points, for a message ("?" if it cannot be read)."""
     try:
-        target = os.readlink(path)
+        return os.readlink(link)
     except OSError:
-        target = "?"
-    return LinkError(errno.ELOOP, f"{path} is a symbolic link (to {target}); rltrain never "
-                     "writes through a link: remove it or put the file itself there", str(path))
+        return "?"
+
+
+def _link_error(path: Path) -> LinkError:
+    return LinkError(errno.ELOOP, f"{path} is a symbolic link (to {link_target(path)}); "
+                     "rltrain never writes through a link: remove it or put the file itself "
+                     "there", str(path))
 
 
 def _create(path: Path | str) -> int:

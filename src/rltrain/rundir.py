@@ -29,7 +29,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from rltrain.files import links_among
+from rltrain.files import link_target, links_among
 
 LOCK = ".rltrain.lock"
 #: what rltrain writes into a run directory (and may remove when it replaces a failed attempt)
@@ -120,13 +120,6 @@ def ensure_dir(run_dir: Path, what: str = "hydra.run.dir") -> None:
                           "location") from None
 
 
-def _target(link: Path) -> str:
-    try:
-        return os.readlink(link)
-    except OSError:
-        return "?"
-
-
 class RunDirLock:
     """An exclusive, crash-safe claim on a run directory (see the module docstring)."""
 
@@ -140,7 +133,7 @@ class RunDirLock:
         symbolic links where rltrain writes (it would write through them)."""
         links = links_among([self.run_dir / name for name in (LOCK, *OWN)])
         if links:
-            shown = ", ".join(f"{p.relative_to(self.run_dir)} -> {_target(p)}" for p in links)
+            shown = ", ".join(f"{p.relative_to(self.run_dir)} -> {link_target(p)}" for p in links)
             raise RunDirError(f"{self.run_dir} has symbolic links where rltrain writes ({shown}); "
                               "rltrain never writes through a link: remove them, or put the "
                               "files themselves there")

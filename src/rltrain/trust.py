@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rltrain.config import ConfigError
+from rltrain.config import ConfigError, split_id, wrapper_entry
 
 #: the file of recorded surfaces, in the state directory
 RECORD = "trusted"
@@ -73,28 +73,18 @@ def env_surface(env: Mapping[str, Any] | Any) -> list[str]:
             items.append(f"import {module} (env.imports[{i}])")
     env_id = env.get("id")
     if isinstance(env_id, str):
-        module, sep, _ = env_id.rpartition(":")
-        if sep and module and not _own(module):
+        module = split_id(env_id)[0]
+        if module is not None and not _own(module):
             items.append(f"import {module} (env.id={env_id})")
     wrappers = env.get("wrappers") or []
     if not isinstance(wrappers, Sequence) or isinstance(wrappers, str):
         wrappers = [wrappers]
     for i, entry in enumerate(wrappers):
-        name: Any = entry
-        kwargs: Any = {}
-        if isinstance(entry, Mapping):
-            if "_target_" in entry:
-                name = entry["_target_"]
-                kwargs = {k: v for k, v in entry.items() if k != "_target_"}
-            else:
-                name, kwargs = entry.get("name"), entry.get("kwargs") or {}
-        if isinstance(name, str) and "." not in name:
+        # an entry of no known shape is the settings' to refuse; here it is named whole
+        name, kwargs = wrapper_entry(entry) or (entry, {})
+        if isinstance(name, str) and ("." not in name or _own(name.rpartition(".")[0])):
             continue  # a bare name is gymnasium's own wrapper
-        module = name.rpartition(".")[0] if isinstance(name, str) else ""
-        if isinstance(name, str) and _own(module):
-            continue
-        args = ", ".join(f"{k}={v!r}" for k, v in sorted(dict(kwargs).items(), key=str)) \
-            if isinstance(kwargs, Mapping) else repr(kwargs)
+        args = ", ".join(f"{k}={v!r}" for k, v in sorted(kwargs.items(), key=str))
         items.append(f"call {name}({args}) (env.wrappers[{i}])")
     return items
 
