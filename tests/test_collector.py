@@ -134,6 +134,24 @@ def test_truncated_transitions_store_the_true_final_observation(mode):
 
 
 # --------------------------------------------------------------------------- quotas
+@pytest.mark.parametrize("mode", MODES)
+def test_collections_in_pieces_continue_each_other(mode):
+    """The trainer's warm-up collects in pieces (so the console can show it): the pieces store
+    exactly the transitions one collection of their total would, episodes spanning pieces."""
+    stored = []
+    for pieces in ([300], [8, 100, 4, 188]):
+        envs = make_envs("CartPole-v1", 4, mode)
+        collector, buffer = make_collector(envs, capacity=400)
+        policy = random_policy(envs, seed=5)
+        returns = [r for n in pieces for r in collector.collect(policy, n_steps=n).returns]
+        stored.append(([lane(buffer, i) for i in range(4)], returns))
+        envs.close()
+    (one, one_returns), (split, split_returns) = stored
+    for a, b in zip(one, split, strict=True):
+        assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+    assert one_returns == split_returns and len(one_returns) > 4  # episodes span the pieces
+
+
 def test_episode_quotas_split_evenly():
     np.testing.assert_array_equal(episode_quotas(7, 3), [3, 2, 2])
     np.testing.assert_array_equal(episode_quotas(2, 4), [1, 1, 0, 0])

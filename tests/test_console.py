@@ -83,6 +83,69 @@ def test_epoch_lines_fit_120_columns_whatever_the_numbers(big):
     assert "epoch 9999/10000" in line
 
 
+@pytest.mark.parametrize("width", [60, 80, 100])
+def test_epoch_lines_fit_a_narrow_terminal_dropping_what_matters_least(width):
+    clock, out = Clock(), io.StringIO()
+    log = logger(clock, out)
+    log.start_run({"planned_env_steps": 102_400, "env_step": 4096})
+    log.start_epoch(3, 2048)
+    log.advance(2048)
+    clock.now += 1.0
+    wide, narrow = log.epoch_line(record()), log.epoch_line(record(), width)
+    assert len(narrow) <= width and len(wide) > width
+    for kept in ("epoch   3/50", "6.1k/102.4k steps", "test 187.2±12.1"):
+        assert kept in narrow  # what a narrow line keeps, whole: never a split number
+    assert "pg " not in narrow  # the losses go first
+    words = narrow.split()
+    assert all(w in wide.split() for w in words)  # fields dropped whole, none cut
+
+
+def test_the_warmup_shows_and_counts_towards_the_eta_not_the_rate():
+    """SAC on Pendulum: 1,000 random steps, then 2 epochs of 1,000 learning steps. The ETA is
+    the learning steps left at the learning rate; at the end it is 0, not the warm-up's
+    1,000 steps over again."""
+    clock, out = Clock(), io.StringIO()
+    log = logger(clock, out, progress_interval_s=1e9)
+    log.start_run({"planned_env_steps": 3000, "env_step": 0})
+    log.start_warmup(1000)
+    for _ in range(10):
+        clock.now += 0.05  # random steps: 2,000 steps/s
+        log.advance(100)
+    assert out.getvalue().startswith("warm-up: 1,000 env steps of random actions")
+    log.start_epoch(1, 1000)
+    clock.now += 10.0  # learning: 100 steps/s
+    log.advance(1000)
+    first = log.epoch_line(record(epoch=1, env_step=2000, steps_per_s=100.0))
+    assert "eta 0:10" in first  # 1,000 steps left at 100 steps/s
+    log.start_epoch(2, 1000)
+    clock.now += 10.0
+    log.advance(1000)
+    last = log.epoch_line(record(epoch=2, env_step=3000, steps_per_s=100.0))
+    assert "3.0k/3.0k steps" in last and "eta 0:00" in last
+
+
+def test_warnings_are_labelled_on_stderr_and_info_on_stdout(cli, tmp_path):
+    """A warning (the registered reward threshold under a changed time limit) is on stderr
+    as `warning: ...`; the run's own lines stay on stdout."""
+    res = cli(*SMOKE, "env.max_episode_steps=100", f"hydra.run.dir={tmp_path / 'run'}")
+    assert res.returncode == 0, res.stderr
+    warnings = [line for line in res.stderr.splitlines() if line.startswith("warning: ")]
+    assert warnings and "reward threshold 475" in warnings[0], res.stderr
+    assert "warning:" not in res.stdout and "env CartPole-v1" in res.stdout
+    assert "\x1b[" not in res.stderr  # no colour codes off a terminal
+
+
+def test_the_console_handler_folds_info_lines_on_a_terminal_only():
+    from rltrain.streams import fit
+
+    line = ("env Pendulum-v1: 1 train / 10 test envs (same-step autoreset), obs (3,), "
+            "actions Box(1,), reward threshold -200.0, episodes of at most 200 steps")
+    folded = fit(line, 60)
+    assert all(len(x) <= 60 for x in folded.splitlines()) and len(folded.splitlines()) == 3
+    assert folded.split() == line.split()  # only spaces changed: no number split
+    assert fit(line, None) == line  # a log file or pipe keeps whole lines
+
+
 def test_progress_lines_when_stdout_is_not_a_terminal():
     clock, out = Clock(), io.StringIO()
     log = logger(clock, out, progress_interval_s=30.0)

@@ -114,8 +114,9 @@ def test_a_registered_threshold_under_changed_rewards_is_warned_of(cli, tmp_path
     run_dir = tmp_path / "run"
     res = cli(*SMOKE, *args, f"hydra.run.dir={run_dir}")
     assert res.returncode == 0, res.stderr
-    warned = "the reward threshold 475 is CartPole-v1's registered one" in res.stdout
-    assert warned == (caveat is not None), res.stdout
+    # a warning: labelled, on stderr
+    warned = "warning: the reward threshold 475 is CartPole-v1's registered one" in res.stderr
+    assert warned == (caveat is not None), res.stderr
     if caveat is not None:
-        assert caveat in res.stdout and "set env.reward_threshold" in res.stdout
+        assert caveat in res.stderr and "set env.reward_threshold" in res.stderr
         assert caveat in (run_dir / "rltrain.log").read_text()

@@ -177,7 +177,7 @@ def test_env_without_a_time_limit_gets_one(cli, tmp_path):
     res = cli("experiment=smoke", "env=gym", "env.id=fault_envs:rltrain-test/Endless-v0",
               f"hydra.run.dir={run_dir}")
     assert res.returncode == 0, res.stderr
-    assert "registers no time limit: its episodes are cut at 10,000 steps" in res.stdout
+    assert "registers no time limit: its episodes are cut at 10,000 steps" in res.stderr
     assert read_jsonl(run_dir / "epochs.jsonl")[0]["test"]["length_mean"] == 10_000
     # the warning, logged while the run was built, is this run's own: its rltrain.log keeps it
     # (it was once taken for a failed attempt's leftover and removed with the rest of the log)

@@ -24,7 +24,7 @@ from typing import Any
 
 import rltrain
 from rltrain import signals
-from rltrain.streams import clip_long_words, fast_exit, guard_streams
+from rltrain.streams import ConsoleHandler, clip_long_words, fast_exit, guard_streams
 
 STARTED = time.perf_counter()
 
@@ -257,8 +257,8 @@ def _set_console_level(cfg: Any) -> None:
 
     quiet = bool(OmegaConf.select(cfg, "logger.quiet", default=False))
     for handler in logging.getLogger().handlers:
-        if isinstance(handler, logging.StreamHandler) and not isinstance(
-                handler, logging.FileHandler):
+        if isinstance(handler, ConsoleHandler) or (isinstance(
+                handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler)):
             handler.setLevel(logging.WARNING if quiet else logging.NOTSET)
 
 

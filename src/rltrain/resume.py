@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import math
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from rltrain.config import ConfigError
 from rltrain.files import NoFollowFileHandler
 from rltrain.lifecycle import ResumePoint, RunContext, resume_point
 from rltrain.run import StoppedAtOnce, run
-from rltrain.streams import clip_long_words
+from rltrain.streams import ConsoleHandler, clip_long_words
 from rltrain.trainer import failure_text
 
 #: the only overrides a resume accepts: extending the run
@@ -170,7 +169,7 @@ def resume(args: list[str], *, say: Callable[[str], None], started: float,
 def _log_to(run_dir: Path, quiet: bool) -> None:
     """A resume runs outside Hydra: its log lines go to the console and rltrain.log as a
     Hydra run's do."""
-    console = logging.StreamHandler(sys.stdout)
+    console = ConsoleHandler()  # as a run's: warnings labelled on stderr
     console.setLevel(logging.WARNING if quiet else logging.INFO)
     file = NoFollowFileHandler(run_dir / "rltrain.log", delay=True)
     file.setFormatter(logging.Formatter("[%(asctime)s][%(levelname)s] %(message)s"))

@@ -3,6 +3,8 @@
 - :class:`PipeSafe` keeps training going when the reader of stdout goes away
   (``rltrain ... | head -1``, or the terminal closed): output is dropped from then on,
   nothing is raised.
+- :class:`ConsoleHandler` is the run's console logging: messages on stdout, fitted to the
+  terminal's width; warnings and errors labelled on stderr, coloured on a terminal.
 - :func:`clip_long_words` keeps an error line readable when it echoes a huge value.
 - :func:`fast_exit` ends the process without the interpreter's teardown, which costs about
   0.3 s once torch is loaded (a sixth of a short run), after running what a normal exit runs.
@@ -18,7 +20,9 @@ import io
 import logging
 import os
 import re
+import shutil
 import sys
+import textwrap
 from typing import Any, NoReturn
 
 #: errno values of a reader that went away: a pipe's or socket's, or a terminal that was
@@ -80,6 +84,57 @@ def guard_streams() -> None:
 
 
 #: a word (no whitespace) longer than this in an error message is shown clipped
+def terminal_width(stream: Any) -> int | None:
+    """The width of the terminal ``stream`` writes to, or None when it is not a terminal (a
+    log file, a pipe: lines are kept whole there, for grep)."""
+    try:
+        if not stream.isatty():
+            return None
+    except (AttributeError, ValueError, OSError):
+        return None
+    return shutil.get_terminal_size().columns
+
+
+def fit(message: str, width: int | None, indent: str = "    ") -> str:
+    """``message`` folded to ``width`` columns at spaces only (never inside a number, a path
+    or a name), the continuation lines indented; unchanged when ``width`` is None."""
+    if width is None or len(message) <= width or "\n" in message:
+        return message
+    return textwrap.fill(message, width=max(width, 40), subsequent_indent=indent,
+                         break_long_words=False, break_on_hyphens=False)
+
+
+class ConsoleHandler(logging.Handler):
+    """The console's log handler: INFO and below on stdout, folded to the terminal's width
+    (see :func:`fit`); WARNING and above on stderr, labelled ``warning:`` or ``error:``, in
+    colour when stderr is a terminal (and ``NO_COLOR`` is not set). The streams are looked up
+    at each message, so the pipe-safe ones :func:`guard_streams` installs are used."""
+
+    _LABELS = ((logging.ERROR, "error", "31"), (logging.WARNING, "warning", "33"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            message = self.format(record)
+            if record.levelno < logging.WARNING:
+                stream = sys.stdout
+                text = fit(message, terminal_width(stream))
+            else:
+                stream = sys.stderr
+                label, colour = next((name, c) for level, name, c in self._LABELS
+                                     if record.levelno >= level)
+                if terminal_width(stream) is not None and "NO_COLOR" not in os.environ:
+                    label = f"\x1b[{colour}m{label}:\x1b[0m"
+                else:
+                    label += ":"
+                text = f"{label} {message}"
+            stream.write(text + "\n")
+            stream.flush()
+        except RecursionError:
+            raise
+        except Exception:  # noqa: BLE001 - logging's own contract: report, never raise
+            self.handleError(record)
+
+
 LONG_WORD = 200
 
 

@@ -670,13 +670,26 @@ class OffPolicyTrainer(OnlineTrainer):
             self.collect_warmup()
         return super().__next__()
 
-    def collect_warmup(self) -> Episodes:
+    def collect_warmup(self) -> None:
         """Uniformly random actions (in the env's bounds); the observations they meet count
-        towards the observation statistics, as any training collection's do."""
-        episodes = self.train_collector.collect(
-            self.random_policy, n_steps=self.params.random_warmup_env_steps)
-        self.env_step += episodes.n_steps
-        return episodes
+        towards the observation statistics, as any training collection's do. Collected in
+        about 50 pieces, so the loggers show it as it goes (the pieces continue each other:
+        the same steps as one collection). A signal is acted on once it is over, at the first
+        training step: the action space's random stream is not in a checkpoint, so a warm-up
+        cut short could not be resumed exactly (random steps are fast: seconds)."""
+        m = self.train_collector.num_envs
+        total = math.ceil(self.params.random_warmup_env_steps / m) * m
+        piece = math.ceil(total / m / 50) * m
+        for logger in self.loggers:
+            logger.start_warmup(total)
+        done = 0
+        while done < total:
+            episodes = self.train_collector.collect(self.random_policy,
+                                                    n_steps=min(piece, total - done))
+            done += episodes.n_steps
+            self.env_step += episodes.n_steps
+            for logger in self.loggers:
+                logger.advance(episodes.n_steps)
 
     def update_step(self, episodes: Episodes, start: Progress) -> list[Any]:
         n = round(self.params.update_step_num_gradient_steps_per_sample * episodes.n_transitions)

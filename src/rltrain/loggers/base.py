@@ -27,11 +27,16 @@ class Logger:
         this call it."""
         self.step_key = str(plan.get("step_key") or "env_step")
 
+    def start_warmup(self, num_steps: int) -> None:
+        """The random warm-up before the first epoch begins: ``num_steps`` env steps, reported
+        by :meth:`advance` like an epoch's (an off-policy run with
+        ``trainer.random_warmup_env_steps``)."""
+
     def start_epoch(self, epoch: int, num_steps: int, done: int = 0) -> None:
         """An epoch of ``num_steps`` steps begins (``done`` of them before a resume)."""
 
     def advance(self, num_steps: int) -> None:
-        """``num_steps`` more steps of the current epoch are done."""
+        """``num_steps`` more steps of the current epoch (or of the warm-up) are done."""
 
     def start_test(self, epoch: int, num_episodes: int) -> None:
         """The epoch's test step begins."""

@@ -90,6 +90,9 @@ class ConsoleLogger(Logger):
         self._run_start: float | None = None
         self._run_steps = 0
         self._env_step = 0
+        #: the random warm-up's size while it runs (0 once the first epoch starts)
+        self._warmup = 0
+        self._label = ""
 
     def start_run(self, plan: dict[str, Any]) -> None:
         self._planned = int(plan.get("planned_steps", plan.get("planned_env_steps")) or 0)
@@ -108,16 +111,36 @@ class ConsoleLogger(Logger):
             return None
         return max(self._planned - self._env_step, 0) / rate
 
+    def start_warmup(self, num_steps: int) -> None:
+        """The random warm-up: a line saying so, then a bar (terminals) or progress lines.
+        Its steps count towards where the run stands, not towards the rate: the run's ETA is
+        the steps left at the learning rate (random steps are many times faster)."""
+        self._warmup = num_steps
+        if not self.quiet:
+            self.console.print(f"warm-up: {num_steps:,} env steps of random actions before "
+                               "learning starts", soft_wrap=True)
+        self._begin(num_steps, 0, "warm-up")
+
     def start_epoch(self, epoch: int, num_steps: int, done: int = 0) -> None:
+        if self._progress is not None:  # the warm-up's bar
+            self._progress.stop()
+            self._progress = None
+        self._warmup = 0
+        if self._run_steps == 0:  # the rate and ETA count learning steps only
+            self._run_start = None
+        self._epoch = epoch
+        self._begin(num_steps, done, f"epoch {epoch}/{self.max_epochs}")
+
+    def _begin(self, num_steps: int, done: int, label: str) -> None:
         now = self.clock()
         if self._run_start is None:
             self._run_start = now
-        self._epoch, self._epoch_steps = epoch, num_steps
+        self._epoch_steps, self._label = num_steps, label
         self._epoch_start, self._last_line, self._done = now, now, 0
         if not self.progress_bar:
             return
         self._progress = Progress(
-            TextColumn(f"epoch {epoch}/{self.max_epochs}"),
+            TextColumn(label),
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn("{task.fields[sps]} steps/s"),
@@ -133,7 +156,8 @@ class ConsoleLogger(Logger):
 
     def advance(self, num_steps: int) -> None:
         self._done += num_steps
-        self._run_steps += num_steps
+        if not self._warmup:
+            self._run_steps += num_steps
         self._env_step += num_steps
         now = self.clock()
         elapsed = now - self._epoch_start
@@ -147,7 +171,7 @@ class ConsoleLogger(Logger):
             self._last_line = now
             left = (self._epoch_steps - self._done) / sps if sps else None
             self.console.print(
-                f"  epoch {self._epoch}/{self.max_epochs}: {self._done:,}/{self._epoch_steps:,} "
+                f"  {self._label}: {self._done:,}/{self._epoch_steps:,} "
                 f"steps, {_fmt(sps, ',.0f')} steps/s, epoch eta {_duration(left)}, "
                 f"run eta {_duration(self._run_eta())}", soft_wrap=True)
 
@@ -159,43 +183,59 @@ class ConsoleLogger(Logger):
             self.console.print(f"  epoch {epoch}/{self.max_epochs}: testing ({num_episodes} "
                                "episodes)", soft_wrap=True)
 
-    def epoch_line(self, r: dict[str, Any]) -> str:
-        """The epoch's one line: the real rate (env steps over the epoch's wall time, test
-        and saving included), where the run stands, its ETA, and the losses that fit."""
+    def epoch_line(self, r: dict[str, Any], width: int = LINE_WIDTH) -> str:
+        """The epoch's one line, at most ``width`` characters: the real rate (env steps over
+        the epoch's wall time, test and saving included), where the run stands, its ETA, and
+        the losses that fit. On a narrow terminal the fields that matter least go first:
+        the losses, then the rate, the train return, the ETA and the best score; the epoch,
+        the steps and the test return always stay."""
         sps = r.get("steps_per_s")
         if sps is None:  # a record from elsewhere: this logger's own count
             elapsed = self.clock() - self._epoch_start
             sps = self._done / elapsed if elapsed > 0 and self._done else None
         budget = f"/{_count(self._planned)}" if self._planned else ""
-        line = "  ".join((
-            f"epoch {r['epoch']:>3}/{self.max_epochs}",
-            f"{_count(r[self.step_key]):>6}{budget} "
-            + ("steps" if self.step_key == "env_step" else "updates"),
-            f"train {_ret(r['train/return_mean'])}",
-            f"test {_ret(r['test/return_mean'])}±{_ret(r['test/return_std'])}",
-            f"best {_ret(r['best/score'])} ({r['best/epoch']})",
-            f"{_count(sps) if sps else '-'} sps",
-            f"eta {_duration(self._run_eta())}",
-        ))
+        # (field, rank): the lower the rank, the sooner it goes when the line is too wide
+        fields = [
+            (f"epoch {r['epoch']:>3}/{self.max_epochs}", 9),
+            (f"{_count(r[self.step_key]):>6}{budget} "
+             + ("steps" if self.step_key == "env_step" else "updates"), 8),
+            (f"train {_ret(r['train/return_mean'])}", 2),
+            (f"test {_ret(r['test/return_mean'])}±{_ret(r['test/return_std'])}", 9),
+            (f"best {_ret(r['best/score'])} ({r['best/epoch']})", 4),
+            (f"{_count(sps) if sps else '-'} sps", 1),
+            (f"eta {_duration(self._run_eta())}", 3),
+        ]
+        for rank in sorted({rank for _, rank in fields}):
+            if len("  ".join(text for text, _ in fields)) <= width:
+                break
+            fields = [(text, k) for text, k in fields if k != rank or k >= 8]
+        line = "  ".join(text for text, _ in fields)
         losses = ""
         for key, label in self.stats:
             value = r.get(f"update/{key}")
             if value is None:
                 continue
             more = f"{losses} {label} {_fmt(value, '.3g')}"
-            if len(line) + 2 + len(more) > LINE_WIDTH:
+            if len(line) + 2 + len(more) > width:
                 break
             losses = more
         if losses:
             line += " |" + losses
         return line
 
+    def _width(self) -> int:
+        """A terminal's width (at most LINE_WIDTH), or LINE_WIDTH off a terminal (log files
+        keep whole lines)."""
+        if not self.console.is_terminal:
+            return LINE_WIDTH
+        return min(self.console.width, LINE_WIDTH)
+
     def log_epoch(self, r: dict[str, Any]) -> None:
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
         if not self.quiet:
-            self.console.print(self.epoch_line(r), soft_wrap=True)
+            self.console.print(self.epoch_line(r, self._width()), soft_wrap=True)
 
     def finish(self, info: dict[str, Any]) -> None:
         if self._progress is not None:
