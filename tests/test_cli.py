@@ -9,7 +9,7 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from conftest import read_jsonl
+from conftest import BIN, read_jsonl
 from rltrain.algorithms import ALGORITHMS, DISCRETE
 
 EPOCH_KEYS = {"epoch", "env_step", "gradient_step", "time", "train", "test", "update", "best",
@@ -93,6 +93,17 @@ def test_help_lists_groups_and_options(cli):
     for text in ("usage: rltrain", "algo:", "dqn, iql, ppo", "env:", "cartpole, gym",
                  "experiment:", "smoke"):
         assert text in res.stdout
+
+
+def test_help_names_the_companion_commands(cli):
+    """Each companion command, on a line of its own saying what it does, and installed."""
+    res = cli("--help")
+    assert res.returncode == 0
+    for tool in ("rltrain-eval", "rltrain-export", "rltrain-collect", "rltrain-report"):
+        (line,) = [ln for ln in res.stdout.splitlines() if ln.startswith(f"  {tool} ")]
+        assert len(line.split()) > 4, line  # the command, its arguments and what it does
+        assert (BIN / tool).is_file(), f"{tool} is named in --help but not installed"
+    assert 'eval "$(rltrain -sc install=bash)"' in res.stdout
 
 
 def test_cfg_job_prints_composed_config_with_tuned_values(cli):

@@ -63,6 +63,16 @@ Each run writes outputs/<algo>-<env>/<date_time>/ (epochs.jsonl, summary.json, t
 checkpoints/, best/, final/); move it with hydra.run.dir=PATH. Hydra's own options:
 rltrain --hydra-help.
 
+companion commands (each has --help):
+  rltrain-eval RUN_DIR           evaluate a trained policy on fresh envs (--video DIR records)
+  rltrain-export RUN_DIR         export the policy to ONNX, checked against torch (extra: export)
+  rltrain-collect --out FILE     write an offline-RL dataset (a run's policy, a random one or a
+                                 replay buffer) to learn from with dataset=FILE
+  rltrain-report DIR [DIR ...]   compare runs and sweeps: curves, scores with confidence
+                                 intervals, report.md/html (extra: report)
+
+shell completion of groups and keys: eval "$(rltrain -sc install=bash)" (bash; zsh: install=zsh)
+
 A run from elsewhere (another machine or person) whose config names modules or wrappers
 beyond gymnasium's is refused by resume=, rltrain-eval, -export and -collect until you
 pass --trust; trust=true lets a run use a Minari dataset that would build its env from
@@ -131,6 +141,8 @@ def _outcome(info: Any, ctx: Any, label: str = "") -> tuple[int, str | None]:
     """The exit code and message for a run's InfoStats."""
     from rltrain.rundir import resume_command
 
+    if info.status == "failed" and ctx.lost:  # no directory left to point at: its own line
+        return 1, f"error: {label}{info.error}"
     if info.status == "failed":
         where = f" in {info.failed_at}" if info.failed_at else ""
         tail = (f"; after fixing the cause, resume with: {resume_command(ctx.run_dir)}"
@@ -242,6 +254,8 @@ def task(cfg: Any) -> Any:
     if single:
         if code:
             raise _Done(code)
+        if not cfg.logger.get("quiet"):
+            print(rundir.next_step(run_dir), flush=True)
         return info.best_score
     if code in (1, 2):
         raise sweep.JobFailed(f"rltrain: {label}failed (see {run_dir}/summary.json)")
@@ -289,6 +303,8 @@ def _hydra(argv: list[str]) -> tuple[int, bool]:
         return _error(str(e)), multirun
     sys.argv = [sys.argv[0], *argv]
     register_configs()
+    if any(a in ("-sc", "--shell-completion") for a in argv):
+        return _shell_completion(argv), False
     if multirun and not _full_error():
         def could_not_run(e: Exception) -> str:
             sweep.judge(2)  # the sweep could not start: no job report
@@ -320,6 +336,50 @@ def _hydra(argv: list[str]) -> tuple[int, bool]:
         elif failed:
             code = 1
     return code, multirun
+
+
+#: zsh runs bash's completion functions through bashcompinit, which needs compinit: loaded
+#: here when the shell has not loaded them, so that ``eval "$(rltrain -sc install=zsh)"``
+#: works on its own
+_ZSH_PREAMBLE = """\
+(( $+functions[compdef] )) || { autoload -U +X compinit && compinit -i }
+(( $+functions[complete] )) || { autoload -U +X bashcompinit && bashcompinit }"""
+
+#: config groups rltrain composes itself (schemas, the tuned file): not offered to complete
+_INTERNAL_GROUPS = ("schema", "tuned")
+
+
+def _shell_completion(argv: list[str]) -> int:
+    """``rltrain -sc install|uninstall|query=SHELL``: Hydra's completion plugins, with zsh's
+    bash-compatibility loaded on install, the completion rule removed on uninstall (Hydra
+    leaves it pointing at the function it unsets), and rltrain's internal groups left out of
+    the answers."""
+    import io
+
+    import hydra
+
+    from rltrain.overrides import completion_command
+
+    words = [a for a in argv if a not in ("-sc", "--shell-completion")]
+    command, shell = completion_command(words)  # checked in overrides.prepare
+    if command == "install" and shell == "zsh":
+        print(_ZSH_PREAMBLE)
+    if command == "uninstall" and shell in ("bash", "zsh"):
+        print(f"complete -r {Path(sys.argv[0]).name} 2> /dev/null")
+    answer = io.StringIO()
+    code = 0
+    with contextlib.redirect_stdout(answer) if command == "query" else contextlib.nullcontext():
+        try:
+            hydra.main(config_path=str(conf_dir()), config_name="config",
+                       version_base="1.3")(task)()
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    if command == "query":
+        sep = "\n" if shell == "fish" else " "
+        offered = answer.getvalue().split("\n" if shell == "fish" else None)
+        print(sep.join(w for w in offered if w and not w.split("\t")[0].startswith(
+            _INTERNAL_GROUPS)))
+    return code
 
 
 def _error(message: str, code: int = 2) -> int:
