@@ -187,12 +187,19 @@ def test_a_hydra_job_logging_choice_is_respected(cli, tmp_path):
     assert "epoch   2/2" in res.stdout  # epoch lines are the console logger's, not logging's
 
 
-def test_the_summary_names_the_whole_run_directory(cli, tmp_path):
+def test_the_summary_names_the_whole_run_directory_and_what_to_do_next(cli, tmp_path):
     run_dir = tmp_path / ("a-very-long-directory-name-" * 6) / "run"
     res = cli(*SMOKE, f"hydra.run.dir={run_dir}", env={"COLUMNS": "60"})
     assert res.returncode == 0, res.stderr
     assert f"run directory: {run_dir}\n" in res.stdout
     assert "…" not in res.stdout
+    # the command's whole time besides training's (start-up was left out: 0.7 s shown for a
+    # 6.4 s command), and what to do next, in one line at the end
+    table = " ".join(re.sub(r"[│┃]", " ", res.stdout).split())  # the folded rows, joined
+    assert re.search(r"\d+\.\ds training \(collect", table)
+    assert re.search(r"\d+\.\ds in all, start-up included", table)
+    last = res.stdout.splitlines()[-1]
+    assert last.startswith(f"next: rltrain-eval {run_dir} "), last
 
 
 def test_tensorboard_has_the_config_and_hparams(cli, tmp_path):

@@ -181,10 +181,12 @@ def build_trainer(s: Settings, parts: Parts, *, loggers: list[Logger] | None = N
 
 
 def run_loggers(s: Settings, run_dir: Path, *, config: dict[str, Any],
-                summary: dict[str, Any], resumed_at: dict[str, Any] | None) -> list[Logger]:
+                summary: dict[str, Any], resumed_at: dict[str, Any] | None,
+                started: float | None = None) -> list[Logger]:
     """The console, ``epochs.jsonl`` + ``summary.json`` (with ``summary``'s facts), and the
     registered loggers ``logger.*`` switches on. ``resumed_at``: the trainer state a resumed
-    run starts from (its later records are dropped, its step is where curves go on)."""
+    run starts from (its later records are dropped, its step is where curves go on);
+    ``started``: when the command began (``time.perf_counter``), for the console's summary."""
     step_key = TRAINERS[s.trainer.name].step_key
     done = None
     if resumed_at is not None:
@@ -192,7 +194,7 @@ def run_loggers(s: Settings, run_dir: Path, *, config: dict[str, Any],
     console = ConsoleLogger(s.trainer.max_epochs, s.logger.progress_bar, run_dir,
                             quiet=s.logger.quiet,
                             progress_interval_s=s.logger.progress_interval_s,
-                            stats=algorithm_spec(s.algo.name).console)
+                            stats=algorithm_spec(s.algo.name).console, started=started)
     context = LoggerContext(run_dir=run_dir, config=config,
                             name=f"{s.algo.name}-{s.env.name}-seed{s.seed}",
                             resume_step=None if resumed_at is None else resumed_at[step_key],

@@ -161,6 +161,8 @@ def resume(args: list[str], *, say: Callable[[str], None], started: float,
         code, message = outcome(info, ctx)
         if message:
             say(message)
+        elif not point.cfg.logger.quiet:
+            print(rundir.next_step(run_dir), flush=True)
         return code
     finally:
         lock.release()

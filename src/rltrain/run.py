@@ -68,7 +68,8 @@ def _train(cfg: DictConfig, s: Settings, ctx: RunContext, parts: Parts,
     if parts.storage.dataset is not None:
         summary["dataset"] = parts.storage.dataset
     loggers = run_loggers(s, ctx.run_dir, config=config, summary=summary,
-                          resumed_at=None if resume is None else resume.trainer)
+                          resumed_at=None if resume is None else resume.trainer,
+                          started=ctx.started)
     if ctx.trial is not None and resume is not None:
         ctx.trial.load_scores(ctx.run_dir)
     life = Lifecycle(ctx, s, parts, config, summary, history)

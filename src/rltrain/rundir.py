@@ -272,6 +272,13 @@ def resume_command(run_dir: Path | str, *extra: str) -> str:
     return "rltrain " + shlex.join([f"resume={run_dir}", *extra])
 
 
+def next_step(run_dir: Path | str) -> str:
+    """The one line a finished run ends with: what to do with it next."""
+    where = shlex.quote(str(run_dir))
+    return (f"next: rltrain-eval {where} to test the best policy (--video to watch it); "
+            "rltrain-export and rltrain-report take the same directory")
+
+
 def _refuse_run(run_dir: Path) -> None:
     used = holds_run(run_dir)
     if used:

@@ -69,9 +69,12 @@ class ConsoleLogger(Logger):
                  console: Console | None = None, quiet: bool = False,
                  progress_interval_s: float = 30.0,
                  clock: Callable[[], float] = time.perf_counter,
-                 stats: Sequence[tuple[str, str]] = ()) -> None:
+                 stats: Sequence[tuple[str, str]] = (), started: float | None = None) -> None:
         """:param stats: the update stats the epoch line shows, as (name, short label), in
-            order, as many as fit (the algorithm's registry entry says which)."""
+            order, as many as fit (the algorithm's registry entry says which).
+        :param started: when the command (a sweep's job: the job) started, on ``clock``'s
+            scale: the summary gives the time since then as well, start-up included."""
+        self.started = started
         self.console = console or Console(highlight=False)
         self.stats = tuple(stats)
         self.clock = clock
@@ -237,6 +240,13 @@ class ConsoleLogger(Logger):
         if not self.quiet:
             self.console.print(self.epoch_line(r, self._width()), soft_wrap=True)
 
+    def _command_time(self) -> str:
+        """The command's (or sweep job's) time so far, start-up (imports, building the envs
+        and networks) included: what a user waited, where training time is what it cost."""
+        if self.started is None:
+            return ""
+        return f"; {self.clock() - self.started:.1f}s in all, start-up included"
+
     def finish(self, info: dict[str, Any]) -> None:
         if self._progress is not None:
             self._progress.stop()
@@ -260,9 +270,10 @@ class ConsoleLogger(Logger):
             ("epochs", str(info["epochs"])),
             ("env steps", f"{info['env_step']:,}"),
             ("gradient steps", f"{info['gradient_step']:,}"),
-            ("wall time", f"{info['wall_time']:.1f}s (collect {info['timing/collect']:.1f}s, "
-                          f"update {info['timing/update']:.1f}s, test {info['timing/test']:.1f}s, "
-                          f"save {info['timing/save']:.1f}s)"),
+            ("wall time", f"{info['wall_time']:.1f}s training (collect "
+                          f"{info['timing/collect']:.1f}s, update {info['timing/update']:.1f}s, "
+                          f"test {info['timing/test']:.1f}s, save {info['timing/save']:.1f}s)"
+                          + self._command_time()),
         ]
         for row in rows:
             table.add_row(*row)
