@@ -121,9 +121,10 @@ def test_export(runs: dict[str, Path], tmp_path: Path, name: str) -> None:
     import onnxruntime as ort  # part of the test extra: missing means failing, not skipping
 
     run = runs[name]
-    if name == "cartpole":  # the default output path
+    if name == "cartpole":  # the default output path: next to the (best) weights
         result = tool(EXPORT, run, cwd=tmp_path)
-        out = run / "final" / "policy.onnx"
+        out = run / "best" / "policy.onnx"
+        assert not (run / "final" / "policy.onnx").exists()  # best weights were once put there
     else:
         out = tmp_path / "sub" / "pendulum.onnx"
         result = tool(EXPORT, run, "--weights", "final", "--out", out, cwd=tmp_path)

@@ -147,14 +147,22 @@ def parser() -> ArgumentParser:
                    help="best/policy.pt, final/policy.pt or the policy in checkpoints/last.pt "
                    "(default: best)")
     p.add_argument("--out", type=Path, default=None, metavar="PATH",
-                   help="the ONNX file to write (default: RUN_DIR/final/policy.onnx)")
+                   help="the ONNX file to write (default: next to the weights: "
+                   "RUN_DIR/best/policy.onnx, RUN_DIR/final/policy.onnx or "
+                   "RUN_DIR/checkpoints/last.onnx)")
     p.add_argument("--trust", action="store_true", help=TRUST_HELP)
     return p
 
 
+def default_out(run_dir: Path, weights: str) -> Path:
+    """Where an export goes unless ``--out`` says: next to the weights it was made from, so
+    that the best policy's graph is never taken for the final one's."""
+    return run_dir / WEIGHT_FILES[weights].with_suffix(".onnx")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = parser().parse_args(argv)
-    out = args.out if args.out is not None else args.run_dir / "final" / "policy.onnx"
+    out = args.out if args.out is not None else default_out(args.run_dir, args.weights)
     try:
         require(["onnx", "onnxruntime"], "rltrain-export", "export")
         check_out(out, args.run_dir)
