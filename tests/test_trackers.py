@@ -25,7 +25,12 @@ def test_mlflow_holds_the_config_every_epoch_and_the_summary(cli, tmp_path):
     assert res.returncode == 0, res.stderr
     assert "INFO mlflow" not in res.stderr + res.stdout
     client = MlflowClient(tracking_uri=uri)
-    run = client.get_run((run_dir / ".mlflow_run_id").read_text())
+    run_id = (run_dir / ".mlflow_run_id").read_text()
+    # where it logs, said before the store is made (seconds of blank console) and after
+    assert f"mlflow: logging to {uri} (creating the store" in res.stdout
+    assert (f"mlflow: run {run_id} created in experiment 'rltrain'; browse it with: mlflow ui "
+            f"--backend-store-uri {uri}") in res.stdout
+    run = client.get_run(run_id)
     assert run.info.status == "FINISHED"
     assert run.data.params["algo.lr"] == "0.0123"
     assert run.data.params["env.id"] == "CartPole-v1"
@@ -83,6 +88,8 @@ def test_wandb_offline_holds_the_config_every_epoch_and_the_summary(cli, tmp_pat
     assert res.returncode == 0, res.stderr
     run_id = (run_dir / ".wandb_id").read_text()
     (path,) = (run_dir / "wandb").glob(f"offline-run-*-{run_id}/run-{run_id}.wandb")
+    assert f"wandb: offline run {run_id} in {path.parent}; upload it with: wandb sync " \
+        f"{path.parent}" in res.stdout
     records = wandb_records(path)
 
     def items(update) -> dict:

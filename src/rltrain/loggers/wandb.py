@@ -5,13 +5,17 @@ run directory (``.wandb_id``)."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, cast
 
 from rltrain.config import ConfigError
 from rltrain.files import write_new
 from rltrain.loggers.base import Logger, numeric_values, read_run_id
 from rltrain.loggers.registry import LoggerContext, LoggerSpec, register
+
+log = logging.getLogger(__name__)
 
 MODES = ("offline", "online")
 
@@ -51,6 +55,12 @@ class WandbLogger(Logger):
             tags=list(cfg.tags) or None, id=run_id, resume="allow" if run_id else None,
             settings=wandb.Settings(silent=True, console="off"))
         write_new(run_dir / ".wandb_id", self.run.id)
+        if mode == "offline":  # the run's files: RUN/wandb/offline-run-<time>-<id>/files
+            local = Path(self.run.dir).parent
+            log.info(f"wandb: offline run {self.run.id} in {local}; upload it with: "
+                     f"wandb sync {local}")
+        else:
+            log.info(f"wandb: run {self.run.id} at {self.run.url}")
 
     def log_epoch(self, record: dict[str, Any]) -> None:
         self.run.log(numeric_values(record), step=int(record[self.step_key]))
