@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 from pathlib import Path
@@ -23,6 +24,7 @@ from conftest import (
     wait_for,
 )
 from rltrain import rundir
+from rltrain import sweep as sweep_module
 from rltrain.config import job_dir_name, job_number
 
 SMOKE = ["experiment=smoke", "logger.tensorboard=false"]
@@ -78,6 +80,52 @@ def test_a_job_that_fails_while_training_does_not_end_the_sweep(cli, tmp_path):
     assert "non-finite reward" in summary(job_dir(sweep, 0))["error"]
     assert summary(job_dir(sweep, 1))["status"] == "completed"
     assert re.search(r"0\s+failed\s+.*non-finite reward", res.stderr)
+
+
+def test_a_sweep_counts_the_jobs_it_refused_and_says_how_to_finish(cli, tmp_path):
+    """Another process holds job 0's directory, as a second sweep into the same
+    hydra.sweep.dir does: the sweep runs job 1, refuses job 0, and counts and lists the
+    refusal (it said '0 failed' while exiting 1); its last line is the command that finishes
+    it, which then runs job 0, skips job 1 and ends by naming rltrain-report."""
+    sweep = tmp_path / "sweep"
+    held = sweep / "seed=0_job0"
+    held.mkdir(parents=True)
+    args = ["--multirun", *SMOKE, "seed=0,1"]
+    with rundir.RunDirLock(held):
+        res = cli(*args, f"hydra.sweep.dir={sweep}")
+    assert res.returncode == 1, res.stderr
+    assert "Traceback" not in res.stderr
+    report = res.stderr[res.stderr.index(f"rltrain: sweep {sweep}"):]
+    assert "2 job(s): 0 failed, 0 interrupted, 1 refused" in report
+    assert re.search(rf"^\s+0\s+refused\s+{re.escape(str(held))}\s+is in use by another "
+                     r"rltrain process \(pid \d+", report, re.M)
+    assert re.search(rf"^\s+1\s+completed\s+{re.escape(str(job_dir(sweep, 1)))}\s+best "
+                     r"-?\d+\.\d$", report, re.M)
+    finish = report.strip().splitlines()[-1]
+    assert finish.startswith("next: finish the sweep")
+    assert finish.endswith(f"rltrain {' '.join(args)} hydra.sweep.dir={sweep}; then "
+                           f"rltrain-report {sweep}")
+    assert not list(sweep.glob(".rltrain-refused-*"))  # read and removed
+
+    again = shlex.split(finish[finish.index("): rltrain ") + 3:finish.rindex("; then ")])
+    res = cli(*again[1:])
+    assert res.returncode == 0, res.stderr
+    assert f"job 1: already completed in {job_dir(sweep, 1)}: skipped" in res.stdout
+    assert summary(job_dir(sweep, 0))["status"] == "completed"
+    assert res.stdout.strip().splitlines()[-1] == f"next: rltrain-report {sweep}"
+
+
+def test_the_sweep_list_rounds_scores_as_the_console_does(tmp_path, capsys):
+    for num, best in ((0, 123.456789), (1, None)):
+        job = tmp_path / f"seed={num}_job{num}"
+        job.mkdir()
+        (job / "summary.json").write_text(json.dumps({"status": "completed",
+                                                      "best_score": best}))
+    assert sweep_module.report(tmp_path) == (0, 0, 2)
+    out = capsys.readouterr().out
+    assert re.search(r"0\s+completed\s+.*seed=0_job0\s+best 123\.5$", out, re.M)
+    assert re.search(r"1\s+completed\s+.*seed=1_job1\s+best -$", out, re.M)
+    assert out.splitlines()[-1] == f"next: rltrain-report {tmp_path}"
 
 
 def test_jobs_record_their_own_overrides_and_the_git_commit(cli, tmp_path):

@@ -214,7 +214,7 @@ def task(cfg: Any) -> Any:
     trust.record(trust.env_surface(plain(cfg.get("env"))), command)
     ctx = RunContext(run_dir, command=command, overrides=shown, on_accept=accept,
                      started=STARTED if single else time.perf_counter())
-    code, message = 0, None
+    code, message, refused = 0, None, False
     # a sweep run again into its directory, or a job requeued after a timeout
     again = not single and bool(rundir.holds_run(run_dir))
     if again:
@@ -233,6 +233,9 @@ def task(cfg: Any) -> Any:
         if _full_error():
             raise
         code, message = 2, f"error: {label}{clip_long_words(str(e))}"
+        refused = not single and isinstance(e, rundir.RunDirError)
+        if refused:  # the directory is another run's, or cannot be used
+            sweep.refuse(run_dir, clip_long_words(str(e)))
         if not single and isinstance(e, ConfigError):
             sweep.write_status(run_dir, "failed", str(e))
             with_snapshot = run_dir / ".hydra"
@@ -257,6 +260,8 @@ def task(cfg: Any) -> Any:
         if not cfg.logger.get("quiet"):
             print(rundir.next_step(run_dir), flush=True)
         return info.best_score
+    if code in (1, 2) and refused:
+        raise sweep.JobFailed(f"rltrain: {label}not run: {run_dir} is not this job's to use")
     if code in (1, 2):
         raise sweep.JobFailed(f"rltrain: {label}failed (see {run_dir}/summary.json)")
     if code == 0 and ctx.trial is not None:  # an Optuna trial: what the sweeper tells the study
@@ -288,6 +293,7 @@ def _hydra(argv: list[str]) -> tuple[int, bool]:
     from rltrain.trainer import failure_text
 
     multirun = any(a in ("-m", "--multirun") for a in argv)
+    sweep.STATE.command = ["rltrain", *sys.argv[1:]]  # as typed, for the sweep's last line
     shown = next((a for a in argv if a in ("--cfg", "-c", "--info", "-i")), None)
     if multirun and shown is not None:  # Hydra's own answer is a traceback
         return _error(f"--multirun and {shown} do not go together: {shown} prints the config "

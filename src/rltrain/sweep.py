@@ -16,7 +16,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import signal
+import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,12 +34,16 @@ from omegaconf import open_dict, read_write
 from rltrain import rundir, signals
 from rltrain.checkpoint import CheckpointError
 from rltrain.config import ConfigError, job_number, overrides_as_typed
-from rltrain.files import write_new
+from rltrain.files import open_append, write_new
 from rltrain.lifecycle import RunContext, resume_point
 from rltrain.run import run
 from rltrain.stats import InfoStats
 
 STOP_FILE = ".rltrain-stop"
+#: where a sweep's jobs record the jobs they refused (the path, set by the sweep's main process
+#: and inherited by its workers): a refused job's directory, and its summary.json, are another
+#: run's, so the sweep's report learns of the refusal from this file
+REFUSED_ENV = "RLTRAIN_SWEEP_REFUSED"
 
 
 @dataclass
@@ -56,6 +62,9 @@ class SweepState:
     #: whether a single run's directory existed before Hydra made it: one the user made is
     #: never removed, even when a refused run leaves it empty
     run_dir_existed: bool = False
+    #: the command as the user typed it (``rltrain`` and its arguments), for the line that
+    #: says how to finish an unfinished sweep
+    command: list[str] | None = None
 
 
 STATE = SweepState()
@@ -96,6 +105,10 @@ class HydraCallback(Callback):
         name_jobs_by_what_differs(config)
         (path / STOP_FILE).unlink(missing_ok=True)  # left by an earlier, stopped sweep
         os.environ[signals.SWEEP_PID_ENV] = str(os.getpid())
+        # one per sweep command: two sweeps into one directory each count their own refusals
+        refused = path / f".rltrain-refused-{socket.gethostname()}-{os.getpid()}.jsonl"
+        refused.unlink(missing_ok=True)
+        os.environ[REFUSED_ENV] = str(refused)
         signals.between_jobs(_stop_sweep)
 
 
@@ -167,6 +180,37 @@ def write_status(job_dir: Path, status: str, error: str | None = None,
         pass
 
 
+def refuse(job_dir: Path, message: str) -> None:
+    """Record that this sweep did not run a job because its directory is another run's or in
+    use by another process (another sweep into the same ``hydra.sweep.dir``)."""
+    ledger = os.environ.get(REFUSED_ENV)
+    if not ledger:
+        return
+    with contextlib.suppress(OSError), open_append(ledger) as f:
+        f.write(json.dumps({"job": str(job_dir), "error": message}) + "\n")
+
+
+def _refusals() -> dict[Path, str]:
+    """The jobs this sweep refused (:func:`refuse`), read once: the file is removed."""
+    ledger = os.environ.get(REFUSED_ENV)
+    if not ledger:
+        return {}
+    found: dict[Path, str] = {}
+    with contextlib.suppress(OSError):
+        for line in Path(ledger).read_text(encoding="utf-8").splitlines():
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                record = json.loads(line)
+                found[Path(record["job"])] = str(record["error"])
+    with contextlib.suppress(OSError):
+        Path(ledger).unlink()
+    return found
+
+
+def _score(value: Any) -> str:
+    """A score as the console shows it (one decimal), '-' when there is none."""
+    return f"{value:.1f}" if isinstance(value, (int, float)) else "-"
+
+
 def _jobs(path: Path) -> list[Path]:
     found = {p.parent for p in path.rglob("summary.json")}
     found |= {p.parent for p in path.rglob(rundir.LOCK)}
@@ -174,36 +218,60 @@ def _jobs(path: Path) -> list[Path]:
 
 
 def report(path: Path, quiet: bool = False) -> tuple[int, int, int]:
-    """Print every job of the sweep with its status (on stdout if all completed, not at all
-    then if ``quiet``; else on stderr); return (failed, interrupted, total)."""
+    """Print every job of the sweep with its status, then what to do next in one line (on
+    stdout if all completed, only that line then if ``quiet``; else on stderr); return
+    (failed or refused, interrupted, total)."""
     rows, failed, interrupted = [], 0, 0
-    for job in _jobs(path):
+    refusals = _refusals()
+    jobs = _jobs(path)
+    jobs += sorted(set(refusals) - set(jobs))
+    for job in jobs:
         try:
             summary = json.loads((job / "summary.json").read_text())
         except (OSError, ValueError):
             summary = {"status": "unknown", "error": "no summary.json (killed?)"}
+        if job in refusals:  # what the directory holds is another run's
+            summary = {"status": "refused", "error": refusals[job].removeprefix(f"{job} ")}
         status = summary.get("status") or ("interrupted" if summary.get("interrupted")
                                            else "completed")
         if status in ("completed", "pruned"):
-            detail = f"best {summary.get('best_score')}" + (
+            detail = f"best {_score(summary.get('best_score'))}" + (
                 f" (pruned after epoch {summary.get('epochs')})" if status == "pruned" else "")
         elif status == "interrupted":
             interrupted += 1
             detail = f"resume with: {rundir.resume_command(job)}"
         else:
-            failed += status == "failed" or status == "unknown"
+            failed += status in ("failed", "unknown", "refused")
             detail = str(summary.get("error") or "")
         num = job_number(job.name)
         rows.append(f"  {'' if num is None else num:>4}  {status:<11}  {job}  {detail}")
     total = len(rows)
-    counts = f"{total} job(s): {failed} failed, {interrupted} interrupted"
+    refused = sum(job in refusals for job in jobs)
+    counts = (f"{total} job(s): {failed - refused} failed, {interrupted} interrupted"
+              + (f", {refused} refused" if refused else ""))
     clean = not failed and not interrupted and signals.requested() is None
+    out = sys.stdout if clean else sys.stderr
     if not (clean and quiet):
-        out = sys.stdout if clean else sys.stderr
         print(f"rltrain: sweep {path}: {counts}", file=out)
         for row in rows:
             print(row, file=out)
+    print(next_step(path, clean, failed > refused), file=out, flush=True)
     return failed, interrupted, total
+
+
+def next_step(path: Path, clean: bool, failed: bool = False) -> str:
+    """What to do after the sweep, in one line: compare its runs; or, when jobs did not
+    finish, run the same sweep into its directory again, which skips the finished jobs and
+    resumes the unfinished ones from their checkpoints (:func:`earlier_attempt`)."""
+    compare = "rltrain-report " + shlex.quote(str(path))
+    if clean or STATE.command is None or STATE.outcome is not None:
+        return f"next: {compare}"
+    args = [a for a in STATE.command[1:]
+            if not a.startswith(("hydra.sweep.dir=", "++hydra.sweep.dir="))]
+    again = shlex.join(["rltrain", *args, f"hydra.sweep.dir={path}"])
+    first = ", once what failed is fixed" if failed else ""
+    return (f"next: finish the sweep{first} (finished jobs are skipped, unfinished ones "
+            f"resume from their checkpoints): {again}; then {compare}")
 
 
 # --------------------------------------------------------------------------- a job run again
@@ -231,6 +299,7 @@ def earlier_attempt(job_dir: Path, overrides: list[str], label: str) -> dict[str
     except (OSError, yaml.YAMLError):
         stored = None
     if stored is None or not _same_job(list(stored), list(overrides)):
+        refuse(job_dir, f"holds a different run (overrides {stored}); nothing was overwritten")
         print(f"rltrain: error: {label}{job_dir} already holds a different run "
               f"(overrides {stored}); nothing was overwritten: give the sweep a new "
               "hydra.sweep.dir", file=sys.stderr)
