@@ -110,10 +110,13 @@ def test_cfg_job_prints_composed_config_with_tuned_values(cli):
     tuned = cli("--cfg", "job", "algo=dqn", "env=cartpole")
     assert tuned.returncode == 0, tuned.stderr
     assert "lr: 0.0023" in tuned.stdout  # from conf/tuned/dqn_cartpole.yaml
+    # which tuned file applied, as a YAML comment: Hydra's output does not say
+    assert tuned.stdout.startswith("# tuned: tuned/dqn_cartpole.yaml applied")
     assert "random_warmup_env_steps" in tuned.stdout  # the algorithm chose the trainer
     generic = cli("--cfg", "job", "algo=dqn", "env=gym", "env.id=Acrobot-v1")
     assert generic.returncode == 0, generic.stderr
     assert "lr: 0.001" in generic.stdout and "id: Acrobot-v1" in generic.stdout
+    assert generic.stdout.startswith("# tuned: none for dqn_gym (the algorithm's generic")
 
 
 ERROR_CASES = {

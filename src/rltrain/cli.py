@@ -309,6 +309,8 @@ def _hydra(argv: list[str]) -> tuple[int, bool]:
         return _error(str(e)), multirun
     sys.argv = [sys.argv[0], *argv]
     register_configs()
+    if shown in ("--cfg", "-c") and _after(argv, shown) in ("job", "all"):
+        print(_tuned_note(argv), flush=True)
     if any(a in ("-sc", "--shell-completion") for a in argv):
         return _shell_completion(argv), False
     if multirun and not _full_error():
@@ -342,6 +344,34 @@ def _hydra(argv: list[str]) -> tuple[int, bool]:
         elif failed:
             code = 1
     return code, multirun
+
+
+def _after(argv: list[str], flag: str) -> str | None:
+    """The value following ``flag`` in ``argv``, if any."""
+    i = argv.index(flag) if flag in argv else -1
+    return argv[i + 1] if 0 <= i < len(argv) - 1 else None
+
+
+def _tuned_note(argv: list[str]) -> str:
+    """For ``--cfg``: which tuned file the printed config holds, as a YAML comment (the
+    output stays YAML). The tuned file is an optional default, so Hydra's own output does not
+    say whether one applied."""
+    from hydra import compose, initialize_config_dir
+
+    overrides = [a for a in argv if "=" in a and not a.startswith("-")]
+    extra = _after(argv, "--config-dir") or _after(argv, "-cd")
+    if extra:  # the user's config directory, searched as Hydra does for the run
+        overrides.append(f"hydra.searchpath=[file://{Path(extra).absolute()}]")
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+            cfg = compose("config", overrides=overrides, return_hydra_config=True)
+        choice = str(cfg.hydra.runtime.choices.get("tuned"))
+    except Exception as e:  # noqa: BLE001 - Hydra says what is wrong when it composes next
+        return f"# tuned: not known ({type(e).__name__})"
+    path = conf_dir() / "tuned" / f"{choice}.yaml"
+    if path.is_file():
+        return f"# tuned: tuned/{choice}.yaml applied (over the algorithm's generic defaults)"
+    return f"# tuned: none for {choice} (the algorithm's generic defaults hold)"
 
 
 #: zsh runs bash's completion functions through bashcompinit, which needs compinit: loaded
