@@ -248,3 +248,21 @@ def test_task_returns_best_score_for_sweepers(tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert score == summary["best_score"]
     assert isinstance(score, float)
+
+
+def test_a_refused_run_leaves_no_outputs_behind(cli, tmp_path):
+    """A first run refused in an empty directory left an empty outputs/ (made for its run
+    directory); one the user made stays, and so do its other contents."""
+    res = cli("algo.lr=nan")
+    assert res.returncode == 2 and "algo.lr must be a finite number" in res.stderr
+    res = cli("algo=dqn", "env=gym", "env.id=Pendulum-v1", "hydra.run.dir=a/b/c")
+    assert res.returncode == 2 and "needs discrete actions" in res.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    (tmp_path / "outputs").mkdir()
+    (tmp_path / "a").mkdir()
+    res = cli("algo.lr=nan")
+    assert res.returncode == 2
+    res = cli("algo=dqn", "env=gym", "env.id=Pendulum-v1", "hydra.run.dir=a/b/c")
+    assert res.returncode == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "outputs"]
+    assert not any((tmp_path / "outputs").iterdir()) and not any((tmp_path / "a").iterdir())

@@ -226,7 +226,8 @@ def task(cfg: Any) -> Any:
             info = sweep.continue_job(run_dir, ctx, label, consent=bool(cfg.get("trust")))
         else:
             with rundir.claim(run_dir,
-                              remove_empty=not (single and sweep.STATE.run_dir_existed)):
+                              remove_empty=not (single and sweep.STATE.run_dir_existed),
+                              made=sweep.STATE.made if single else ()):
                 info = run(cfg, ctx)
         code, message = _outcome(info, ctx, label)
     except (ConfigError, rundir.RunDirError) as e:

@@ -23,7 +23,7 @@ import shlex
 import shutil
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -211,10 +211,11 @@ def lock_holder_pid(run_dir: Path) -> int | None:
         return None
 
 
-def remove_if_empty(run_dir: Path) -> None:
+def remove_if_empty(run_dir: Path, made: Sequence[Path] = ()) -> None:
     """Drop a run directory that holds nothing but the lock (an error before the run was
-    accepted), and ``outputs/<algo>-<env>/`` if that was its only run. Never the working
-    directory or one above it."""
+    accepted), and ``outputs/<algo>-<env>/`` if that was its only run, and the directories
+    in ``made`` (those this command created above it: ``outputs/`` itself), each only if
+    empty. Never the working directory or one above it."""
     if not run_dir.is_dir():
         return
     here = Path.cwd().resolve()
@@ -228,6 +229,11 @@ def remove_if_empty(run_dir: Path) -> None:
         if parent.parent.name == "outputs":
             with contextlib.suppress(OSError):
                 parent.rmdir()  # only if empty
+        for above in sorted(made, key=lambda p: len(p.parts), reverse=True):
+            if above.resolve() == here or above.resolve() in here.parents:
+                break
+            with contextlib.suppress(OSError):
+                above.rmdir()  # only if empty
 
 
 def write_hydra_snapshot(run_dir: Path, cfg: Any, hydra_cfg: Any, overrides: list[str]) -> None:
@@ -242,14 +248,17 @@ def write_hydra_snapshot(run_dir: Path, cfg: Any, hydra_cfg: Any, overrides: lis
 
 
 @contextlib.contextmanager
-def claim(run_dir: Path, remove_empty: bool = True) -> Iterator[RunDirLock]:
+def claim(run_dir: Path, remove_empty: bool = True, made: Sequence[Path] = ()
+          ) -> Iterator[RunDirLock]:
     """Own a new run's directory for the run's lifetime.
 
     Refuses a directory that holds a run *before* writing anything into it (so a refused
     run changes nothing there), then takes the lock and checks again (two runs started
     together: the second finds the first's lock). A directory holding nothing but the lock
     when the claim ends (an error before the run was accepted) is removed if
-    ``remove_empty`` (it was made for this run), else only the lock file.
+    ``remove_empty`` (it was made for this run), else only the lock file; so are the empty
+    directories in ``made`` (made above it for this run: a refused first run leaves no
+    ``outputs/``).
     """
     ensure_dir(run_dir)
     _refuse_run(run_dir)
@@ -261,7 +270,7 @@ def claim(run_dir: Path, remove_empty: bool = True) -> Iterator[RunDirLock]:
     finally:
         lock.release()
         if remove_empty:
-            remove_if_empty(run_dir)
+            remove_if_empty(run_dir, made)
         elif {p.name for p in run_dir.iterdir()} == {LOCK}:
             (run_dir / LOCK).unlink(missing_ok=True)
 

@@ -20,7 +20,7 @@ import shlex
 import signal
 import socket
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +62,8 @@ class SweepState:
     #: whether a single run's directory existed before Hydra made it: one the user made is
     #: never removed, even when a refused run leaves it empty
     run_dir_existed: bool = False
+    #: the directories above a single run's that did not exist before it (``outputs/``...)
+    made: list[Path] = field(default_factory=list)
     #: the command as the user typed it (``rltrain`` and its arguments), for the line that
     #: says how to finish an unfinished sweep
     command: list[str] | None = None
@@ -87,6 +89,8 @@ class HydraCallback(Callback):
         Hydra's own ``mkdir`` would end in a traceback)."""
         HydraConfig.instance().set_config(config)  # as run_job does next: ${hydra:...} resolves
         path = Path(str(config.hydra.run.dir)).absolute()
+        # what this run will create above its directory: removed again if it is refused
+        STATE.made = [p for p in path.parents if not p.exists()]
         STATE.run_dir_existed = path.exists()
         try:
             rundir.ensure_dir(path)
