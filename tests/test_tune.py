@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import csv
 import json
+import math
+import re
 from pathlib import Path
 
 import pytest
@@ -160,28 +162,35 @@ def test_invalid_and_crashing_trials_fail_and_the_study_goes_on(cli, tmp_path):
     assert "4 trials: 1 complete, 0 pruned, 3 failed" in res.stdout
 
 
-def test_rerun_continues_the_study_and_a_stale_trial_is_asked_again(cli, tmp_path):
+def test_rerun_continues_the_study_and_a_trial_without_heartbeat_is_asked_again(cli, tmp_path):
+    """A trial left running without a heartbeat (by an rltrain before heartbeats, or another
+    program) is taken for stale once it started more than grace_period ago: failed
+    (interrupted, not counted) and its parameters asked again. (A trial whose sweep was
+    killed, with its heartbeat: tests/test_shared_study.py.)"""
     sweep = tmp_path / "sweep"
     args = ["--multirun", "hydra/sweeper=optuna", "-q", *SHORT, "trainer.max_epochs=1",
             "algo.lr=interval(1e-4, 1e-2)", "hydra.sweeper.pruner.name=none",
+            "hydra.sweeper.heartbeat_interval=1", "hydra.sweeper.grace_period=2",
             f"hydra.sweep.dir={sweep}"]
     res = cli(*args, "hydra.sweeper.n_trials=2")
     assert res.returncode == 0, res.stderr
-    # a sweep killed while a trial ran leaves it RUNNING
     s = study(sweep)
     stale = s.ask({"algo.lr": FloatDistribution(1e-4, 1e-2)})
     res = cli(*args, "hydra.sweeper.n_trials=4")
     assert res.returncode == 0, res.stderr
+    assert "5 trials: 4 complete, 0 pruned, 0 failed, 1 interrupted (not counted)" in res.stdout
     trials = study(sweep).trials
     assert [t.number for t in trials] == [0, 1, 2, 3, 4]
     assert trials[2].state == TrialState.FAIL and trials[2].user_attrs["interrupted"]
-    assert trials[3].params == stale.params  # asked again
+    assert "without a heartbeat" in trials[2].user_attrs["error"]
+    (retry,) = [t for t in trials if t.user_attrs.get("retry_of") == stale.number]
+    assert retry.params == stale.params  # asked again
     assert all(t.state == TrialState.COMPLETE for t in trials if t.number != 2)
     jobs = {job_number(p.name): p.name for p in sweep.iterdir() if p.is_dir()}
     assert sorted(n for n in jobs if n is not None) == [0, 1, 3, 4]
     # each trial's directory is named by its sampled value (four significant digits), then
     # its number
-    assert jobs[3] == f"algo.lr={trials[3].params['algo.lr']:.4g}_job3"
+    assert jobs[retry.number] == f"algo.lr={retry.params['algo.lr']:.4g}_job{retry.number}"
     assert summary(job_dir(sweep, 0))["status"] == "completed"  # untouched
 
 
@@ -217,6 +226,8 @@ def test_parallel_trials_share_one_study(cli, tmp_path, storage):
     (["algo.lr=tag(log, interval(0, 1))"], "`low > 0` must hold for `log=True`"),
     (["algo.lr=interval(1e-4, 1e-2)", "hydra.sweeper.storage=nosuchdb://x"],
      "the study's storage nosuchdb://x cannot be used"),
+    (["hydra.sweeper.heartbeat_interval=30", "hydra.sweeper.grace_period=20"],
+     "hydra.sweeper.grace_period (20) must be more than hydra.sweeper.heartbeat_interval (30)"),
 ])
 def test_bad_sweeper_settings_are_one_line(cli, tmp_path, args, message):
     res = cli("--multirun", "hydra/sweeper=optuna", *SHORT, *args,
@@ -225,6 +236,23 @@ def test_bad_sweeper_settings_are_one_line(cli, tmp_path, args, message):
     assert message in res.stderr
     assert "Traceback" not in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    ({"heartbeat_interval": 0.0}, "heartbeat_interval must be a finite number of seconds > 0, "
+                                  "got 0.0"),
+    ({"heartbeat_interval": -1.0}, "heartbeat_interval must be a finite number"),
+    ({"heartbeat_interval": math.inf}, "heartbeat_interval must be a finite number"),
+    ({"grace_period": math.nan}, "grace_period must be a finite number of seconds > 0, got nan"),
+    ({"heartbeat_interval": 10.0, "grace_period": 10.0},
+     "grace_period (10) must be more than hydra.sweeper.heartbeat_interval (10)"),
+])
+def test_heartbeat_settings_are_checked(settings, message):
+    from rltrain.optuna_sweeper import OptunaSweeperConf, SweepError, _check_conf
+
+    _check_conf(OptunaSweeperConf(heartbeat_interval=1.0, grace_period=1.5))  # fine
+    with pytest.raises(SweepError, match=re.escape(message)):
+        _check_conf(OptunaSweeperConf(**settings))
 
 
 def test_hparams_search_without_multirun_says_how(cli):

@@ -13,6 +13,18 @@ parallel), tell the study each job's outcome, until the study holds ``n_trials``
 trials. Re-running the same command with the same storage continues the study: finished
 trials count, and a trial a killed sweep left running is marked failed and asked again.
 
+Several sweeps may share one study (the same ``storage`` and ``study_name``, on one machine or
+many): each asks only for the trials the study still lacks (``n_trials`` less those finished
+and those running, whoever runs them), waits for the others' trials when none is left to ask,
+and ends once the study holds ``n_trials`` finished trials, each counted once. A sweep proves
+that it is alive with a heartbeat: every ``heartbeat_interval`` seconds, for as long as a
+trial it asked for runs, its own process (which asks and tells, whichever launcher runs the
+job) records one in the study's storage (Optuna's heartbeat table in an RDB storage; a trial
+attribute in a journal file). A running trial whose heartbeat is more than ``grace_period``
+seconds old was left by a sweep that died (killed, its machine lost): the next sweep to look
+marks it failed (``interrupted``, not counted) and asks for its parameters again. A live
+trial is never taken, however long it trains.
+
 At the end, in the sweep directory: ``trials.csv``, the best parameters as a ready tuned
 file (``conf/tuned/<algo>_<env>.yaml``) and as an experiment to use at once
 (``conf/experiment/tuned_<algo>_<env>.yaml``), and Optuna's plots as PNG files.
@@ -34,6 +46,8 @@ import json
 import logging
 import math
 import sys
+import threading
+import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,7 +64,14 @@ from omegaconf import OmegaConf
 
 from rltrain import signals
 from rltrain.config import OBJECTIVES
-from rltrain.tune import PRUNER_ATTR, make_pruner, open_storage
+from rltrain.tune import (
+    HEARTBEAT_ATTR,
+    PRUNER_ATTR,
+    Heartbeats,
+    StudyLock,
+    make_pruner,
+    open_storage,
+)
 
 if TYPE_CHECKING:
     import optuna
@@ -106,6 +127,14 @@ class OptunaSweeperConf:
     #: a trial's score: auc, last_k, best or final (rltrain.tune)
     objective: str = "auc"
     last_k: int = 3
+    #: seconds between two heartbeats of each trial this sweep runs (see the module's text):
+    #: recorded by the sweep's own process for the whole trial, whichever launcher runs it
+    heartbeat_interval: float = 10.0
+    #: seconds without a heartbeat after which another sweep into the study takes a running
+    #: trial for one whose sweep died: failed (interrupted) and its parameters asked again.
+    #: More than heartbeat_interval (3 times or more leaves room for a slow storage); an RDB
+    #: storage counts whole seconds; a journal file shared by machines compares their clocks
+    grace_period: float = 60.0
     #: the search space: key -> Hydra sweep syntax (interval(0.9, 0.999),
     #: tag(log, interval(1e-4, 1e-2)), range(1, 10), choice(a, b), a,b,c) or an Optuna
     #: distribution ({type: float|int|categorical, low, high, log, step, choices})
@@ -175,6 +204,8 @@ class OptunaSweeperImpl:
                 pruner=make_pruner(pruner))
             # Optuna's storage keeps no pruner: the trials' runs build this one from it
             study.set_user_attr(PRUNER_ATTR, pruner)
+            heartbeats = Heartbeats(storage_url, storage, c.heartbeat_interval, c.grace_period)
+            lock = StudyLock(storage_url)
         except Exception as e:  # noqa: BLE001 - a bad URL, a server that is not there
             hint = (" (PostgreSQL needs its driver: pip install -e \".[postgres]\")"
                     if isinstance(e, ImportError) and storage_url.startswith("postgres") else "")
@@ -188,26 +219,51 @@ class OptunaSweeperImpl:
                 log.info(f"the grid has {size} points: the study runs {size} trials, "
                          f"not {n_trials}")
                 n_trials = size
-        _requeue_stale(study, storage)
-        if grid is not None:
-            _enqueue_grid(study, grid)
-        seed = None if c.sampler.seed is None else c.sampler.seed + len(study.trials)
-        study.sampler = _sampler(c.sampler, seed, space)
-        n_done = _finished(study)
-        print(f"rltrain: study {study_name!r} in {storage_url}: {n_done} of {n_trials} trials "
-              f"finished; searching {', '.join(space) or 'nothing'}"
+        shared = SharedStudy(study, storage, heartbeats, c)
+        try:
+            with lock:
+                shared.take_stale()
+                if grid is not None:
+                    _enqueue_grid(study, grid)
+                tally = shared.tally()
+        except OSError as e:  # the lock file beside the storage
+            raise SweepError(str(e)) from None
+        running = f", {len(tally.running)} running" if tally.running else ""
+        print(f"rltrain: study {study_name!r} in {storage_url}: {tally.finished} of {n_trials} "
+              f"trials finished{running}; searching {', '.join(space) or 'nothing'}"
               + (f"; fixed {' '.join(fixed)}" if fixed else ""), flush=True)
-        while n_done < n_trials:
-            if sweep_mod.stop_requested(sweep_dir):
-                break
-            batch = [study.ask(space) for _ in range(min(c.n_jobs, n_trials - n_done))]
-            jobs = [self._overrides(fixed, trial, storage_url, study_name) for trial in batch]
-            returns = self.launcher.launch(jobs, initial_job_idx=batch[0].number)
-            for trial, ret in zip(batch, returns, strict=True):
-                self._tell(study, trial, ret)
-            n_done = _finished(study)
-            if signals.requested() is not None:
-                break
+        waiting: tuple[int, ...] = ()
+        try:
+            while not sweep_mod.stop_requested(sweep_dir):
+                with lock:  # count and ask as one step: sweeps started together ask no more
+                    shared.take_stale()
+                    tally = shared.tally()
+                    if tally.finished >= n_trials:
+                        break
+                    wanted = min(c.n_jobs, n_trials - tally.finished - len(tally.running))
+                    if wanted > 0:
+                        seed = None if c.sampler.seed is None else c.sampler.seed + tally.total
+                        study.sampler = _sampler(c.sampler, seed, space)
+                        batch = [shared.ask(space) for _ in range(wanted)]
+                if wanted <= 0:  # the study's last trials run in other sweeps: wait for them
+                    numbers = tuple(sorted(t.number for t in tally.running))
+                    if numbers != waiting:
+                        waiting = numbers
+                        print(f"rltrain: waiting for trial(s) {', '.join(map(str, numbers))}, "
+                              "run by another sweep (taken over if its heartbeat stops for "
+                              f"{c.grace_period:g} s)", flush=True)
+                    time.sleep(min(1.0, c.heartbeat_interval))
+                    continue
+                waiting = ()
+                jobs = [self._overrides(fixed, trial, storage_url, study_name) for trial in batch]
+                returns = self.launcher.launch(jobs, initial_job_idx=batch[0].number)
+                for trial, ret in zip(batch, returns, strict=True):
+                    shared.done(trial)
+                    self._tell(study, trial, ret)
+                if signals.requested() is not None:
+                    break
+        finally:
+            shared.close()
         return self._finish(study, sweep_dir, storage_url, algo, env, fixed, space)
 
     def _overrides(self, fixed: list[str], trial: optuna.Trial, storage_url: str,
@@ -224,6 +280,19 @@ class OptunaSweeperImpl:
         return [*fixed, *params, *tune]
 
     def _tell(self, study: optuna.Study, trial: optuna.Trial, ret: JobReturn) -> None:
+        from optuna.exceptions import UpdateFinishedTrialError  # the tune extra
+
+        try:
+            self._tell_outcome(study, trial, ret)
+        except UpdateFinishedTrialError:
+            # another sweep took it for stale: this process's heartbeats stopped for longer
+            # than the grace period (a stalled machine, a storage that kept them waiting)
+            log.warning(f"trial {trial.number} was taken over by another sweep, which found "
+                        f"its heartbeat more than {self.conf.grace_period:g} s old: its "
+                        "result is not recorded (its parameters are run again); a longer "
+                        "hydra.sweeper.grace_period avoids this")
+
+    def _tell_outcome(self, study: optuna.Study, trial: optuna.Trial, ret: JobReturn) -> None:
         from optuna.trial import TrialState  # the tune extra: see the module's text
 
         run_dir = _job_dir(ret)
@@ -256,12 +325,19 @@ class OptunaSweeperImpl:
         from rltrain import sweep as sweep_mod  # 1.1 s (torch): see the module's text
 
         trials = study.get_trials(deepcopy=False)
-        counts = {s: sum(t.state == s for t in trials) for s in
+        counts = {s: sum(t.state == s and not _interrupted(t) for t in trials) for s in
                   (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)}
+        interrupted = sum(map(_interrupted, trials))
+        others = [f"{sum(t.state == s for t in trials)} {s.name.lower()}"
+                  for s in (TrialState.RUNNING, TrialState.WAITING)
+                  if any(t.state == s for t in trials)]
         write_trials_csv(sweep_dir / "trials.csv", trials)
         print(f"rltrain: study {study.study_name!r}: {len(trials)} trials: "
               f"{counts[TrialState.COMPLETE]} complete, {counts[TrialState.PRUNED]} pruned, "
-              f"{counts[TrialState.FAIL]} failed; trials.csv in {sweep_dir}", flush=True)
+              f"{counts[TrialState.FAIL]} failed"
+              + (f", {interrupted} interrupted (not counted)" if interrupted else "")
+              + "".join(f", {o}" for o in others)
+              + f"; trials.csv in {sweep_dir}", flush=True)
         if not counts[TrialState.COMPLETE]:
             print("rltrain: error: no trial completed, so there is no best one",
                   file=sys.stderr)
@@ -433,6 +509,15 @@ def _check_conf(c: OptunaSweeperConf) -> None:
     for name in ("n_trials", "n_jobs", "last_k"):
         if not getattr(c, name) > 0:
             problems.append(f"hydra.sweeper.{name} must be > 0, got {getattr(c, name)}")
+    for name in ("heartbeat_interval", "grace_period"):
+        value = getattr(c, name)
+        if not (math.isfinite(value) and value > 0):
+            problems.append(f"hydra.sweeper.{name} must be a finite number of seconds > 0, "
+                            f"got {value}")
+    if not problems and not c.grace_period > c.heartbeat_interval:
+        problems.append(f"hydra.sweeper.grace_period ({c.grace_period:g}) must be more than "
+                        f"hydra.sweeper.heartbeat_interval ({c.heartbeat_interval:g}): a live "
+                        "trial would look stale between two heartbeats (3 times or more is safe)")
     if problems:
         raise SweepError(problems[0])
 
@@ -489,33 +574,142 @@ def _grid(space: dict[str, BaseDistribution]) -> dict[str, list[Any]]:
 def _enqueue_grid(study: optuna.Study, grid: dict[str, list[Any]]) -> None:
     """Queue every point of the grid the study has not tried (or queued) yet."""
     keys = list(grid)
-    seen = {tuple(repr(t.params.get(k)) for k in keys) for t in study.get_trials(deepcopy=False)
-            if not t.user_attrs.get("interrupted")}
+    # a queued trial holds its point as fixed_params until it is asked (another sweep's
+    # queue, a retried trial's parameters)
+    seen = {tuple(repr((t.params or t.system_attrs.get("fixed_params", {})).get(k))
+                  for k in keys)
+            for t in study.get_trials(deepcopy=False) if not _interrupted(t)}
     for point in itertools.product(*(grid[k] for k in keys)):
         if tuple(repr(v) for v in point) not in seen:
             study.enqueue_trial(dict(zip(keys, point, strict=True)), skip_if_exists=False)
 
 
-def _finished(study: optuna.Study) -> int:
-    from optuna.trial import TrialState  # the tune extra: see the module's text
-
-    return sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
-               and not t.user_attrs.get("interrupted") for t in study.get_trials(deepcopy=False))
+def _interrupted(trial: optuna.trial.FrozenTrial) -> bool:
+    """A failed trial that does not count: its run was interrupted, or its sweep died."""
+    return bool(trial.user_attrs.get("interrupted"))
 
 
-def _requeue_stale(study: optuna.Study, storage: optuna.storages.BaseStorage) -> None:
-    """Trials a killed sweep left running: failed (interrupted), their parameters asked
-    again."""
-    from optuna.trial import TrialState  # the tune extra: see the module's text
+@dataclass
+class Tally:
+    #: finished trials (complete, pruned or failed), each once: an interrupted one is not
+    finished: int
+    #: the running trials, whichever sweep runs them
+    running: list[optuna.trial.FrozenTrial]
+    #: every trial the study holds
+    total: int
 
-    study_id = storage.get_study_id_from_name(study.study_name)
-    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
-        storage.set_trial_user_attr(trial_id, "interrupted", True)
-        study.tell(t.number, state=TrialState.FAIL)
-        study.enqueue_trial(t.params, skip_if_exists=False)
-        log.warning(f"trial {t.number} was left running by an earlier sweep: marked failed; "
-                    "its parameters are tried again")
+
+class SharedStudy:
+    """A study as one of several sweeps sees it: its tally, the trials this sweep asked for
+    and keeps alive with a heartbeat thread, and the trials whose sweep died."""
+
+    def __init__(self, study: optuna.Study, storage: optuna.storages.BaseStorage,
+                 heartbeats: Heartbeats, conf: OptunaSweeperConf) -> None:
+        self.study, self.storage, self.heartbeats = study, storage, heartbeats
+        self.study_id = storage.get_study_id_from_name(study.study_name)
+        self.mark = {"interval": conf.heartbeat_interval, "grace": conf.grace_period}
+        self._mine: dict[int, int] = {}  # trial id -> number, of the trials this sweep runs
+        self._guard = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def tally(self) -> Tally:
+        from optuna.trial import TrialState  # the tune extra: see the module's text
+
+        trials = self.study.get_trials(deepcopy=False)
+        return Tally(
+            finished=sum(t.state.is_finished() and not _interrupted(t) for t in trials),
+            running=[t for t in trials if t.state == TrialState.RUNNING], total=len(trials))
+
+    def ask(self, space: dict[str, BaseDistribution]) -> optuna.Trial:
+        """A trial for this sweep, its first heartbeat recorded before any other sweep can
+        see it without one, then beating every interval until :meth:`done`."""
+        trial = self.study.ask(space)
+        trial_id = self.storage.get_trial_id_from_study_id_trial_number(self.study_id,
+                                                                         trial.number)
+        self.heartbeats.record(trial_id)
+        # the mark says it beats, and how often: a trial without it never had a heartbeat
+        self.storage.set_trial_system_attr(trial_id, HEARTBEAT_ATTR, self.mark)
+        with self._guard:
+            self._mine[trial_id] = trial.number
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._beat, name="rltrain-heartbeat",
+                                            daemon=True)
+            self._thread.start()
+        return trial
+
+    def done(self, trial: optuna.Trial) -> None:
+        """The trial's job has ended: no more heartbeats (it is told next)."""
+        with self._guard:
+            self._mine = {k: v for k, v in self._mine.items() if v != trial.number}
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _beat(self) -> None:
+        """The heartbeat thread: alive in this (the sweep's) process for as long as it runs
+        trials, so a trial's heartbeat stops exactly when its sweep dies, whichever launcher
+        (in this process, joblib's workers, a cluster) runs its job."""
+        failing = False
+        while not self._stop.wait(self.heartbeats.interval):
+            with self._guard:
+                mine = dict(self._mine)
+            try:
+                for trial_id in mine:
+                    self.heartbeats.record(trial_id)
+                failing = False
+            except Exception as e:  # noqa: BLE001 - a busy or lost storage: try again next beat
+                if not failing:
+                    log.warning(f"the heartbeat of trial(s) {', '.join(map(str, mine.values()))} "
+                                f"could not be recorded ({type(e).__name__}: "
+                                f"{str(e).splitlines()[0] if str(e) else ''}); trying again "
+                                f"every {self.heartbeats.interval:g} s")
+                failing = True
+
+    def take_stale(self) -> None:
+        """Running trials whose sweep died: failed (interrupted, not counted), their
+        parameters asked again. Stale is a heartbeat more than the grace period old (the
+        longest any running trial's sweep declared, so sweeps with other settings never take
+        a live one), or, for a trial that never had a heartbeat (an older rltrain, another
+        program), a start that long ago."""
+        import datetime as dt
+
+        from optuna.exceptions import UpdateFinishedTrialError  # the tune extra
+        from optuna.trial import TrialState  # the tune extra: see the module's text
+
+        running = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        if not running:
+            return
+        grace = max([self.heartbeats.grace] + [
+            float(mark["grace"]) for t in running
+            if isinstance(mark := t.system_attrs.get(HEARTBEAT_ATTR), dict)
+            and isinstance(mark.get("grace"), int | float)])
+        stale = set(self.heartbeats.stale(self.study_id, grace))
+        now = dt.datetime.now()
+        for t in running:
+            trial_id = self.storage.get_trial_id_from_study_id_trial_number(self.study_id,
+                                                                             t.number)
+            if trial_id in stale:
+                why = f"no heartbeat for more than {grace:g} s"
+            elif (HEARTBEAT_ATTR not in t.system_attrs and t.datetime_start is not None
+                  and (now - t.datetime_start).total_seconds() > grace):
+                why = f"running for more than {grace:g} s without a heartbeat"
+            else:
+                continue
+            try:  # marked first: a finished trial takes no attribute
+                self.storage.set_trial_user_attr(trial_id, "interrupted", True)
+                self.storage.set_trial_user_attr(
+                    trial_id, "error", f"interrupted: {why} (its sweep was stopped or killed)")
+                if not self.storage.set_trial_state_values(trial_id, TrialState.FAIL):
+                    continue
+            except UpdateFinishedTrialError:
+                continue  # told by its sweep after all, or taken by another sweep
+            self.study.enqueue_trial(t.params, user_attrs={"retry_of": t.number},
+                                     skip_if_exists=False)
+            log.warning(f"trial {t.number} was left running by a sweep that is gone ({why}): "
+                        "marked failed (interrupted); its parameters are tried again")
 
 
 def _job_dir(ret: JobReturn) -> str:

@@ -29,9 +29,14 @@ looks for plugins), which must neither pay for Optuna nor need it.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import logging
 import math
+import os
+import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -86,10 +91,12 @@ def make_pruner(spec: dict[str, Any]) -> optuna.pruners.BasePruner:
     return optuna.pruners.NopPruner()
 
 
-def open_storage(url: str) -> optuna.storages.BaseStorage:
+def open_storage(url: str, heartbeat: tuple[float, float] | None = None
+                 ) -> optuna.storages.BaseStorage:
     """An Optuna storage from a URL: ``journal:PATH`` (a journal file), or an RDB URL
     (``sqlite:///PATH``, ``postgresql://...``) with a generous lock timeout for SQLite,
-    which several trial processes write at once."""
+    which several trial processes write at once. ``heartbeat`` (interval, grace period in
+    seconds) switches on an RDB storage's own heartbeat table (:class:`Heartbeats`)."""
     import optuna  # the tune extra, 0.18 s: see the module's text
 
     if url.startswith(JOURNAL_PREFIX):
@@ -100,7 +107,128 @@ def open_storage(url: str) -> optuna.storages.BaseStorage:
     kwargs: dict[str, Any] = {}
     if url.startswith("sqlite"):
         kwargs["engine_kwargs"] = {"connect_args": {"timeout": 60}}
-    return optuna.storages.RDBStorage(url, **kwargs)
+    if heartbeat is not None:
+        # whole seconds: Optuna types them so, and SQLite's clock (CURRENT_TIMESTAMP) counts
+        # whole seconds anyway; the interval only switches the table on (Heartbeats beats)
+        kwargs["heartbeat_interval"] = math.ceil(heartbeat[0])
+        kwargs["grace_period"] = math.ceil(heartbeat[1])
+    with warnings.catch_warnings():
+        # Optuna marks heartbeat_interval experimental (since 2.9, unchanged through 5)
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.storages.RDBStorage(url, **kwargs)
+
+
+#: a trial's system attribute, set once the sweep that runs it has recorded its first
+#: heartbeat: that sweep's settings, ``{"interval": s, "grace": s}``. A running trial without
+#: it never had a heartbeat (left by an rltrain before heartbeats, or by another program)
+HEARTBEAT_ATTR = "rltrain_heartbeat"
+#: a trial's system attribute in a journal file, whose storage keeps no heartbeats of its own
+#: (Optuna 4 and 5): the time of its last heartbeat, seconds since the epoch, by the clock of
+#: the machine that recorded it
+HEARTBEAT_AT_ATTR = "rltrain_heartbeat_at"
+
+
+class Heartbeats:
+    """Running trials' heartbeats in a study's storage: who records them and which are stale.
+
+    An RDB storage (SQLite, PostgreSQL, ...) uses Optuna's own heartbeat table, written and
+    judged by the database's clock (``RDBStorage(heartbeat_interval=..., grace_period=...)``,
+    ``record_heartbeat``, and the stale-trial query behind ``optuna.storages.fail_stale_trials``);
+    it is opened here a second time with the heartbeat switched on, so that the study's own
+    storage asks and tells as usual (Optuna warns when a heartbeat storage asks outside
+    ``Study.optimize``, which a sweeper never calls). A journal file has no heartbeat in
+    Optuna 4 and 5: there the heartbeat is the trial's :data:`HEARTBEAT_AT_ATTR`, judged by
+    this machine's clock (machines sharing a journal file must keep their clocks within a
+    fraction of the grace period, as NTP does)."""
+
+    def __init__(self, url: str, storage: optuna.storages.BaseStorage, interval: float,
+                 grace: float) -> None:
+        import optuna  # the tune extra, 0.18 s: see the module's text
+
+        self.interval, self.grace = interval, grace
+        self.storage = storage
+        self._rdb: optuna.storages.RDBStorage | None = None
+        if not url.startswith(JOURNAL_PREFIX):
+            rdb = open_storage(url, (interval, grace))
+            assert isinstance(rdb, optuna.storages.RDBStorage)  # not a journal: an RDB URL
+            self._rdb = rdb
+
+    def record(self, trial_id: int) -> None:
+        """A heartbeat of a running trial (of a finished one: nothing)."""
+        from optuna.exceptions import UpdateFinishedTrialError  # the tune extra
+
+        if self._rdb is not None:
+            self._rdb.record_heartbeat(trial_id)
+            return
+        with contextlib.suppress(UpdateFinishedTrialError):  # told between two beats
+            self.storage.set_trial_system_attr(trial_id, HEARTBEAT_AT_ATTR, time.time())
+
+    def stale(self, study_id: int, grace: float) -> list[int]:
+        """The ids of the study's running trials whose last heartbeat is more than ``grace``
+        seconds old (trials that never recorded one are not among them)."""
+        from optuna.trial import TrialState  # the tune extra
+
+        if self._rdb is not None:
+            # the query Optuna's fail_stale_trials runs, with this grace period (Optuna's
+            # RDBStorage keeps it as a plain attribute, read by each query)
+            self._rdb.grace_period = math.ceil(grace)
+            return self._rdb._get_stale_trial_ids(study_id)  # noqa: SLF001 - see above
+        now = time.time()
+        return [self.storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
+                for t in self.storage.get_all_trials(study_id, deepcopy=False,
+                                                     states=(TrialState.RUNNING,))
+                if isinstance(at := t.system_attrs.get(HEARTBEAT_AT_ATTR), int | float)
+                and now - at > grace]
+
+
+def storage_file(url: str) -> Path | None:
+    """The file a storage URL names (a journal file, an SQLite database), or None (a
+    database server, SQLite in memory)."""
+    if url.startswith(JOURNAL_PREFIX):
+        return Path(url[len(JOURNAL_PREFIX):])
+    if url.startswith("sqlite"):
+        from sqlalchemy.engine import make_url  # Optuna's RDB storage needs SQLAlchemy
+
+        database = make_url(url).database
+        if database and database != ":memory:" and not database.startswith("file:"):
+            return Path(database)
+    return None
+
+
+class StudyLock:
+    """An exclusive lock for the moments a sweep counts a shared study's trials and asks for
+    new ones, so that sweeps started together neither ask more trials than the study needs
+    nor retry a stale trial twice: ``flock`` on ``<storage file>.rltrain-lock`` beside a
+    journal file or SQLite database (the kernel drops it when its holder dies, killed or
+    not). A database server has no such file: there, sweeps that ask at the same instant may
+    ask one trial too many."""
+
+    SUFFIX = ".rltrain-lock"
+
+    def __init__(self, url: str) -> None:
+        found = storage_file(url)
+        self.path = None if found is None else found.with_name(found.name + self.SUFFIX)
+        self._fd: int | None = None
+
+    def __enter__(self) -> StudyLock:
+        if self.path is None:
+            return self
+        try:  # never through a link (rltrain.files): O_NOFOLLOW refuses one
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         0o644)
+        except OSError as e:
+            raise OSError(e.errno, f"the study's lock file {self.path} cannot be opened: "
+                          f"{e.strerror}") from None
+        # a file system without locks (some network mounts): unguarded, as before
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        self._fd = fd
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing drops the flock
+            self._fd = None
 
 
 class TrialReporter:
@@ -155,7 +283,18 @@ class TrialReporter:
         value = self.value()
         if not math.isfinite(value):
             return False  # the run's own checks stop it
-        self.trial.report(value, step=epoch)
+        from optuna.exceptions import UpdateFinishedTrialError  # the tune extra
+
+        try:
+            self.trial.report(value, step=epoch)
+        except UpdateFinishedTrialError:
+            # failed as stale by a sweep (its own sweep stopped beating for longer than the
+            # grace period: killed, or stalled); the run goes on, unreported
+            self.active = False
+            log.warning(f"trial {self.tune.trial} of study {self.tune.study!r} was ended by "
+                        "another sweep (its heartbeat had stopped): this run reports nothing "
+                        "more to the study")
+            return False
         return bool(self.tune.prune and self.trial.should_prune())
 
 
