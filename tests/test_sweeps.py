@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -185,6 +186,66 @@ def test_a_signal_to_a_joblib_sweep_reaches_its_jobs(tmp_path, sig, code):
                          cwd=tmp_path, capture_output=True, text=True, env=cli_env())
     assert res.returncode == 0, res.stderr
     assert [r["epoch"] for r in read_jsonl(job_dir(sweep, 0) / "epochs.jsonl")] == [1, 2, 3, 4]
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every live process below ``pid`` (from /proc: the parent of each)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2:].split()
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def test_a_killed_joblib_sweep_leaves_no_process_behind(tmp_path):
+    """SIGKILL to a joblib sweep's main process: its loky workers (about 277 MB each) and
+    their resource trackers lived on for 20 minutes and more, training their jobs
+    unsupervised. Each job now stops as SIGTERM stops it (its step, a checkpoint, summary.json
+    interrupted) and every process of the sweep ends; each line of a job starts with it."""
+    if not Path("/proc/self/stat").is_file():
+        pytest.skip("needs /proc to list the sweep's processes")
+    sweep = tmp_path / "sweep"
+    proc = subprocess.Popen(
+        [str(RLTRAIN), "--multirun", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
+         *SMOKE, "seed=0,1", "trainer.max_epochs=40", "trainer.epoch_num_steps=4096",
+         f"hydra.sweep.dir={sweep}"], cwd=tmp_path, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env=cli_env(), start_new_session=True)
+    family: set[int] = set()
+    try:
+        jobs = [sweep / f"seed={j}_job{j}" for j in (0, 1)]
+        wait_for(lambda: all((j / "epochs.jsonl").is_file()
+                             and (j / "epochs.jsonl").read_text().strip()
+                             for j in jobs), timeout=120, what="both jobs' first epoch")
+        family = _descendants(proc.pid)
+        workers = {rundir.lock_holder_pid(j) for j in jobs}
+        assert None not in workers and workers <= family, (workers, family)
+        proc.kill()
+        # the pipes end when the last process holding them (a worker) has ended
+        out, err = proc.communicate(timeout=120)
+        for pid in family:
+            wait_for(lambda p=pid: not Path(f"/proc/{p}").exists()
+                     or Path(f"/proc/{p}/stat").read_text().split(") ")[1][0] == "Z",
+                     timeout=60, what=f"process {pid} of the killed sweep to end")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever is left of the sweep
+    for num, job in enumerate(jobs):
+        assert summary(job)["status"] == "interrupted"
+        assert f"[job {num}] rltrain: the sweep's main process (pid {proc.pid}) is gone" in err
+        assert f"[job {num}] resume with: rltrain resume={job}" in err
+        assert re.search(rf"^\[job {num}\] epoch   1/40 ", out, re.M)
+    assert "Traceback" not in err
 
 
 def test_a_signal_to_a_basic_sweep_stops_it_after_the_running_job(tmp_path):

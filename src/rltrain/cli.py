@@ -168,7 +168,21 @@ def _stopped_at_once(e: Any, ctx: Any) -> tuple[int, str]:
 # --------------------------------------------------------------------------- the Hydra job
 def task(cfg: Any) -> Any:
     """One Hydra job (a single run, or one job of a sweep); returns the metric a sweeper
-    optimises: the best test score, or for an Optuna trial its objective and status."""
+    optimises: the best test score, or for an Optuna trial its objective and status. A job
+    in a joblib or Ray worker prefixes its lines and ends with the sweep
+    (:func:`rltrain.sweep.job_in_worker`)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from rltrain import sweep
+
+    hydra_cfg = HydraConfig.get()
+    if hydra_cfg.mode is None or hydra_cfg.mode.name == "RUN":
+        return _task(cfg)
+    with sweep.job_in_worker(hydra_cfg.job.num):
+        return _task(cfg)
+
+
+def _task(cfg: Any) -> Any:
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 
@@ -185,6 +199,7 @@ def task(cfg: Any) -> Any:
     # as typed: an override such as seed='${seed}' must not be resolved just to be listed
     overrides = overrides_as_typed(hydra_cfg.overrides.task)
     label = "" if single else f"job {hydra_cfg.job.num}: "
+    said = "" if sweep.parallel_job() else label  # a worker's lines start with the job
     if not single:
         if signals.in_sweep_worker():
             signals.quiet()
@@ -218,22 +233,22 @@ def task(cfg: Any) -> Any:
     # a sweep run again into its directory, or a job requeued after a timeout
     again = not single and bool(rundir.holds_run(run_dir))
     if again:
-        done = sweep.earlier_attempt(run_dir, overrides, label)
+        done = sweep.earlier_attempt(run_dir, overrides, said)
         if done is not None:
             return done.get("best_score")
     try:
         if again:
-            info = sweep.continue_job(run_dir, ctx, label, consent=bool(cfg.get("trust")))
+            info = sweep.continue_job(run_dir, ctx, said, consent=bool(cfg.get("trust")))
         else:
             with rundir.claim(run_dir,
                               remove_empty=not (single and sweep.STATE.run_dir_existed),
                               made=sweep.STATE.made if single else ()):
                 info = run(cfg, ctx)
-        code, message = _outcome(info, ctx, label)
+        code, message = _outcome(info, ctx, said)
     except (ConfigError, rundir.RunDirError) as e:
         if _full_error():
             raise
-        code, message = 2, f"error: {label}{clip_long_words(str(e))}"
+        code, message = 2, f"error: {said}{clip_long_words(str(e))}"
         refused = not single and isinstance(e, rundir.RunDirError)
         if refused:  # the directory is another run's, or cannot be used
             sweep.refuse(run_dir, clip_long_words(str(e)))
@@ -248,7 +263,7 @@ def task(cfg: Any) -> Any:
     except Exception as e:  # noqa: BLE001 - anything else before training: one line, no trace
         if _full_error():
             raise
-        code, message = 1, (f"error: {label}the run could not start: {failure_text(e)} "
+        code, message = 1, (f"error: {said}the run could not start: {failure_text(e)} "
                             "(HYDRA_FULL_ERROR=1 shows the traceback)")
         if not single:
             sweep.write_status(run_dir, "failed", failure_text(e))

@@ -14,12 +14,17 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import json
+import logging
 import os
 import shlex
 import signal
 import socket
 import sys
+import threading
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +49,9 @@ STOP_FILE = ".rltrain-stop"
 #: and inherited by its workers): a refused job's directory, and its summary.json, are another
 #: run's, so the sweep's report learns of the refusal from this file
 REFUSED_ENV = "RLTRAIN_SWEEP_REFUSED"
+#: the host of the sweep's main process: a worker on that host watches that the main process
+#: (signals.SWEEP_PID_ENV) is alive (:func:`job_in_worker`)
+HOST_ENV = "RLTRAIN_SWEEP_HOST"
 
 
 @dataclass
@@ -109,6 +117,7 @@ class HydraCallback(Callback):
         name_jobs_by_what_differs(config)
         (path / STOP_FILE).unlink(missing_ok=True)  # left by an earlier, stopped sweep
         os.environ[signals.SWEEP_PID_ENV] = str(os.getpid())
+        os.environ[HOST_ENV] = socket.gethostname()
         # one per sweep command: two sweeps into one directory each count their own refusals
         refused = path / f".rltrain-refused-{socket.gethostname()}-{os.getpid()}.jsonl"
         refused.unlink(missing_ok=True)
@@ -340,3 +349,177 @@ def continue_job(job_dir: Path, ctx: RunContext, label: str, consent: bool = Fal
         return run(point.cfg, ctx, resume=point)
     finally:
         lock.release()
+
+
+# --------------------------------------------------------------------------- a job in a worker
+def _submitit_job() -> bool:
+    """Whether this process is a job of Hydra's submitit launcher: its output goes to a log
+    file of its own, and it outlives the command that submitted it by design (submitit can
+    reattach to it)."""
+    return any(key.startswith("SUBMITIT_") for key in os.environ)
+
+
+def parallel_job() -> bool:
+    """Whether this job runs beside others that share the console (joblib's and Ray's worker
+    processes): its lines are prefixed with the job (:func:`job_in_worker`)."""
+    return signals.in_sweep_worker() and not _submitit_job()
+
+
+@contextlib.contextmanager
+def job_in_worker(num: int) -> Iterator[None]:
+    """Run sweep job ``num`` in a joblib or Ray worker process (anything else passes through):
+
+    * every line the job prints, on stdout and stderr, starts with ``[job N]``, since jobs
+      running side by side share the console;
+    * the job does not outlive the sweep: a thread checks every second that the sweep's main
+      process is alive, and when it is gone (killed, even with SIGKILL) it stops the job as
+      SIGTERM does (the step finishes, checkpoint, summary.json says interrupted), then ends
+      this worker process (:class:`_Orphaned`)."""
+    if not parallel_job():
+        yield
+        return
+    _Orphaned.watch()
+    prefixed = _Prefixed.install(f"[job {num}] ")
+    _Orphaned.running.set()
+    try:
+        yield
+    finally:
+        _Orphaned.running.clear()
+        prefixed.remove()
+
+
+class _Prefixed(io.TextIOBase):
+    """A text stream that writes each whole line to ``stream`` with ``prefix`` before it, in
+    one write (lines of processes sharing a pipe or terminal then never mix). It says it is
+    no terminal, so that rich prints progress lines rather than live bars, which jobs side by
+    side would draw over each other."""
+
+    def __init__(self, stream: Any, prefix: str) -> None:
+        super().__init__()
+        self.stream, self.prefix = stream, prefix
+        self._partial = ""
+        self._lock = threading.Lock()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return str(getattr(self.stream, "encoding", "utf-8"))
+
+    def isatty(self) -> bool:
+        return False
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        with self._lock:
+            *lines, self._partial = (self._partial + text).split("\n")
+            if lines:
+                self.stream.write("".join(f"{self.prefix}{line}\n" for line in lines))
+        return len(text)
+
+    def flush(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            self.stream.flush()
+
+    def finish(self) -> None:
+        if self._partial:
+            self.write("\n")
+        self.flush()
+
+    @classmethod
+    def install(cls, prefix: str) -> _PrefixedStreams:
+        """Prefix ``sys.stdout``, ``sys.stderr`` and the logging handlers that write to
+        them, until :meth:`_PrefixedStreams.remove`."""
+        streams = _PrefixedStreams({"stdout": sys.stdout, "stderr": sys.stderr}, {})
+        wrapped = {id(raw): cls(raw, prefix) for raw in streams.raw.values()}
+        for handler in logging.getLogger().handlers:
+            stream = getattr(handler, "stream", None)
+            if (isinstance(handler, logging.StreamHandler)
+                    and not isinstance(handler, logging.FileHandler) and id(stream) in wrapped):
+                streams.handlers[handler] = stream
+                handler.setStream(wrapped[id(stream)])
+        sys.stdout, sys.stderr = (wrapped[id(streams.raw[name])] for name in ("stdout",
+                                                                              "stderr"))
+        return streams
+
+
+@dataclass
+class _PrefixedStreams:
+    raw: dict[str, Any]
+    handlers: dict[logging.StreamHandler, Any]
+
+    def remove(self) -> None:
+        for stream in (sys.stdout, sys.stderr):
+            if isinstance(stream, _Prefixed):
+                stream.finish()
+        sys.stdout, sys.stderr = self.raw["stdout"], self.raw["stderr"]
+        for handler, stream in self.handlers.items():
+            handler.setStream(stream)
+
+
+class _Orphaned:
+    """The watch on the sweep's main process, one thread per worker process.
+
+    A worker that outlived its sweep went on training its job unsupervised, and then sat idle,
+    for as long as the job ran (loky's workers: 20 minutes and more after a SIGKILL). The
+    worker is a child of the main process here, but need not be (Ray), and a parent-death
+    signal (prctl PR_SET_PDEATHSIG) fires when the *thread* that started the child ends, which
+    for loky is an executor thread of the main process, not the process: so the main process
+    is watched by its pid and start time, on the same host only."""
+
+    running = threading.Event()
+    _thread: threading.Thread | None = None
+    #: seconds the job is given to finish its step and save, before a second SIGTERM
+    grace_s = 30.0
+
+    @classmethod
+    def watch(cls) -> None:
+        if cls._thread is not None:
+            return
+        pid = os.environ.get(signals.SWEEP_PID_ENV, "")
+        if os.environ.get(HOST_ENV) != socket.gethostname() or not pid.isdigit():
+            return  # a worker on another host: the sweep's pid is not this host's
+        started = _started(int(pid))
+        if started is None:
+            return  # gone already, or not to be seen from here
+        cls._thread = threading.Thread(target=cls._run, args=(int(pid), started),
+                                       name="rltrain-sweep-watch", daemon=True)
+        cls._thread.start()
+
+    @classmethod
+    def _run(cls, pid: int, started: str) -> None:
+        while _started(pid) == started:
+            time.sleep(1.0)
+        if cls.running.is_set():
+            print(f"rltrain: the sweep's main process (pid {pid}) is gone: stopping this job "
+                  "(it finishes its step and saves)", file=sys.stderr, flush=True)
+            for _ in range(2):  # the second SIGTERM stops at once
+                os.kill(os.getpid(), signal.SIGTERM)
+                deadline = time.monotonic() + cls.grace_s
+                while cls.running.is_set() and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                if not cls.running.is_set():
+                    break
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(128 + signal.SIGTERM)
+
+
+def _started(pid: int) -> str | None:
+    """A process's start time (its identity with its pid), or None if it is gone or a zombie
+    (a killed process stays one until its parent reaps it). Without /proc, "alive"."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except OSError:
+            pass
+        return "alive"
+    fields = stat[stat.rindex(")") + 2:].split()  # after the command name, which may hold spaces
+    return None if fields[0] in ("Z", "X", "x") else fields[19]
