@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -461,17 +462,10 @@ def check_paths(args: argparse.Namespace) -> None:
         raise UserError(f"{run_dir} {what}; pass a run directory written by rltrain")
 
 
-def _size(n: int) -> str:
-    size: float = n  # the int itself while it is counted in bytes (no ".0")
-    for unit in ("bytes", "KB", "MB", "GB"):
-        if size < 1000 or unit == "GB":
-            return f"{size:,} {unit}" if unit == "bytes" else f"{size:.1f} {unit}"
-        size /= 1000
-    return str(size)
-
-
 def report(ds: Any, how: str, out: Path) -> None:
     """One screen: what was collected, the returns, the file."""
+    from rltrain.data.dataset import size_text
+
     s = ds.summary()
     cut = int((ds.truncated & ~ds.terminated).sum())
     print(f"{ds.meta.get('env_id')}: {s['transitions']:,} transitions, {s['episodes']:,} "
@@ -480,7 +474,7 @@ def report(ds: Any, how: str, out: Path) -> None:
         print(f"return {s['return_mean']:.2f} ± {s['return_std']:.2f} (min "
               f"{s['return_min']:.2f}, max {s['return_max']:.2f}), mean episode length "
               f"{s['length_mean']:.1f}")
-    print(f"wrote {out} ({_size(out.stat().st_size)})")
+    print(f"wrote {out} ({size_text(out.stat().st_size)})")
 
 
 def run(args: argparse.Namespace) -> None:
@@ -497,11 +491,25 @@ def run(args: argparse.Namespace) -> None:
             ds, how = from_policy(args)
     except NonFiniteError as e:
         raise UserError(f"collection stopped: {e}") from None
+    # compressing a large dataset takes a while: say what is going on
+    print(f"writing {args.out} ({len(ds):,} transitions)", flush=True)
     try:
         save_dataset(ds, args.out)
     except OSError as e:
         raise UserError(f"could not write {args.out}: {e.strerror or short(e)}") from None
     report(ds, how, args.out)
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP: stop as Ctrl-C does, removing what was half written."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _stop(signum: int, frame: Any) -> None:
+    raise Stopped(signum)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -510,6 +518,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     check_args(p, args)
     from rltrain.config import ConfigError
 
+    # the default action of SIGTERM ends the process at once, leaving a half-written file
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) == signal.SIG_DFL:
+            signal.signal(sig, _stop)
     try:
         run(args)
     except (ConfigError, UserError) as e:
@@ -518,9 +530,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     except OSError as e:  # a path the system refuses (too long, not readable)
         print(f"rltrain-collect: error: {os_error_text(e)}", file=sys.stderr)
         sys.exit(2)
-    except KeyboardInterrupt:
-        print("rltrain-collect: interrupted; nothing was written", file=sys.stderr)
-        sys.exit(130)
+    except KeyboardInterrupt as e:
+        try:
+            kept = f" ({args.out} is as it was)" if args.out.is_file() else ""
+        except OSError:
+            kept = ""
+        print(f"rltrain-collect: interrupted; nothing was written{kept}", file=sys.stderr)
+        sys.exit(128 + (e.signum if isinstance(e, Stopped) else signal.SIGINT))
 
 
 if __name__ == "__main__":

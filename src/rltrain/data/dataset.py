@@ -18,17 +18,21 @@ off-policy run's checkpointed replay buffer back into a dataset (the env's actio
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import errno
 import hashlib
 import json
 import os
+import signal
 import stat
+import threading
 import warnings
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import gymnasium as gym
 import numpy as np
@@ -36,7 +40,7 @@ import numpy as np
 import rltrain
 from rltrain import trust
 from rltrain.config import ConfigError
-from rltrain.files import fresh, open_new_bytes
+from rltrain.files import open_new_bytes
 
 if TYPE_CHECKING:
     from rltrain.data.buffers import ReplayBuffer
@@ -268,38 +272,132 @@ def _suffix(path: Path, verb: str) -> str:
 
 def save_dataset(ds: Dataset, path: Path | str) -> Path:
     """Write ``ds`` to ``path`` (.h5/.hdf5 or .npz) atomically: a temporary file in the same
-    folder, renamed over ``path`` once complete.
+    folder, renamed over ``path`` once complete, so that an old file there stays whole until
+    then and an interrupted or failed write leaves nothing behind.
 
-    :raises ConfigError: an unknown suffix. OSError: the file system's own error.
+    An HDF5 file is made in memory first (h5py's core driver) and then written as plain
+    bytes: the HDF5 library meets no full disk (its failed writes surface as errors at
+    garbage collection, and a segmentation fault followed), and a signal during its work
+    (which it may swallow) is held until it is done (:func:`_signals_held`).
+
+    :raises ConfigError: an unknown suffix. OSError: the file system's own error; for a full
+        disk (ENOSPC) its message says how much the file needs and how much is free.
     """
     path = Path(path)
     suffix = _suffix(path, "write")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     meta = json.dumps(ds.meta, allow_nan=False)
-    try:
-        if suffix == ".npz":
-            with open_new_bytes(tmp) as f:  # a file object: numpy appends no second ".npz"
-                np.savez(f, **{name: getattr(ds, name) for name in ARRAYS}, meta=np.array(meta))
-                f.flush()
-                os.fsync(f.fileno())
-        else:
-            import h5py
+    arrays = {name: getattr(ds, name) for name in ARRAYS}
+    if suffix == ".npz":
+        # np.savez stores the arrays as they are: their bytes, headers and the zip directory
+        size = sum(a.nbytes for a in arrays.values()) + len(meta.encode()) + 512 * len(arrays)
 
-            with h5py.File(fresh(tmp), "w") as f:
-                f.attrs["format"] = FORMAT
-                f.attrs["meta"] = meta
-                for name in ARRAYS:
-                    a = getattr(ds, name)
-                    big = a.size > 1024
-                    f.create_dataset(name, data=a, track_times=False,
-                                     compression="gzip" if big else None,
-                                     compression_opts=4 if big else None, shuffle=big)
+        def write(f: BinaryIO) -> None:
+            np.savez(f, **arrays, meta=np.array(meta))  # a file object: no second ".npz"
+    else:
+        image = _hdf5_image(arrays, meta)
+        size = len(image)
+
+        def write(f: BinaryIO) -> None:
+            f.write(image)
+    _check_room(path, size)
+    try:
+        with open_new_bytes(tmp) as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError) and e.errno in _NO_ROOM:
+            raise _no_room(path, size) from None
         raise
     return path
+
+
+#: a full disk, and a quota reached
+_NO_ROOM = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _hdf5_image(arrays: Mapping[str, np.ndarray], meta: str) -> bytes:
+    """The bytes of rltrain's HDF5 file of these arrays, made in memory."""
+    import h5py
+
+    # backing_store=False: the name is only a label, nothing is written there
+    with _signals_held(), h5py.File("rltrain-dataset.h5", "w", driver="core",
+                                    backing_store=False) as f:
+        f.attrs["format"] = FORMAT
+        f.attrs["meta"] = meta
+        for name, a in arrays.items():
+            big = a.size > 1024
+            f.create_dataset(name, data=a, track_times=False,
+                             compression="gzip" if big else None,
+                             compression_opts=4 if big else None, shuffle=big)
+        f.flush()
+        image: bytes = f.id.get_file_image()
+    return image
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold SIGINT, SIGTERM and SIGHUP while the block runs, then take the first one that
+    came as it would have been taken (Ctrl-C: KeyboardInterrupt). In the main thread only
+    (elsewhere, signals go to the main thread anyway)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    came: list[int] = []
+    held = [s for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+            if signal.getsignal(s) not in (signal.SIG_IGN, None)]
+    before = {s: signal.signal(s, lambda signum, _: came.append(signum)) for s in held}
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+        if came:
+            signal.raise_signal(came[0])
+
+
+def _free_bytes(folder: Path) -> int | None:
+    """Bytes this process may still write in ``folder``'s file system (None: not known)."""
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return None
+    blocks = st.f_bfree if os.geteuid() == 0 else st.f_bavail  # root may use the reserve
+    return blocks * st.f_frsize
+
+
+def _check_room(path: Path, size: int) -> None:
+    """Refuse, before writing a byte, a file that cannot fit where it goes."""
+    free = _free_bytes(path.parent)
+    if free is not None and size > free:
+        raise _no_room(path, size)
+
+
+def _no_room(path: Path, size: int) -> OSError:
+    """ENOSPC for ``path``, saying what was short: bytes, or room for one more file."""
+    free = _free_bytes(path.parent)
+    why = f"the dataset needs {size_text(size)}"
+    if free is not None and free < size:
+        why += f", and {size_text(free)} is free there"
+    else:
+        with contextlib.suppress(OSError):
+            if os.statvfs(path.parent).f_ffree == 0:
+                why = "the file system there holds as many files as it can"
+    return OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} ({why})", str(path))
+
+
+def size_text(n: int) -> str:
+    """A size for people: ``812 bytes``, ``1.3 MB``."""
+    size: float = n  # the int itself while it is counted in bytes (no ".0")
+    for unit in ("bytes", "KB", "MB", "GB", "TB"):
+        if size < 1000 or unit == "TB":
+            return f"{size:,} {unit}" if unit == "bytes" else f"{size:.1f} {unit}"
+        size /= 1000
+    return str(size)
 
 
 def _read_file(path: Path, spec: str) -> tuple[dict[str, np.ndarray], str | None]:
