@@ -1,6 +1,8 @@
 """Faults a user meets: a full disk, a torn record, Ctrl-C at start-up, a crashing env, an env
-that never ends an episode, a closed pipe, read-only places, broken YAML. Each ends in a
-short message (or goes on when it can), leaves nothing half-written, and no traceback.
+that never ends an episode, a closed pipe, read-only places, broken YAML, a run directory
+removed under a running run, a dataset that does not fit or is interrupted while written,
+names too long for the file system. Each ends in a short message (or goes on when it can),
+leaves nothing half-written, and no traceback.
 
 The full and read-only file systems are real: small tmpfs mounts (root only; the tests say
 so and skip elsewhere).
@@ -8,16 +10,23 @@ so and skip elsewhere).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
+import threading
 import time
 from pathlib import Path
 
+import gymnasium as gym
+import numpy as np
 import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from conftest import (
+    BIN,
     RLTRAIN,
     SIGINT,
     SIGTERM,
@@ -30,6 +39,10 @@ from conftest import (
     tmpfs,
 )
 from rltrain.checkpoint import load_checkpoint
+from rltrain.data.dataset import describe_space, make_dataset, new_meta, save_dataset
+from rltrain.errors import SaveError
+from rltrain.loggers.tensorboard import TensorBoardLogger
+from rltrain.rundir import resume_command
 
 DQN = ["algo=dqn", "experiment=smoke", "logger.tensorboard=false"]
 
@@ -41,13 +54,10 @@ def no_traceback(res: subprocess.CompletedProcess) -> None:
 def fill(path: Path) -> Path:
     """Fill the file system holding ``path`` to the last byte."""
     filler = path / "filler"
-    with open(filler, "wb") as f:
-        try:
-            while True:
-                f.write(b"\0" * 65536)
-                f.flush()
-        except OSError:
-            pass
+    # unbuffered: a buffered file would fail again when closed, with what it still held
+    with open(filler, "wb", buffering=0) as f, contextlib.suppress(OSError):
+        while True:
+            f.write(b"\0" * 65536)
     return filler
 
 
@@ -118,8 +128,209 @@ def test_torn_last_record_is_dropped_and_its_epoch_redone(cli, tmp_path):
     (run_dir / "summary.json").unlink()
     res = cli(f"resume={run_dir}")
     assert res.returncode == 0, res.stderr
-    assert "epochs.jsonl line 3 is a torn last record: dropped" in res.stdout
+    assert "warning: epochs.jsonl line 3 is a torn last record: dropped" in res.stderr
     assert learning_records(run_dir) == unbroken
+
+
+#: DQN on an env each of whose test episodes returns 50 (the endless env cut at 50 steps):
+#: epoch 1's score is the best there will be, so no later epoch writes best/policy.pt
+CONSTANT = ["algo=dqn", "experiment=smoke", "env=gym", "env.id=fault_envs:rltrain-test/Endless-v0",
+            "env.max_episode_steps=50", "trainer.max_epochs=4", "logger.progress_interval_s=0"]
+
+
+def test_disk_full_with_tensorboard_after_the_first_checkpoint(cli, tmp_path):
+    """TensorBoard on (the default) and the disk full once epoch 1 is checkpointed: epoch 2's
+    record fits in the last page of epochs.jsonl, its TensorBoard events (or else its
+    checkpoint) do not. The run ends as a failed run: one message naming the file and epoch
+    2, no thread traceback, summary.json written (its space was held from the start), and a
+    resume command that works once there is room, TensorBoard's curves going on unbroken."""
+    with tmpfs(tmp_path / "fs", "8m") as fs:
+        run_dir = fs / "run"
+        filler: list[Path] = []
+        res = signal_when([*CONSTANT, f"hydra.run.dir={run_dir}"], tmp_path,
+                          lambda line: line.startswith("  epoch 2/4: ") and not filler.append(
+                              fill(fs)))
+        assert res.returncode == 1, res.stdout + res.stderr
+        no_traceback(res)
+        assert "Exception in thread" not in res.stderr and "could not start" not in res.stderr
+        first = res.stderr.splitlines()[0]
+        assert first.startswith("rltrain: error: the run failed in epoch 2 "), res.stderr
+        assert "could not write" in first and "No space left on device" in first
+        assert f"resume with: {resume_command(run_dir)}" in res.stderr
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["status"] == "failed" and summary["failed_at"].startswith("epoch 2 ")
+        assert "No space left on device" in summary["error"]
+        assert Path(summary["checkpoint"]["path"]).is_file()
+        assert not list(run_dir.rglob(".*.tmp"))
+        filler[0].unlink()
+        res = cli(f"resume={run_dir}")
+        assert res.returncode == 0, res.stderr
+        acc = EventAccumulator(str(run_dir / "tb"))
+        acc.Reload()
+        steps = [s.step for s in acc.Scalars("test/return_mean")]
+        assert steps == [r["env_step"] for r in read_jsonl(run_dir / "epochs.jsonl")]
+
+
+def test_tensorboard_raises_its_write_error_where_it_happens(tmp_path, capfd):
+    """The TensorBoard logger writes on the caller's thread: a full disk is a SaveError from
+    the epoch's log_epoch naming the event file, not a thread traceback and a bare OSError
+    at some later call."""
+    threads = threading.active_count()
+    with tmpfs(tmp_path / "fs", "1m") as fs:
+        logger = TensorBoardLogger(fs / "tb", config={"algo": {"name": "dqn", "lr": 0.001}})
+        record = {"epoch": 1, "env_step": 100, **{f"update/loss_{i}": i / 7 for i in range(40)}}
+        logger.log_epoch(record)
+        fill(fs)
+        # each epoch adds about 1.5 KB: a few fit in the last page of the file, four do not
+        with pytest.raises(SaveError) as raised:
+            for epoch in range(2, 6):
+                logger.log_epoch({**record, "epoch": epoch, "env_step": 100 * epoch})
+        message = str(raised.value)
+        assert message.startswith("could not write the TensorBoard events of epoch ")
+        assert str(fs / "tb" / "events.out.tfevents.") in message
+        assert message.endswith(": No space left on device")
+        assert threading.active_count() == threads
+        logger.finish({})  # ends quietly: the failure has been reported
+    err = capfd.readouterr().err
+    assert "Exception in thread" not in err and "Traceback" not in err
+
+
+# ---------------------------------------------------------------- a run directory removed
+@pytest.mark.parametrize("then", ["removed, TensorBoard on", "replaced, TensorBoard off"])
+def test_a_run_directory_removed_while_training(tmp_path, then):
+    """``rm -rf RUN_DIR`` (and ``mkdir RUN_DIR`` again) during epoch 2: the run stops at the
+    end of the epoch with one line saying nothing of it is left; it writes nothing more, so
+    no half directory appears at the path (the new one stays empty), and no checkpoint or
+    summary is claimed."""
+    run_dir = tmp_path / "run"
+
+    def remove(line: str) -> bool:
+        if not line.startswith("  epoch 2/3: "):
+            return False
+        shutil.rmtree(run_dir)
+        if then.startswith("replaced"):
+            run_dir.mkdir()
+        return True
+
+    tensorboard = "true" if "on" in then.split(", ")[1] else "false"
+    res = signal_when(["algo=dqn", "experiment=smoke", "trainer.max_epochs=3",
+                       "logger.progress_interval_s=0", f"logger.tensorboard={tensorboard}",
+                       f"hydra.run.dir={run_dir}"], tmp_path, remove)
+    assert res.returncode == 1, res.stdout + res.stderr
+    no_traceback(res)
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1, res.stderr
+    assert lines[0].startswith(f"rltrain: error: the run directory {run_dir} was removed during "
+                               "epoch 2: nothing of this run is left on disk"), res.stderr
+    assert "resume" not in lines[0].replace("cannot be resumed", "")
+    if then.startswith("replaced"):
+        assert list(run_dir.iterdir()) == []
+    else:
+        assert not run_dir.exists()
+
+
+# ---------------------------------------------------------------- datasets that do not fit
+@pytest.fixture(scope="module")
+def big_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A dataset of 1,000,000 transitions of random 8-dimensional observations (64 MB of
+    observations, which compress poorly: seconds of gzip), written as .npz."""
+    n = 1_000_000
+    rng = np.random.default_rng(0)
+    obs = rng.standard_normal((n, 8), dtype=np.float32)
+    space = gym.spaces.Box(-np.inf, np.inf, (8,), np.float32)
+    meta = new_meta(env_id="Test-v0", env_kwargs={}, observation_space=describe_space(space),
+                    action_space=describe_space(gym.spaces.Discrete(2)),
+                    policy={"kind": "random"}, source="test")
+    ds = make_dataset(obs, rng.integers(2, size=n), np.ones(n, np.float32),
+                      np.roll(obs, -1, axis=0), np.zeros(n, bool),
+                      np.arange(1, n + 1) % 1000 == 0, meta)
+    return save_dataset(ds, tmp_path_factory.mktemp("big") / "big.npz")
+
+
+@pytest.fixture(scope="module")
+def small_dataset(big_dataset: Path) -> Path:
+    """The big dataset's first 40,000 transitions (3.1 MB as .npz, 2.3 MB as .h5)."""
+    with np.load(big_dataset) as z:
+        arrays = {k: z[k][:40_000] if k != "meta" else z[k] for k in z.files}
+    meta = json.loads(str(arrays.pop("meta")))
+    meta.pop("episode_returns")
+    ds = make_dataset(*(arrays[k] for k in ("obs", "act", "rew", "next_obs", "terminated",
+                                            "truncated")), meta)
+    return save_dataset(ds, big_dataset.with_name("small.npz"))
+
+
+@pytest.mark.parametrize("suffix", [".h5", ".npz"])
+def test_a_dataset_larger_than_the_free_space(tmp_path, small_dataset, suffix):
+    """rltrain-collect on a full disk: one line naming the file, what it needs and what is
+    free (HDF5 once wrote through a full disk and died of a segmentation fault after 30
+    lines of tracebacks); the old file there is kept whole, and nothing else is left."""
+    with tmpfs(tmp_path / "fs", "512k") as fs:
+        out = fs / f"data{suffix}"
+        out.write_text("the old dataset")
+        res = run_tool("rltrain-collect", "--merge", small_dataset, "--out", out, "--force",
+                       cwd=tmp_path)
+        assert res.returncode == 2, res.stderr
+        assert re.fullmatch(rf"rltrain-collect: error: could not write {re.escape(str(out))}: "
+                            r"No space left on device \(the dataset needs \d\.\d MB, and "
+                            r"5\d\d\.\d KB is free there\)\n", res.stderr), res.stderr
+        assert sorted(p.name for p in fs.iterdir()) == [out.name]
+        assert out.read_text() == "the old dataset"
+
+
+def test_a_dataset_on_a_file_system_out_of_inodes(tmp_path, small_dataset):
+    """Space enough but no room for one more file: the temporary file cannot be made, and
+    the message says so rather than counting bytes."""
+    with tmpfs(tmp_path / "fs", "4m,nr_inodes=16") as fs:
+        out = fs / "data.h5"
+        out.write_text("the old dataset")
+        made = 0
+        with pytest.raises(OSError):  # ENOSPC: no inode left
+            while made < 100:
+                (fs / f"f{made}").touch()
+                made += 1
+        res = run_tool("rltrain-collect", "--merge", small_dataset, "--out", out, "--force",
+                       cwd=tmp_path)
+        assert res.returncode == 2, res.stderr
+        assert res.stderr == (f"rltrain-collect: error: could not write {out}: No space left "
+                              "on device (the file system there holds as many files as it "
+                              "can)\n")
+        assert out.read_text() == "the old dataset"
+        assert len(list(fs.iterdir())) == made + 1
+
+
+@pytest.mark.parametrize(("sig", "code"), [(SIGINT, 130), (SIGTERM, 143)])
+def test_a_dataset_interrupted_while_written(tmp_path, big_dataset, sig, code):
+    """Ctrl-C (or SIGTERM) as rltrain-collect writes: HDF5 once swallowed Ctrl-C (a
+    KeyboardInterrupt "ignored" in a destructor) and the command went on to exit 0. Now it
+    stops, exit 128 + the signal, with nothing written and the old file whole."""
+    out = tmp_path / "out.h5"
+    out.write_text("the old dataset")
+    res = signal_when(["--merge", str(big_dataset), "--out", str(out), "--force"], tmp_path,
+                      lambda line: line.startswith(f"writing {out} "), sig,
+                      program=BIN / "rltrain-collect")
+    assert res.returncode == code, res.stdout + res.stderr
+    assert res.stderr == (f"rltrain-collect: interrupted; nothing was written ({out} is as "
+                          "it was)\n")
+    assert out.read_text() == "the old dataset"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.h5"]
+
+
+# ---------------------------------------------------------------- names too long
+def test_a_run_or_sweep_directory_name_too_long(cli, tmp_path):
+    """A name over the file system's 255 bytes: one line, exit 2 (was Hydra's callback
+    warning and a traceback, exit 1)."""
+    long = "a" * 300
+    for key, args in (("hydra.run.dir", [f"hydra.run.dir={tmp_path / long}"]),
+                      ("hydra.sweep.dir", ["--multirun", "seed=0,1",
+                                           f"hydra.sweep.dir={tmp_path / long / 'x'}"])):
+        res = cli("experiment=smoke", *args)
+        assert res.returncode == 2, (key, res.stderr)
+        lines = res.stderr.splitlines()
+        assert len(lines) == 1, (key, res.stderr)
+        assert lines[0].startswith(f"rltrain: error: cannot create {key}={tmp_path}/aaaa")
+        assert lines[0].endswith(": File name too long (a name in it has 300 bytes, and a "
+                                 "name may have at most 255); choose a shorter path")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
 # ---------------------------------------------------------------- signals at start-up

@@ -65,7 +65,9 @@ def atomic_save(obj: Any, path: Path) -> None:
     :raises OSError: the file system's own error (a full disk raises ENOSPC, not torch's
         RuntimeError around it).
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
+    # the folder itself only (best/, checkpoints/): a run directory that was removed is not
+    # made again, half, by the next save
+    path.parent.mkdir(exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     writer = None
     try:

@@ -32,6 +32,7 @@ from rltrain.catalogue import register_configs, typed_run_config
 from rltrain.checkpoint import load_latest, save_checkpoint, save_policy
 from rltrain.config import ConfigError
 from rltrain.errors import SaveError
+from rltrain.rundir import RunDirRemoved, RunDirWatch
 from rltrain.settings import Settings
 from rltrain.stats import EpochStats, InfoStats
 from rltrain.trainer import Callbacks, Trainer, derived_seed
@@ -55,6 +56,9 @@ class RunContext:
     checkpoint: dict[str, Any] | None = None
     #: the Optuna trial this run reports to (rltrain.tune.TrialReporter), if any
     trial: Any = None
+    #: the run directory was removed while the run trained: nothing of the run is on disk,
+    #: no checkpoint, no summary.json (the failure's message says so)
+    lost: bool = False
 
 
 # --------------------------------------------------------------------------- resume
@@ -165,6 +169,8 @@ class Lifecycle:
                      "action_dim": parts.info.action_dim}
         self.trainer: Trainer | None = None
         self._warned_inexact = False
+        #: every file of the run is written after checking that its directory is still there
+        self.watch = RunDirWatch(ctx.run_dir)
 
     def callbacks(self) -> Callbacks:
         return Callbacks(on_epoch_end=self.on_epoch_end, on_best=lambda _: self.save("best"),
@@ -173,6 +179,18 @@ class Lifecycle:
     def attach(self, trainer: Trainer) -> None:
         self.trainer = trainer
 
+    def close(self) -> None:
+        """The run ended: stop watching its directory; a removed one is recorded in the
+        context (:attr:`RunContext.lost`), with no checkpoint left to point at."""
+        if self.trainer is not None and isinstance(self.trainer.failure, RunDirRemoved):
+            self.ctx.lost = True
+            self.ctx.checkpoint = None
+        self.watch.close()
+
+    def _check_dir(self) -> None:
+        """RunDirRemoved if the run directory is gone: nothing may be written in its place."""
+        self.watch.check(self.trainer.epoch if self.trainer is not None else 0)
+
     @property
     def _trainer(self) -> Trainer:
         assert self.trainer is not None, "attach() the trainer first"
@@ -180,6 +198,7 @@ class Lifecycle:
 
     # ------------------------------------------------------------------ callbacks
     def on_epoch_end(self, stats: EpochStats) -> None:
+        self._check_dir()  # every epoch, also those that write no checkpoint
         trainer, trial = self._trainer, self.ctx.trial
         if trial is not None and trial.report(stats.epoch, stats.test.return_mean) \
                 and not trainer.done():
@@ -199,6 +218,7 @@ class Lifecycle:
     def save(self, directory: str) -> None:
         """The deployable policy (weights alone) to ``RUN_DIR/<directory>/policy.pt``."""
         run_dir = self.ctx.run_dir
+        self._check_dir()
         try:
             save_policy(run_dir / directory, self.parts.algorithm.deployable().state_dict(),
                         self.meta)
@@ -210,6 +230,7 @@ class Lifecycle:
         """The whole training state to ``checkpoints/`` (``last.pt`` and the newest K), said
         to be inexact, once, when the envs' state cannot be captured."""
         trainer, parts = self._trainer, self.parts
+        self._check_dir()
         collectors = {name: c.state_dict() for name, c in (("train", parts.train_collector),
                                                              ("test", parts.test_collector))
                       if c is not None}

@@ -73,6 +73,14 @@ def _train(cfg: DictConfig, s: Settings, ctx: RunContext, parts: Parts,
     if ctx.trial is not None and resume is not None:
         ctx.trial.load_scores(ctx.run_dir)
     life = Lifecycle(ctx, s, parts, config, summary, history)
+    try:
+        return _run_trainer(s, ctx, parts, loggers, life, resume)
+    finally:
+        life.close()
+
+
+def _run_trainer(s: Settings, ctx: RunContext, parts: Parts, loggers: list[Logger],
+                 life: Lifecycle, resume: ResumePoint | None) -> InfoStats:
     trainer = build_trainer(s, parts, loggers=loggers, callbacks=life.callbacks())
     life.attach(trainer)
     if resume is not None:
@@ -81,7 +89,7 @@ def _train(cfg: DictConfig, s: Settings, ctx: RunContext, parts: Parts,
         # a crash in the env's own code: its arguments are the usual suspect
         trainer.crash_hint = f" (the env was made with env.kwargs={dict(s.env.kwargs)})"
     log_build(s, parts, trainer, ctx.run_dir)
-    summary["startup_time"] = time.perf_counter() - ctx.started
+    life.summary["startup_time"] = time.perf_counter() - ctx.started
     try:
         with signals.training(trainer.request_stop):
             result = trainer.run()

@@ -15,6 +15,7 @@ failed before its first checkpoint holds nothing of value: a new run replaces it
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import logging
@@ -29,12 +30,14 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from rltrain.errors import TrainingError
 from rltrain.files import link_target, links_among
+from rltrain.streams import clip_long_words
 
 LOCK = ".rltrain.lock"
 #: what rltrain writes into a run directory (and may remove when it replaces a failed attempt)
 OWN = (".hydra", "epochs.jsonl", "summary.json", "tb", "checkpoints", "best", "final",
-       "rltrain.log", "eval.json", ".epochs.jsonl.tmp", "summary.json.tmp")
+       "rltrain.log", "eval.json", ".epochs.jsonl.tmp", ".summary.json.tmp", "summary.json.tmp")
 
 
 class RunDirError(Exception):
@@ -109,15 +112,29 @@ def failed_attempt_note(run_dir: Path, found: list[str] | None = None) -> str | 
             f"({', '.join(found)}{why})")
 
 
-def ensure_dir(run_dir: Path, what: str = "hydra.run.dir") -> None:
-    """Create ``run_dir`` (and parents), or raise RunDirError saying why it cannot be."""
-    if run_dir.exists() and not run_dir.is_dir():
-        raise RunDirError(f"{what}={run_dir} is a file, not a directory; choose a directory")
+def ensure_dir(run_dir: Path, what: str = "hydra.run.dir") -> bool:
+    """Create ``run_dir`` (and parents), or raise RunDirError saying why it cannot be.
+    Returns whether it was there already."""
     try:
+        existed = run_dir.exists()
+        if existed and not run_dir.is_dir():
+            raise RunDirError(f"{what}={run_dir} is a file, not a directory; choose a directory")
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise RunDirError(f"cannot create {what}={run_dir}: {_strerror(e)}; choose a writable "
-                          "location") from None
+        raise RunDirError(clip_long_words(f"cannot create {what}={run_dir}: {_why_not(e)}")
+                          ) from None
+    return existed
+
+
+def _why_not(e: OSError) -> str:
+    """Why a directory cannot be made, and what would do."""
+    if e.errno == errno.ENAMETOOLONG:
+        longest = max((len(os.fsencode(p)) for p in Path(str(e.filename or "")).parts),
+                      default=0)
+        which = (f"a name in it has {longest:,} bytes, and a name may have at most 255"
+                 if longest > 255 else "the whole path is longer than the system allows")
+        return f"{_strerror(e)} ({which}); choose a shorter path"
+    return f"{_strerror(e)}; choose a writable location"
 
 
 class RunDirLock:
@@ -162,6 +179,17 @@ class RunDirLock:
             os.pwrite(fd, json.dumps(info).encode(), 0)
         except OSError:
             pass  # the lock holds without the note
+
+    def in_place(self) -> bool:
+        """Whether the lock file this process holds is still the one at its path (False once
+        the run directory was removed or replaced)."""
+        if self._fd is None:
+            return False
+        try:
+            held, there = os.fstat(self._fd), os.stat(self.path, follow_symlinks=False)
+        except OSError:
+            return False
+        return held.st_nlink > 0 and (held.st_dev, held.st_ino) == (there.st_dev, there.st_ino)
 
     def release(self) -> None:
         if self._fd is not None:
@@ -268,8 +296,13 @@ def claim(run_dir: Path, remove_empty: bool = True, made: Sequence[Path] = ()
         _refuse_run(run_dir)
         yield lock
     finally:
+        # a directory removed during the run, or another one made in its place, is not this
+        # run's to tidy up (an empty one made by the user would be removed)
+        mine = lock.in_place()
         lock.release()
-        if remove_empty:
+        if not mine:
+            pass
+        elif remove_empty:
             remove_if_empty(run_dir, made)
         elif {p.name for p in run_dir.iterdir()} == {LOCK}:
             (run_dir / LOCK).unlink(missing_ok=True)
@@ -294,3 +327,52 @@ def _refuse_run(run_dir: Path) -> None:
         raise RunDirError(
             f"{run_dir} already holds a run ({', '.join(used)}); choose a new hydra.run.dir so "
             f"nothing is overwritten, or continue it with: {resume_command(run_dir)}")
+
+
+# --------------------------------------------------------------------------- a removed run dir
+class RunDirRemoved(TrainingError):
+    """The run directory was removed (or another put in its place) while the run trained:
+    everything the run had written went with it, and nothing more can be kept."""
+
+    def __init__(self, run_dir: Path, epoch: int) -> None:
+        super().__init__(
+            f"the run directory {run_dir} was removed during epoch {epoch}: nothing of this run "
+            "is left on disk (its checkpoints, records, summary and logs went with it), so it "
+            "cannot be resumed; start it again")
+
+
+class RunDirWatch:
+    """Notices that a run directory is removed while the run writes into it.
+
+    Files already open in a removed directory take writes without an error (they go to
+    unlinked files), and ``mkdir -p`` would silently make a new, half directory at the old
+    path. So the directory as it was when the run began is held open (its inode cannot be
+    reused while it is) and compared with what the path names now."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self._fd: int | None = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
+        st = os.fstat(self._fd)
+        self._id = (st.st_dev, st.st_ino)
+
+    def removed(self) -> bool:
+        """Whether the directory was removed, or the path now names another one."""
+        if self._fd is None:
+            return False
+        try:
+            if os.fstat(self._fd).st_nlink == 0:
+                return True
+            st = os.stat(self.run_dir)
+        except OSError:
+            return True
+        return (st.st_dev, st.st_ino) != self._id
+
+    def check(self, epoch: int) -> None:
+        """Raise RunDirRemoved if the directory was removed (``epoch``: the one in flight)."""
+        if self.removed():
+            raise RunDirRemoved(self.run_dir, epoch)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None

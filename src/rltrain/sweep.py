@@ -99,9 +99,8 @@ class HydraCallback(Callback):
         path = Path(str(config.hydra.run.dir)).absolute()
         # what this run will create above its directory: removed again if it is refused
         STATE.made = [p for p in path.parents if not p.exists()]
-        STATE.run_dir_existed = path.exists()
         try:
-            rundir.ensure_dir(path)
+            STATE.run_dir_existed = rundir.ensure_dir(path)
         except rundir.RunDirError as e:
             print(f"rltrain: error: {e}", file=sys.stderr)
             sys.exit(2)

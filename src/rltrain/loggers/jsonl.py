@@ -1,6 +1,12 @@
 """The run's own record: ``epochs.jsonl`` (one JSON object per epoch, flushed as the epoch
 ends) and ``summary.json`` at the end; always on. Its reader is here too, next to the
-writer, so the two agree on the format."""
+writer, so the two agree on the format.
+
+``summary.json`` is written even when the disk is full: the space it takes is held from the
+start (:data:`RESERVE` bytes in its temporary file), and given back just before it is written.
+A run directory removed while the run trains (:class:`rltrain.rundir.RunDirWatch`) is not
+made again to hold a summary of nothing.
+"""
 
 from __future__ import annotations
 
@@ -14,9 +20,13 @@ from typing import Any
 from rltrain.errors import SaveError
 from rltrain.files import open_append, write_new
 from rltrain.loggers.base import Logger
+from rltrain.rundir import RunDirWatch
 from rltrain.stats import unflatten
 
 log = logging.getLogger("rltrain")
+
+#: bytes held for summary.json from the start of a run (a summary takes 1 to 10 KB)
+RESERVE = 64 * 1024
 
 
 def _json_safe(value: Any) -> Any:
@@ -59,6 +69,7 @@ class JsonlLogger(Logger):
         self.run_dir = run_dir
         self.extra_summary = extra_summary if extra_summary is not None else {}
         self.path = run_dir / "epochs.jsonl"
+        self._summary_tmp = run_dir / ".summary.json.tmp"
         try:
             if keep_epochs is not None and self.path.exists():
                 rows, problems = read_records(self.path)
@@ -69,10 +80,16 @@ class JsonlLogger(Logger):
                 write_new(tmp, "".join(kept))
                 tmp.replace(self.path)
             self._file = open_append(self.path)
+            self._watch = RunDirWatch(run_dir)
         except OSError as e:
             raise SaveError(f"could not write {self.path}: {e.strerror or e}") from None
+        # written out (not a sparse file), so that the file system counts the space as used
+        with contextlib.suppress(OSError):  # no room even now: the summary will try anyway
+            write_new(self._summary_tmp, " " * RESERVE)
 
     def log_epoch(self, record: dict[str, Any]) -> None:
+        # a record written into a removed directory would be lost without a word
+        self._watch.check(record["epoch"])
         row = unflatten({k: _json_safe(v) for k, v in record.items()})
         try:
             self._file.write(json.dumps(row) + "\n")
@@ -85,10 +102,15 @@ class JsonlLogger(Logger):
         # a failed flush: the record it held was reported when its write failed
         with contextlib.suppress(OSError):
             self._file.close()
+        removed = self._watch.removed()
+        self._watch.close()
+        if removed:  # the run's failure says so; a summary would make a new, half directory
+            return
         summary = unflatten({k: _json_safe(v) for k, v in info.items()})
         summary.update(self.extra_summary)
-        tmp = self.run_dir / "summary.json.tmp"
+        tmp = self._summary_tmp
         try:
+            # write_new removes the reserve first: its space is free for the summary
             write_new(tmp, json.dumps(summary, indent=2) + "\n")
             tmp.replace(self.run_dir / "summary.json")
         except OSError as e:
