@@ -14,11 +14,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
-import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
-from rltrain import trust
+from rltrain import stored, trust
 from rltrain.algorithms import ALGORITHMS
 from rltrain.catalogue import check_known_keys, trainer_problem, typed_run_config
 from rltrain.config import (
@@ -203,16 +202,19 @@ def load_run_settings(run_dir: Path, device: str | None = None, *, consent: bool
     if not is_run:
         raise ConfigError(f"{run_dir} {what}; pass a run directory written by rltrain")
     try:
-        raw = OmegaConf.load(path)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f", line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{path} is damaged ({getattr(e, 'problem', None) or e}{where}); "
-                          "it is the run's config, so the run cannot be rebuilt from it") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path} cannot be read: {e}") from None
-    if not isinstance(raw, DictConfig):
+        # plain data within bounds (a YAML alias bomb, a set, a key that is not a string:
+        # refused by name), read as OmegaConf.load reads; then made a config
+        data = stored.read_yaml(path)
+    except stored.StoredDataError as e:
+        raise ConfigError(f"{e}; it is the run's config, so the run cannot be rebuilt from it"
+                          if e.readable else str(e)) from None
+    if not isinstance(data, dict):
         raise ConfigError(f"{path} is damaged (not a mapping of config groups)")
+    try:
+        raw = OmegaConf.create(data)
+    except OmegaConfBaseException as e:
+        raise ConfigError(f"{path} is damaged ({str(e).strip().splitlines()[0]}); it is the "
+                          "run's config, so the run cannot be rebuilt from it") from None
     trust.check(trust.env_surface(plain(raw.get("env"))), str(path), consent=consent,
                 allow=allow)
     cfg = typed_run_config(raw)

@@ -5,6 +5,13 @@ before its first epoch holds ``summary.json`` instead of ``epochs.jsonl``, and i
 failed). Runs are grouped per task (the env id) by their whole config, less the seed and the
 keys that only concern logging and checkpoint bookkeeping; a group is named by the keys that
 tell the groups of a task apart.
+
+A run directory may come from anywhere, so what is read is checked before it is used: the
+config through :func:`rltrain.stored.read_yaml` (plain data within bounds: a YAML alias bomb,
+a set, a key that is not a string are refused by name), and each field the report uses for
+its type and range (``seed`` an integer, ``env_step`` a count that grows, ``stopped_early`` a
+boolean, ...). A run that fails a check is :class:`DamagedRun`: the report skips it with a
+warning naming the run, the file and the field, and reports the others.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeGuard
 
-import yaml
+from rltrain import stored
 
 #: keys that say nothing about what was trained: runs differing only in these are seeds of
 #: one group
@@ -26,6 +33,22 @@ BOOKKEEPING = ("seed", "logger.", "trainer.checkpoint_every", "trainer.keep_chec
                "trainer.checkpoint_buffer")
 #: config groups chosen by name on the command line (``algo=dqn`` sets ``algo.name``)
 CONFIG_GROUPS = ("algo", "env", "trainer", "buffer")
+#: summary.json is about 2 KB (a resumed run's grows by a line per resume)
+MAX_SUMMARY_BYTES = 2**20
+#: an epochs.jsonl record is about 1 KB
+MAX_EPOCH_LINE_BYTES = 2**20
+#: env and gradient steps are counted in int64 by numpy and torch
+MAX_STEP = 2**63 - 1
+#: summary.json's fields that the report reads, with what each must be
+SUMMARY_FIELDS = {
+    "status": "a string",
+    "stopped_early": "true or false",
+    "reward_threshold": "a finite number or null",
+    "best_score": "a number or null",
+    "wall_time": "a number or null",
+    "env_step": "a whole number >= 0",
+    "epochs": "a whole number >= 0",
+}
 
 
 class DamagedRun(Exception):
@@ -78,7 +101,28 @@ class Run:
     @property
     def threshold(self) -> float | None:
         value = (self.summary or {}).get("reward_threshold")
-        return float(value) if _is_number(value) else None
+        return float(value) if _is_real(value) and math.isfinite(value) else None
+
+    @property
+    def stop_score(self) -> float | None:
+        """The score the run would stop at: ``trainer.stop_score``, whose ``auto`` is the
+        env's reward threshold; None when it never stops early (or it is not known)."""
+        value = self.config.get("trainer.stop_score")
+        if value == "auto":
+            return self.threshold
+        return float(value) if _is_real(value) else None
+
+    @property
+    def epochs(self) -> int:
+        """Epochs the run went through (summary.json's count, else its tested epochs)."""
+        value = (self.summary or {}).get("epochs")
+        return value if isinstance(value, int) and not isinstance(value, bool) else len(
+            self.scores)
+
+    @property
+    def max_epochs(self) -> int | None:
+        value = self.config.get("trainer.max_epochs")
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
 
     def final_score(self, last: int) -> float:
         """The mean of the last ``last`` test returns (fewer if the run has fewer). A run that
@@ -150,12 +194,13 @@ def load_run(path: Path, warn: Callable[[str], object] = print) -> Run:
         ``epochs.jsonl``, left by a kill or a full disk, is dropped as a resume would).
     """
     try:
-        raw = yaml.safe_load((path / ".hydra" / "config.yaml").read_text())
-    except (OSError, yaml.YAMLError, UnicodeDecodeError) as e:
-        raise DamagedRun(f".hydra/config.yaml cannot be read ({_first_line(e)})") from None
-    if not isinstance(raw, dict) or "env" not in raw:
-        raise DamagedRun(".hydra/config.yaml is not an rltrain config")
+        raw = stored.read_yaml(path / ".hydra" / "config.yaml")
+    except stored.StoredDataError as e:
+        raise DamagedRun(f".hydra/config.yaml {e.verdict}") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("env"), dict):
+        raise DamagedRun(".hydra/config.yaml is not an rltrain config (no env group)")
     config = flatten(raw)
+    _check_config(config)
     summary = _read_summary(path, warn)
     steps: list[float] = []
     scores: list[float] = []
@@ -167,55 +212,152 @@ def load_run(path: Path, warn: Callable[[str], object] = print) -> Run:
         raise DamagedRun("epochs.jsonl is missing" if not epochs.is_file() else
                          "epochs.jsonl is empty" if not epochs.stat().st_size else
                          "epochs.jsonl holds no test returns")
-    return Run(path, config, _read_overrides(path), summary, steps, scores)
+    return Run(path, config, _read_overrides(path, warn), summary, steps, scores)
+
+
+def _check_config(config: dict[str, Any]) -> None:
+    """The fields the report reads from a config, each what rltrain writes there."""
+    def wrong(key: str, what: str) -> DamagedRun:
+        return DamagedRun(f".hydra/config.yaml: {key} is {_short(config.get(key))}, not {what}")
+
+    for key in ("env.id", "algo.name"):
+        if not isinstance(config.get(key), str) or not config[key]:
+            raise wrong(key, "a name")
+    if "trainer.name" in config and not isinstance(config["trainer.name"], str):
+        raise wrong("trainer.name", "a name")
+    seed = config.get("seed")
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise wrong("seed", "a whole number >= 0")
+    stop = config.get("trainer.stop_score", "auto")
+    if stop not in ("auto", None) and not _is_real(stop):
+        raise wrong("trainer.stop_score", "a number, auto or null")
+    top = config.get("trainer.max_epochs", 1)
+    if not isinstance(top, int) or isinstance(top, bool) or top < 1:
+        raise wrong("trainer.max_epochs", "a whole number >= 1")
 
 
 def _read_epochs(path: Path, warn: Callable[[str], object], key: str = "env_step"
                  ) -> tuple[list[float], list[float]]:
-    text = path.read_text(errors="replace")
-    lines = text.splitlines()
+    """Each tested epoch's step (``key``) and test return. A record that is not what rltrain
+    writes raises DamagedRun naming the line and field; a record without a finite test
+    return (no test episode finished) is left out, as a torn last line is."""
     steps: list[float] = []
     scores: list[float] = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-            step = record[key]
-            score = (record.get("test") or {}).get("return_mean")
-        except (ValueError, KeyError, TypeError, AttributeError):
-            if number == len(lines) and not text.endswith("\n"):
-                warn(f"{path}: ignoring its torn last line {number} (the run was cut off "
-                     "while writing it)")
-                break
-            raise DamagedRun(f"epochs.jsonl line {number} is not an epoch record") from None
-        if not _is_number(step) or (steps and step <= steps[-1]):
-            raise DamagedRun(f"epochs.jsonl line {number}: {key} {step!r} does not follow "
-                             f"{steps[-1] if steps else 'the start'}")
-        if _is_number(score) and math.isfinite(score):
-            steps.append(float(step))
-            scores.append(float(score))
+    previous: tuple[int, int] | None = None  # the step of the record before, and its line
+    with path.open("rb") as f:
+        number = 0
+        while line := f.readline(MAX_EPOCH_LINE_BYTES + 1):
+            number += 1
+            if len(line) > MAX_EPOCH_LINE_BYTES:
+                raise DamagedRun(f"epochs.jsonl line {number} is longer than "
+                                 f"{MAX_EPOCH_LINE_BYTES // 2**20} MiB; an epoch record is "
+                                 "about 1 KB")
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except (ValueError, RecursionError):
+                record = None
+            if not isinstance(record, dict):
+                if not line.endswith(b"\n") and not f.read(1):
+                    warn(f"{path}: ignoring its torn last line {number} (the run was cut off "
+                         "while writing it)")
+                    break
+                raise DamagedRun(f"epochs.jsonl line {number} is not an epoch record")
+            step = _epoch_step(record, key, number)
+            if previous is not None and step <= previous[0]:
+                raise DamagedRun(f"epochs.jsonl line {number}: {key} {step} does not follow "
+                                 f"{previous[0]} (line {previous[1]}); each epoch adds steps")
+            previous = step, number
+            score = _test_return(record, number)
+            if score is not None:
+                steps.append(float(step))
+                scores.append(score)
     return steps, scores
 
 
+def _epoch_step(record: dict[str, Any], key: str, number: int) -> int:
+    if key not in record:
+        raise DamagedRun(f"epochs.jsonl line {number} has no {key}")
+    step = record[key]
+    if not (isinstance(step, int) and not isinstance(step, bool) and 0 <= step <= MAX_STEP):
+        raise DamagedRun(f"epochs.jsonl line {number}: {key} is {_short(step)}, not a count "
+                         "of steps (a whole number >= 0)")
+    return step
+
+
+def _test_return(record: dict[str, Any], number: int) -> float | None:
+    """The record's ``test.return_mean``, None if it has none (or it is not finite: an epoch
+    whose test finished no episode)."""
+    test = record.get("test")
+    if test is None:
+        return None
+    if not isinstance(test, dict):
+        raise DamagedRun(f"epochs.jsonl line {number}: test is {_short(test)}, not an object")
+    score = test.get("return_mean")
+    if score is None:
+        return None
+    if not _is_real(score):
+        raise DamagedRun(f"epochs.jsonl line {number}: test.return_mean is {_short(score)}, "
+                         "not a number")
+    return float(score) if math.isfinite(score) else None
+
+
 def _read_summary(path: Path, warn: Callable[[str], object]) -> dict[str, Any] | None:
+    """summary.json, or None when there is none or it cannot be read (a warning says so: the
+    status is then unknown). A field the report reads that is not what rltrain writes there
+    raises DamagedRun naming it."""
     file = path / "summary.json"
     if not file.is_file():
         return None
     try:
-        summary = json.loads(file.read_text())
-    except (OSError, ValueError, UnicodeDecodeError) as e:
-        warn(f"{file} cannot be read ({_first_line(e)}); its status is taken as unknown")
+        with file.open("rb") as f:
+            text = f.read(MAX_SUMMARY_BYTES + 1)
+        if len(text) > MAX_SUMMARY_BYTES:
+            raise ValueError(f"larger than {MAX_SUMMARY_BYTES // 2**20} MiB")
+        summary = json.loads(text)
+    except (OSError, ValueError, RecursionError) as e:
+        problem = "nested too deeply" if isinstance(e, RecursionError) else _first_line(e)
+        warn(f"{file} cannot be read ({problem}); its status is taken as unknown")
         return None
-    return summary if isinstance(summary, dict) else None
+    if not isinstance(summary, dict):
+        warn(f"{file} is not a JSON object ({_short(summary)}); its status is taken as "
+             "unknown")
+        return None
+    for key, what in SUMMARY_FIELDS.items():
+        if key in summary and not _fits(summary[key], what):
+            raise DamagedRun(f"summary.json: {key} is {_short(summary[key])}, not {what}")
+    return summary
 
 
-def _read_overrides(path: Path) -> list[str]:
-    try:
-        overrides = yaml.safe_load((path / ".hydra" / "overrides.yaml").read_text())
-    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+def _fits(value: object, what: str) -> bool:
+    """Whether ``value`` is ``what`` (one of SUMMARY_FIELDS' descriptions)."""
+    if what == "a string":
+        return isinstance(value, str)
+    if what == "true or false":
+        return isinstance(value, bool)
+    if what == "a number or null":
+        return value is None or _is_real(value)
+    if what == "a finite number or null":
+        return value is None or (_is_real(value) and math.isfinite(value))
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_STEP
+
+
+def _read_overrides(path: Path, warn: Callable[[str], object]) -> list[str]:
+    """The run's command-line overrides (they name groups); damaged ones are warned of and
+    left out: the run itself can still be reported."""
+    file = path / ".hydra" / "overrides.yaml"
+    if not file.is_file():
         return []
-    return [str(o) for o in overrides] if isinstance(overrides, list) else []
+    try:
+        overrides = stored.read_yaml(file)
+    except stored.StoredDataError as e:
+        warn(f"{e}; {path} is reported without its overrides")
+        return []
+    if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
+        warn(f"{file} is not a list of overrides; {path} is reported without them")
+        return []
+    return overrides
 
 
 def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -319,6 +461,27 @@ def _bookkeeping(key: str) -> bool:
 
 def _is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _is_real(value: object) -> TypeGuard[int | float]:
+    """A number a float can hold (JSON's NaN and Infinity included; not an integer of 400
+    digits, which float() refuses)."""
+    if not _is_number(value):
+        return False
+    try:
+        float(value)
+    except OverflowError:
+        return False
+    return True
+
+
+def _short(value: object, limit: int = 60) -> str:
+    """A value as JSON or YAML shows it (null, true, "x"), cut to ``limit`` characters."""
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _first_line(e: BaseException) -> str:
