@@ -152,3 +152,26 @@ def test_a_live_trial_keeps_its_heartbeat_past_the_grace_period(tmp_path, kind):
     assert trials[1].system_attrs["fixed_params"] == trials[0].params  # asked next
     assert trials[1].user_attrs["retry_of"] == 0
     assert other.tally().finished == 0  # an interrupted trial does not count
+
+
+def test_a_trial_is_judged_by_the_longest_grace_period_a_running_sweep_declared(tmp_path):
+    """A sweep with a short grace period does not take the trial of a sweep that declared a
+    longer one (sweeps into one study given different settings): the trial's heartbeat has
+    stopped for longer than the short grace period, not the long one."""
+    url = storage_url("sqlite", tmp_path)
+    space = {"algo.lr": FloatDistribution(1e-4, 1e-2)}
+
+    def sweep(grace: float) -> SharedStudy:
+        storage = open_storage(url)
+        study = optuna.create_study(study_name=STUDY, storage=storage, load_if_exists=True,
+                                    direction="maximize")
+        conf = OptunaSweeperConf(heartbeat_interval=1, grace_period=grace)
+        return SharedStudy(study, storage, Heartbeats(url, storage, 1, grace), conf)
+
+    patient, hasty = sweep(600), sweep(2)
+    patient.ask(space)
+    patient.close()  # no heartbeat after the first
+    time.sleep(3.5)
+    hasty.take_stale()
+    assert [t.state for t in load(url).trials] == [TrialState.RUNNING]
+    assert hasty.grace == 600

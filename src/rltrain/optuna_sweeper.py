@@ -251,7 +251,7 @@ class OptunaSweeperImpl:
                         waiting = numbers
                         print(f"rltrain: waiting for trial(s) {', '.join(map(str, numbers))}, "
                               "run by another sweep (taken over if its heartbeat stops for "
-                              f"{c.grace_period:g} s)", flush=True)
+                              f"{shared.grace:g} s)", flush=True)
                     time.sleep(min(1.0, c.heartbeat_interval))
                     continue
                 waiting = ()
@@ -608,6 +608,8 @@ class SharedStudy:
         self.study, self.storage, self.heartbeats = study, storage, heartbeats
         self.study_id = storage.get_study_id_from_name(study.study_name)
         self.mark = {"interval": conf.heartbeat_interval, "grace": conf.grace_period}
+        #: the grace period the last look for stale trials used (see take_stale)
+        self.grace = conf.grace_period
         self._mine: dict[int, int] = {}  # trial id -> number, of the trials this sweep runs
         self._guard = threading.Lock()
         self._stop = threading.Event()
@@ -682,7 +684,7 @@ class SharedStudy:
         running = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
         if not running:
             return
-        grace = max([self.heartbeats.grace] + [
+        self.grace = grace = max([self.heartbeats.grace] + [
             float(mark["grace"]) for t in running
             if isinstance(mark := t.system_attrs.get(HEARTBEAT_ATTR), dict)
             and isinstance(mark.get("grace"), int | float)])
