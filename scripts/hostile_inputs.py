@@ -2,9 +2,9 @@
 
 The project's rule: every way a user can get the input wrong ends in a short error naming what
 was wrong and what would be right, with nothing lost and no traceback; exit 0 means the result
-is right. Each case below runs ``rltrain``, ``rltrain-eval`` or ``rltrain-export`` in a
-subprocess (no mocks), in its own fresh temporary working directory, and declares what it
-expects:
+is right. Each case below runs ``rltrain`` or a companion tool (``rltrain-eval``, ``-export``,
+``-collect``, ``-report``) in a subprocess (no mocks), in its own fresh temporary working
+directory, and declares what it expects:
 
   error      refused: non-zero exit, no "Traceback", at most 12 lines on stderr, and every
              ``must_mention`` string in stderr (case-insensitive; a tuple means any one of them).
@@ -16,15 +16,24 @@ expects:
 
 A case may have a ``check(tmpdir, result)`` that returns a description of what went wrong
 (records missing, an existing run damaged, weights overwritten); it becomes "WRONG: ..." and
-takes precedence over every other verdict but TIMEOUT (the run got past ``--timeout``). Runs
-that train use ``experiment=smoke`` (2 epochs of 512 env steps) unless the case needs more. A
-finished smoke run that several cases need is trained once per invocation and copied
-(``cp -a``) into each case's directory.
+takes precedence over every other verdict but TIMEOUT (the run got past ``--timeout``). A
+case whose file must not run code (issue 20's trust boundary) is "WRONG: code ran" when the
+marker file that code creates exists. Runs that train use ``experiment=smoke`` (2 epochs of
+512 env steps) unless the case needs more. A finished smoke run and a random CartPole dataset
+that several cases need are made once per invocation and copied (``cp -a``) into each case's
+directory. Each case's processes keep rltrain's trust record (``$RLTRAIN_STATE_DIR``) and
+Minari's datasets in the case's directory, so a copied run comes from elsewhere and nothing
+touches the user's home; a case that could grow memory without bound runs under ``prlimit``.
 
 The report is a Markdown table on stdout, then the number of cases whose output holds
-"Traceback" and the count per verdict; progress goes to stderr. ``--keep`` keeps each case's
-directory, with the case's whole output in ``_stdout.txt`` and ``_stderr.txt``. The script
-always exits 0 (it is a report) unless it crashes itself.
+"Traceback", of hangs (TIMEOUT) and of code run without consent, and the count per verdict;
+progress goes to stderr. ``--keep`` keeps each case's directory, with the case's whole output
+in ``_stdout.txt`` and ``_stderr.txt``. The script always exits 0 (it is a report) unless it
+crashes itself.
+
+To judge another version of rltrain with the same virtualenv, put its ``src`` first on
+PYTHONPATH (``PYTHONPATH=/tmp/old/src``): the cases' processes inherit it, and rltrain finds its
+``conf/`` next to the package.
 
 Usage (from the repository root; the rltrain executables are found next to the interpreter):
 
@@ -36,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import csv
 import hashlib
 import json
 import os
@@ -48,12 +58,15 @@ import sys
 import tempfile
 import threading
 import time
+import zipfile
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
+
+import yaml
 
 BIN = Path(sys.executable).parent
 PROGRAMS = ("rltrain", "rltrain-eval", "rltrain-export", "rltrain-collect", "rltrain-report")
@@ -61,6 +74,8 @@ SMOKE = "experiment=smoke"
 MAX_STDERR_LINES = 12
 FIRST_LINE_CHARS = 110
 SNAPSHOT = "_snapshot.json"
+#: address space a case under :func:`limited` may use (rltrain-eval and -report need ~1.5 GB)
+MEMORY_LIMIT = 3 * 2**30
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 Expect = Literal["error", "ok", "either", "interrupt"]
@@ -152,20 +167,37 @@ class Row:
 
 # --------------------------------------------------------------------------- processes
 def resolve(argv: Sequence[str]) -> list[str]:
-    """The program name first in argv -> the executable next to this interpreter."""
+    """The program name first in argv -> the executable next to this interpreter; after
+    ``prlimit OPTIONS --`` (a memory limit, see :func:`limited`), the program after ``--``."""
     head, *rest = argv
+    if head == "prlimit":
+        split = argv.index("--") + 1
+        return [*argv[:split], *resolve(argv[split:])]
     return [str(BIN / head) if head in PROGRAMS else head, *rest]
 
 
-def child_env() -> dict[str, str]:
+def limited(argv: Sequence[str]) -> list[str]:
+    """``argv`` under ``prlimit --as=`` :data:`MEMORY_LIMIT`: a case that could grow memory
+    without bound (a YAML bomb, a size declared beyond memory) meets MemoryError, not the
+    machine's OOM killer."""
+    return ["prlimit", f"--as={MEMORY_LIMIT}", "--", *argv]
+
+
+def child_env(tmp: Path) -> dict[str, str]:
+    """The environment of a case's processes. What rltrain records about this machine
+    (``$RLTRAIN_STATE_DIR``, the trust record) and Minari's local datasets are the case's own,
+    under ``tmp``: every run copied into a case comes "from elsewhere", and nothing is read
+    from or written to the user's home."""
     env = dict(os.environ)
     env.pop("HYDRA_FULL_ERROR", None)  # would turn every error into a traceback
     env["COLUMNS"] = "200"
+    env["RLTRAIN_STATE_DIR"] = str(tmp / "_state")
+    env["MINARI_DATASETS_PATH"] = str(tmp / "_minari")
     return env
 
 
 def spawn(tmp: Path, argv: Sequence[str], stdout: int = subprocess.PIPE) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(resolve(argv), cwd=tmp, env=child_env(), stdin=subprocess.DEVNULL,
+    return subprocess.Popen(resolve(argv), cwd=tmp, env=child_env(tmp), stdin=subprocess.DEVNULL,
                             stdout=stdout, stderr=subprocess.PIPE, start_new_session=True)
 
 
@@ -274,38 +306,53 @@ def run_together(tmp: Path, argv: list[str], timeout: float) -> Result:
 
 # --------------------------------------------------------------------------- shared fixtures
 class Fixtures:
-    """A finished smoke run, trained once per invocation (on first use) and copied per case."""
+    """What several cases need, made once per invocation (on first use) and copied per case:
+    a finished smoke run, and a dataset of random CartPole episodes."""
 
     def __init__(self) -> None:
         self.root: Path | None = None
-        self._lock = threading.Lock()
-        self._run: Path | None = None
-        self._error: str | None = None
+        self._lock = threading.Lock()  # guards _locks; each product has its own
+        self._locks: dict[str, threading.Lock] = {}
+        self._made: dict[str, tuple[Path | None, str | None]] = {}
 
     def finished_run(self) -> Path:
-        with self._lock:
-            if self._run is None and self._error is None:
-                self._run, self._error = self._train()
-            if self._error is not None:
-                raise SetupError(self._error)
-            assert self._run is not None
-            return self._run
+        return self._once("smoke", ["rltrain", SMOKE, "hydra.run.dir=smoke"], "summary.json")
 
-    def _train(self) -> tuple[Path | None, str | None]:
+    def random_dataset(self) -> Path:
+        """20 random CartPole-v1 episodes (a few hundred transitions: more than a smoke
+        offline run's batch), collected by the rltrain under test."""
+        return self._once("c.h5", ["rltrain-collect", "--random", "--env", "CartPole-v1",
+                                   "--episodes", "20", "--out", "c.h5"], "")
+
+    def _once(self, name: str, argv: list[str], inside: str) -> Path:
+        with self._lock:
+            lock = self._locks.setdefault(name, threading.Lock())
+        with lock:
+            if name not in self._made:
+                self._made[name] = self._make(name, argv, inside)
+            made, error = self._made[name]
+            if error is not None:
+                raise SetupError(error)
+            assert made is not None
+            return made
+
+    def _make(self, name: str, argv: list[str], inside: str) -> tuple[Path | None, str | None]:
+        """Run ``argv`` in the fixtures' folder; it must exit 0 and write ``name`` (holding
+        ``inside``, if given)."""
         assert self.root is not None, "Fixtures.root is set in main()"
         home = self.root / "fixtures"
         home.mkdir(parents=True, exist_ok=True)
+        what = f"the shared {shlex.join(argv)}"
         try:
-            proc = subprocess.run(resolve(["rltrain", SMOKE, "hydra.run.dir=smoke"]), cwd=home,
-                                  env=child_env(), stdin=subprocess.DEVNULL, capture_output=True,
-                                  timeout=600)
+            proc = subprocess.run(resolve(argv), cwd=home, env=child_env(home),
+                                  stdin=subprocess.DEVNULL, capture_output=True, timeout=600)
         except subprocess.TimeoutExpired:
-            return None, "the shared smoke run did not finish within 600 s"
-        run = home / "smoke"
-        if proc.returncode != 0 or not (run / "summary.json").is_file():
+            return None, f"{what} did not finish within 600 s"
+        made = home / name
+        if proc.returncode != 0 or not (made / inside if inside else made).exists():
             tail = decode(proc.stderr).strip().splitlines()[-1:] or ["(no stderr)"]
-            return None, f"the shared smoke run failed (exit {proc.returncode}): {tail[0]}"
-        return run, None
+            return None, f"{what} failed (exit {proc.returncode}): {tail[0]}"
+        return made, None
 
 
 FIXTURES = Fixtures()
@@ -754,6 +801,473 @@ def offline_cases() -> list[Case]:
     ]
 
 
+# --------------------------------------------------------------------------- issue 20
+# The cases of issue 20 (safe with what comes from elsewhere, sound under every fault, a console
+# that tells the truth), each reproduced as the issue wrote it on 19279d5.
+
+#: what the hostile wrapper's shell command creates in the case directory
+MARKER = "PWNED"
+#: the WRONG verdict of a case whose file ran code without consent (counted in the summary)
+CODE_RAN = "code ran"
+
+
+def hostile_wrapper(tmp: Path) -> dict[str, str]:
+    """The env.wrappers entry that ran a shell command: rltrain calls it as a wrapper of the env,
+    and ``pydoc.pipepager`` hands its ``cmd`` to the shell."""
+    return {"_target_": "pydoc.pipepager", "cmd": f"touch {tmp / MARKER}"}
+
+
+def ran_nothing(tmp: Path, result: Result) -> str | None:
+    if (tmp / MARKER).exists():
+        return f"{CODE_RAN} (the file's shell command created {MARKER})"
+    return None
+
+
+def consent_ran_it(tmp: Path, result: Result) -> str | None:
+    """With consent the file's code runs: the consent must really let it."""
+    return None if (tmp / MARKER).exists() else f"consent did not run it (no {MARKER})"
+
+
+def absent(*paths: str) -> Check:
+    def check(tmp: Path, result: Result) -> str | None:
+        there = [path for path in paths if (tmp / path).exists() or (tmp / path).is_symlink()]
+        return f"left {', '.join(there)} behind" if there else None
+
+    return check
+
+
+def edit_config(run: Path, edit: Callable[[dict], None]) -> None:
+    """Change a run's ``.hydra/config.yaml`` as data (read and written with PyYAML)."""
+    path = run / ".hydra" / "config.yaml"
+    config = yaml.safe_load(path.read_text())
+    edit(config)
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+
+
+def replace_line(path: Path, pattern: str, line: str) -> None:
+    """Replace the one line of ``path`` that matches ``pattern`` (a case that finds none, or
+    several, cannot be prepared)."""
+    text, count = re.subn(pattern, line.replace("\\", "\\\\"), path.read_text(), flags=re.M)
+    if count != 1:
+        raise SetupError(f"{path.name}: {count} lines match {pattern!r}, expected one")
+    path.write_text(text)
+
+
+def mentions_run(name: str, text: str, field: str) -> bool:
+    """A line of ``text`` names the run directory ``name`` (a relative path) and ``field``."""
+    run = re.compile(rf"(?<![\w.-]){re.escape(name)}(?=[/:\s,;)'`]|$)")
+    return any(run.search(line) and field in line for line in text.splitlines())
+
+
+def paste_printed(pattern: str, append: str = "", send: SendSignal | None = None) -> Runner:
+    """Run the case's command, find the command it prints (group 1 of ``pattern``, on stdout
+    or stderr) and paste it, with ``append``, into ``bash -c`` with the rltrain executables on
+    PATH, as a user copies a printed command into a shell. The table shows and judges the
+    pasted command; the first command's output is scanned for tracebacks too."""
+
+    def runner(tmp: Path, argv: list[str], timeout: float) -> Result:
+        start = time.monotonic()
+        first = run_process(tmp, argv, timeout, send)
+        shown = first.display_command or shlex.join(argv)
+        found = re.search(pattern, f"{first.stdout}\n{first.stderr}", re.M)
+        if first.timed_out or found is None:
+            first.display_command = f"{shown}  (printed no command to paste)"
+            first.extra["pasted"] = None
+            return first
+        pasted = found.group(1).strip() + append
+        env = child_env(tmp)
+        env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+        proc = subprocess.Popen(["bash", "-c", pasted], cwd=tmp, env=env,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True)
+        out, err, timed_out = finish(proc, max(1.0, timeout - (time.monotonic() - start)))
+        return Result(["bash", "-c", pasted], proc.returncode, decode(out), decode(err),
+                      time.monotonic() - start, timed_out,
+                      display_command=f"{shown}; then, pasted into bash: {pasted}",
+                      other_output=first.stdout + first.stderr, extra={"pasted": pasted})
+
+    return runner
+
+
+def pasted_something(tmp: Path, result: Result) -> str | None:
+    if result.extra.get("pasted", "") is None:
+        return f"printed no command to paste (exit {exit_text(result)})"
+    return None
+
+
+def issue20_trust_cases() -> list[Case]:
+    """§1: a run directory, a checkpoint or a Minari dataset from elsewhere runs no code without
+    consent; with consent (--trust, trust=true) it does. Each case has its own empty trust
+    record (:func:`child_env`), so the copied run comes from elsewhere."""
+    def in_config(run: Path) -> None:
+        edit_config(run, lambda c: c["env"].update(wrappers=[hostile_wrapper(run.parent)]))
+
+    def in_checkpoint(run: Path) -> None:
+        import torch  # imported here: a second's import that the other cases do not need
+
+        last = run / "checkpoints" / "last.pt"
+        state = torch.load(last, weights_only=True)  # what resume reads, as it reads it
+        state["config"]["env"]["wrappers"] = [hostile_wrapper(run.parent)]
+        torch.save(state, last)
+
+    def minari(*extra: str) -> Setup:
+        """A local Minari dataset whose metadata has no spaces, so that Minari builds the env
+        from its env_spec, whose entry point is any callable."""
+        def setup(tmp: Path) -> list[str]:
+            data = tmp / "_minari" / "evil" / "data-v0" / "data"  # MINARI_DATASETS_PATH
+            data.mkdir(parents=True)
+            spec: dict[str, object] = {
+                "id": "Evil-v0", "entry_point": "pydoc:pipepager",
+                "kwargs": {"text": "", "cmd": f"touch {tmp / MARKER}"}, "reward_threshold": None,
+                "nondeterministic": False, "max_episode_steps": None, "order_enforce": True,
+                "disable_env_checker": False, "additional_wrappers": [],
+                "vector_entry_point": None}
+            (data / "metadata.json").write_text(json.dumps({
+                "dataset_id": "evil/data-v0", "env_spec": json.dumps(spec),
+                "total_episodes": 1, "total_steps": 1, "data_format": "hdf5",
+                "minari_version": "0.5.4"}))
+            return ["rltrain", SMOKE, "algo=bc", "env=cartpole", "dataset=minari:evil/data-v0",
+                    *extra]
+
+        return setup
+
+    tools = [("eval", ["rltrain-eval", "R"]), ("export", ["rltrain-export", "R"]),
+             ("collect", ["rltrain-collect", "R", "--episodes", "1", "--out", "x.h5"])]
+    cases = []
+    for tool, argv in tools:
+        cases.append(on_run(f"config's wrapper pydoc.pipepager: {tool}", *argv,
+                            mention=["pydoc.pipepager"],
+                            check=all_of(ran_nothing, absent("x.h5", "R/best/policy.onnx")),
+                            prepare=in_config))
+        cases.append(on_run(f"config's wrapper pydoc.pipepager: {tool} --trust", *argv,
+                            "--trust", expect="either", check=consent_ran_it, prepare=in_config))
+    resume = ["rltrain", "resume=R", "trainer.max_epochs=3"]
+    return [
+        *cases,
+        on_run("checkpoint's wrapper pydoc.pipepager: resume", *resume,
+               mention=["pydoc.pipepager"], check=ran_nothing, prepare=in_checkpoint),
+        on_run("checkpoint's wrapper pydoc.pipepager: resume --trust", *resume, "--trust",
+               expect="either", check=consent_ran_it, prepare=in_checkpoint),
+        Case("Minari env_spec entry point pydoc:pipepager", minari(),
+             must_mention=("pipepager",), check=ran_nothing),
+        Case("Minari env_spec entry point pydoc:pipepager, trust=true", minari("trust=true"),
+             "either", check=consent_ran_it),
+    ]
+
+
+def issue20_dataset_cases() -> list[Case]:
+    """§1 datasets: every byte training reads is in the file its SHA-256 covers; values beyond
+    float32, a FIFO, a directory, sizes beyond memory and meta JSON nested 100k deep are
+    refused naming the dataset. Each starts from the shared random CartPole dataset."""
+    def offline(name: str, make: Callable[[Path, Path], None], limit: bool = False) -> Setup:
+        def setup(tmp: Path) -> list[str]:
+            make(tmp, tmp / name)
+            argv = ["rltrain", SMOKE, "algo=bc", f"dataset={name}", "hydra.run.dir=run"]
+            return limited(argv) if limit else argv
+
+        return setup
+
+    def h5(edit: Callable[[Any, Path], None]) -> Callable[[Path, Path], None]:
+        """A copy of the shared dataset, changed by ``edit(h5py.File, tmp)``."""
+        def make(tmp: Path, path: Path) -> None:
+            import h5py  # imported here: only the dataset cases need it
+
+            shutil.copy(FIXTURES.random_dataset(), path)
+            with h5py.File(path, "a") as f:
+                edit(f, tmp)
+
+        return make
+
+    def npz(meta: str | None = None, declared: int | None = None
+            ) -> Callable[[Path, Path], None]:
+        """The shared dataset as .npz, with another ``meta`` string or a rew array whose header
+        declares ``declared`` elements (the bytes that follow are the real ones)."""
+        def make(tmp: Path, path: Path) -> None:
+            import h5py
+            import numpy as np
+
+            with h5py.File(FIXTURES.random_dataset(), "r") as f:
+                arrays = {name: f[name][()] for name in f}
+                arrays["meta"] = np.array(meta if meta is not None else f.attrs["meta"])
+            with zipfile.ZipFile(path, "w") as z:
+                for name, a in arrays.items():
+                    with z.open(f"{name}.npy", "w") as member:
+                        if name == "rew" and declared is not None:
+                            np.lib.format.write_array_header_1_0(member, {
+                                "descr": np.lib.format.dtype_to_descr(a.dtype),
+                                "fortran_order": False, "shape": (declared,)})
+                            member.write(a.tobytes())
+                        else:
+                            np.lib.format.write_array(member, a, allow_pickle=False)
+
+        return make
+
+    def linked(f: Any, tmp: Path) -> None:
+        import h5py
+
+        shutil.copy(FIXTURES.random_dataset(), tmp / "other.h5")
+        del f["rew"]
+        f["rew"] = h5py.ExternalLink(str(tmp / "other.h5"), "rew")
+
+    def external(f: Any, tmp: Path) -> None:
+        rew = f["rew"][()]
+        (tmp / "rew.bin").write_bytes(rew.tobytes())
+        del f["rew"]
+        f.create_dataset("rew", shape=rew.shape, dtype=rew.dtype,
+                         external=[(str(tmp / "rew.bin"), 0, rew.nbytes)])
+
+    def huge(name: str) -> Callable[[Any, Path], None]:
+        def edit(f: Any, tmp: Path) -> None:
+            values = f[name][()].astype("float64")
+            values.reshape(len(values), -1)[2, 0] = 1e300
+            del f[name]
+            f[name] = values
+
+        return edit
+
+    def discrete_n(f: Any, tmp: Path) -> None:
+        meta = json.loads(f.attrs["meta"])
+        meta["action_space"]["n"] = 1e30
+        f.attrs["meta"] = json.dumps(meta)
+
+    def fifo(tmp: Path, path: Path) -> None:
+        os.mkfifo(path)
+
+    def directory(tmp: Path, path: Path) -> None:
+        path.mkdir()
+
+    return [
+        Case("dataset: rew an HDF5 ExternalLink", offline("link.h5", h5(linked)),
+             must_mention=("link.h5", "rew")),
+        Case("dataset: rew in HDF5 external storage", offline("ext.h5", h5(external)),
+             must_mention=("ext.h5", "rew")),
+        Case("dataset: a reward of 1e300", offline("rew.h5", h5(huge("rew"))),
+             must_mention=("rew.h5", "rew")),
+        Case("dataset: an observation of 1e300", offline("obs.h5", h5(huge("obs"))),
+             must_mention=("obs.h5", "obs")),
+        Case("dataset: a FIFO named x.npz", offline("x.npz", fifo), must_mention=("x.npz",)),
+        Case("dataset: a directory named d.h5", offline("d.h5", directory),
+             must_mention=("d.h5",)),
+        Case("dataset: action space n=1e30", offline("n.h5", h5(discrete_n), limit=True),
+             must_mention=("n.h5",)),
+        Case("dataset: meta JSON nested 100k deep",
+             offline("deep.npz", npz(meta="[" * 100_000 + "]" * 100_000), limit=True),
+             must_mention=("deep.npz",)),
+        Case("dataset: rew declares 1e12 values",
+             offline("big.npz", npz(declared=10**12), limit=True), must_mention=("big.npz",)),
+    ]
+
+
+def issue20_file_cases() -> list[Case]:
+    """§2: never write through a link; never expand a YAML bomb (run under a memory limit);
+    rltrain-report on crafted runs names the run and field and still reports the others."""
+    def through_link(name: str) -> Setup:
+        def setup(tmp: Path) -> list[str]:
+            run = copy_run(tmp)
+            outside = tmp / "outside.txt"
+            outside.write_text("a file outside the run directory, to be left as it is\n")
+            (run / name).unlink(missing_ok=True)
+            (run / name).symlink_to(outside)
+            snapshot(tmp, "outside.txt")
+            return ["rltrain", "resume=R", "trainer.max_epochs=3"]
+
+        return setup
+
+    def bomb(run: Path) -> None:
+        """Billion laughs: 9 levels of 9 aliases, 9**9 strings once expanded."""
+        lines = ["lol0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+        lines += [f"lol{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, 9)]
+        with open(run / ".hydra" / "config.yaml", "a") as f:
+            f.write("\n".join(lines) + "\n")
+
+    def crafted(change: Callable[[Path], None]) -> Setup:
+        """A crafted run R next to a good one G, reported together."""
+        def setup(tmp: Path) -> list[str]:
+            change(copy_run(tmp, "R"))
+            copy_run(tmp, "G")
+            return ["rltrain-report", "R", "G", "--out", "rep", "--reps", "100"]
+
+        return setup
+
+    def seed_set(run: Path) -> None:
+        replace_line(run / ".hydra" / "config.yaml", r"^seed: .*$", "seed: !!set {1: null}")
+
+    def wrapper_keys(run: Path) -> None:
+        replace_line(run / ".hydra" / "config.yaml", r"^  wrappers: \[\]$",
+                     "  wrappers: [{1: a, b: c}]")
+
+    def nan_env_step(run: Path) -> None:
+        path = run / "epochs.jsonl"
+        lines = path.read_text().splitlines()
+        record = json.loads(lines[0])
+        record["env_step"] = float("nan")
+        lines[0] = json.dumps(record)  # NaN, as Python's json writes it
+        path.write_text("\n".join(lines) + "\n")
+
+    def others_reported(field: str) -> Check:
+        def check(tmp: Path, result: Result) -> str | None:
+            if not mentions_run("R", result.stderr, field):
+                return f"no line on stderr names the crafted run R and {field}"
+            try:
+                with open(tmp / "rep" / "runs.csv", newline="") as f:
+                    rows = list(csv.DictReader(f))
+            except OSError:
+                return "the good run G was not reported (no rep/runs.csv)"
+            if not any(Path(value).name == "G" for row in rows for value in row.values()
+                       if value):
+                return "the good run G is not in rep/runs.csv"
+            return None
+
+        return check
+
+    return [
+        Case("resume: .rltrain.lock a link to a file outside", through_link(".rltrain.lock"),
+             "either", (".rltrain.lock",), check=unchanged("wrote through the link")),
+        Case("resume: rltrain.log a link to a file outside", through_link("rltrain.log"),
+             "either", ("rltrain.log",), check=unchanged("wrote through the link")),
+        on_run("YAML alias bomb in .hydra/config.yaml: report",
+               *limited(["rltrain-report", "R", "--out", "rep"]), mention=["config.yaml"],
+               prepare=bomb),
+        on_run("YAML alias bomb in .hydra/config.yaml: eval", *limited(["rltrain-eval", "R"]),
+               mention=["config.yaml"], prepare=bomb),
+        Case("report: seed: !!set {1: null}", crafted(seed_set), "either",
+             check=others_reported("seed")),
+        Case("report: wrappers [{1: a, b: c}]", crafted(wrapper_keys), "either",
+             check=others_reported("wrappers")),
+        Case("report: NaN env_step in epochs.jsonl", crafted(nan_env_step), "either",
+             check=others_reported("env_step")),
+    ]
+
+
+def issue20_sweep_cases() -> list[Case]:
+    """§3: two basic sweeps into one hydra.sweep.dir, started at once: each job runs once, and
+    a sweep's final list counts the job it refused (it said '0 failed' while exiting 1)."""
+    sweep = ["rltrain", "--multirun", SMOKE, "seed=0,1", "hydra.sweep.dir=S"]
+
+    def refusals_counted(tmp: Path, result: Result) -> str | None:
+        codes = result.extra["codes"]
+        assert isinstance(codes, list)
+        other = codes[1] if codes[0] == result.returncode else codes[0]
+        for code, text in ((result.returncode, result.stdout + result.stderr),
+                           (other, result.other_output)):
+            said = re.search(r"job\(s\): 0 failed, 0 interrupted(?!, [1-9]\d* refused)", text)
+            if code != 0 and said:
+                return f"a sweep exited {code} while its list says '{said.group(0)}'"
+        for job in (0, 1):
+            records = sorted(tmp.glob(f"S/*job{job}/epochs.jsonl"))
+            epochs, problem = read_records(records[0]) if records else ([], "no epochs.jsonl")
+            if problem or epochs != [1, 2]:
+                return f"job {job}: {problem or f'epochs {epochs}, expected [1, 2]'}"
+        return None
+
+    return [Case("two basic sweeps into one hydra.sweep.dir", [*sweep, "&", *sweep], "either",
+                 check=refusals_counted, runner=run_together)]
+
+
+def issue20_fault_cases() -> list[Case]:
+    """§4: SIGHUP ends like SIGTERM; overrides Hydra cannot lex or resolve, names the system
+    refuses, a printed resume command that works when pasted, and long values clipped."""
+    hup_run = ["rltrain", SMOKE, "trainer.max_epochs=3", "trainer.checkpoint_every=3",
+               "trainer.epoch_num_steps=32768", "trainer.collection_step_num_env_steps=8192",
+               "hydra.run.dir=run"]
+    odd = "sp ace/it's"
+
+    def resumable(tmp: Path, result: Result) -> str | None:
+        try:
+            summary = json.loads((tmp / "run" / "summary.json").read_text())
+        except (OSError, ValueError):
+            return "no readable run/summary.json"
+        if summary.get("status") != "interrupted":
+            return f"summary.json: status {summary.get('status')!r}, expected 'interrupted'"
+        if not (tmp / "run" / "checkpoints" / "last.pt").is_file():
+            return "nothing to resume (no checkpoints/last.pt)"
+        return None
+
+    def ran_in(run: str) -> Check:
+        def check(tmp: Path, result: Result) -> str | None:
+            if result.returncode == 0 and not (tmp / run / "summary.json").is_file():
+                return f"exit 0 without a run in {run!r}"
+            return None
+
+        return check
+
+    def short_lines(tmp: Path, result: Result) -> str | None:
+        longest = max((len(line) for line in result.stderr.splitlines()), default=0)
+        return f"a line of {longest:,} characters on stderr" if longest > 500 else None
+
+    return [
+        Case("SIGHUP during epoch 2, checkpoint_every=3", hup_run, "interrupt",
+             check=resumable, send=SendSignal(signal.SIGHUP, 0.0, after_file="run/epochs.jsonl"),
+             exit_code=129),
+        refused("seed=${seed}", "seed"),
+        refused("seed=${oc.env:NO_SUCH_VAR}", "NO_SUCH_VAR"),
+        Case("hydra.run.dir component of 300 characters",
+             ["rltrain", SMOKE, "hydra.run.dir=" + "d" * 300], must_mention=("too long",)),
+        # Hydra's grammar takes inner spaces as part of a value: running where it was told is
+        # as right as a clear refusal naming the quoted form
+        Case("hydra.run.dir=résultats", ["rltrain", SMOKE, "hydra.run.dir=résultats"], "either",
+             ("hydra.run.dir",), check=ran_in("résultats")),
+        Case("hydra.run.dir with a space", ["rltrain", SMOKE, "hydra.run.dir=my runs"], "either",
+             ("hydra.run.dir",), check=ran_in("my runs")),
+        refused("algo=bc dataset=données.h5", "dataset"),
+        Case("dataset= with a space", ["rltrain", SMOKE, "algo=bc", "dataset=my data.h5"],
+             must_mention=("dataset",)),
+        Case("resume hint pasted into bash (run dir sp ace/it's)",
+             ["rltrain", SMOKE, "trainer.max_epochs=3", "trainer.epoch_num_steps=4096",
+              "trainer.collection_step_num_env_steps=1024", "hydra.run.dir='sp ace/it\\'s'"],
+             "ok", check=all_of(pasted_something, records_are(odd, 3)),
+             runner=paste_printed(r"resume with: (rltrain .*)$", send=SendSignal(
+                 signal.SIGINT, 0.0, after_file=f"{odd}/epochs.jsonl", group=True))),
+        Case("a 100,000-character value", ["rltrain", SMOKE, "algo.activation=" + "x" * 100_000],
+             must_mention=("algo.activation",), check=short_lines),
+    ]
+
+
+def issue20_readme_cases() -> list[Case]:
+    """§5: what the README promises works as written: shell completion, and the command the
+    Optuna sweeper prints for a search space other than PPO's."""
+    def bash_function(tmp: Path, result: Result) -> str | None:
+        if not re.search(r"^\s*[\w-]+\s*\(\)", result.stdout, re.M):
+            return "prints no shell function"
+        return None if "complete " in result.stdout else "prints no 'complete' command"
+
+    # one short trial: it only has to finish, not to learn (DQN's search needs longer epochs,
+    # as a sampled target_update_interval must fit in the run's gradient steps)
+    search = ["rltrain", "--multirun", "hparams_search=sac_pendulum", "hydra.sweeper.n_trials=1",
+              "trainer.max_epochs=1", "trainer.epoch_num_steps=256",
+              "trainer.random_warmup_env_steps=128", "hydra.sweep.dir=S"]
+    return [
+        Case("rltrain -sc install=bash", ["rltrain", "-sc", "install=bash"], "ok",
+             check=bash_function),
+        Case("Optuna's printed command, sac_pendulum, --cfg job", search, "ok",
+             check=pasted_something,
+             runner=paste_printed(r"to train with it now: (rltrain .*)$", " --cfg job")),
+    ]
+
+
+def issue20_console_cases() -> list[Case]:
+    """§6: a refused run leaves nothing behind; export writes next to the weights it exports;
+    no Python None in the run's header."""
+    def exported_best(tmp: Path, result: Result) -> str | None:
+        if (tmp / "R" / "final" / "policy.onnx").exists():
+            return "wrote the best weights to final/policy.onnx"
+        return None if (tmp / "R" / "best" / "policy.onnx").is_file() else (
+            "no best/policy.onnx")
+
+    def no_none(tmp: Path, result: Result) -> str | None:
+        said = result.stdout + result.stderr
+        return "printed 'stop score None'" if "stop score None" in said else None
+
+    return [
+        Case("refused run: no outputs/ left", ["rltrain", "algo.lr=nan"],
+             must_mention=(("algo.lr", "lr="),), check=absent("outputs")),
+        on_run("rltrain-export R: next to the best weights", "rltrain-export", "R", expect="ok",
+               check=exported_best),
+        Case("run header's stop score", ["rltrain", SMOKE, "hydra.run.dir=run"], "ok",
+             check=no_none),
+    ]
+
+
 SECTIONS: dict[str, Callable[[], list[Case]]] = {
     "Controls": control_cases,
     "Config and keys": config_cases,
@@ -765,6 +1279,13 @@ SECTIONS: dict[str, Callable[[], list[Case]]] = {
     "Concurrency": concurrency_cases,
     "Sweeps": sweep_cases,
     "Offline": offline_cases,
+    "Issue 20 §1 trust": issue20_trust_cases,
+    "Issue 20 §1 datasets": issue20_dataset_cases,
+    "Issue 20 §2 files": issue20_file_cases,
+    "Issue 20 §3 sweeps": issue20_sweep_cases,
+    "Issue 20 §4 faults": issue20_fault_cases,
+    "Issue 20 §5 README": issue20_readme_cases,
+    "Issue 20 §6 console": issue20_console_cases,
 }
 
 
@@ -874,6 +1395,15 @@ def exit_text(result: Result) -> str:
     return str(code)
 
 
+def shown(command: str, tmp: Path | None) -> str:
+    """A command as the table shows it: the case's directory as a relative path, and each word
+    over 80 characters clipped (a 100,000-character value, a 300-character name)."""
+    if tmp is not None:
+        command = command.replace(f"{tmp}/", "").replace(str(tmp), ".")
+    return re.sub(r"\S{81,}", lambda m: f"{m.group(0)[:40]}…({len(m.group(0)):,} characters)",
+                  command)
+
+
 def cell(text: str, code: bool = False) -> str:
     text = text.replace("\n", " ").replace("|", "\\|")
     if code and text:
@@ -889,7 +1419,7 @@ def table(rows: Sequence[Row]) -> str:
         if r is None:
             command, code, line, traceback = "", "", "", ""
         else:
-            command = r.display_command or shlex.join(r.argv)
+            command = shown(r.display_command or shlex.join(r.argv), row.tmp)
             code, line = exit_text(r), first_line(r, row.tmp)
             traceback = "yes" if "Traceback" in r.stdout + r.stderr + r.other_output else "no"
         out.append(f"| {row.number} | {cell(row.case.name)} | {cell(command, True)} | {code} | "
@@ -902,8 +1432,11 @@ def summary(rows: Sequence[Row]) -> str:
         row.result.stdout + row.result.stderr + row.result.other_output))
     counts = Counter(row.verdict.kind for row in rows)
     per_kind = ", ".join(f"{kind}: {counts[kind]}" for kind in KINDS if counts[kind]) or "none"
-    return (f"Cases: {len(rows)}. Output containing \"Traceback\": {tracebacks}.\n\n"
-            f"Verdicts: {per_kind}.")
+    code_ran = sum(1 for row in rows if row.verdict.kind == "WRONG"
+                   and row.verdict.detail.startswith(CODE_RAN))
+    return (f"Cases: {len(rows)}. Output containing \"Traceback\": {tracebacks}. "
+            f"Hangs (TIMEOUT): {counts['TIMEOUT']}. Code run from a file without consent "
+            f"(WRONG: {CODE_RAN}): {code_ran}.\n\nVerdicts: {per_kind}.")
 
 
 # --------------------------------------------------------------------------- main
