@@ -110,6 +110,7 @@ def test_sweep_report(sweep: Path) -> None:
     for text in ("## CartPole-v1", "| algo.lr=0.001 | 3 |", "| algo.lr=0.001 | algo.lr=0.003 |",
                  "Reference score: 475 (reward threshold)", "IQM", "optimality gap"):
         assert text in md, text
+    assert "early stop" not in res.stderr  # no run stopped early (smoke: stop_score null)
     # never over an earlier report without --force; told in one line, before any work
     assert_one_line_error(run_tool(TOOL, sweep, cwd=sweep.parent), "not empty", "--force")
 
@@ -166,8 +167,95 @@ def test_early_stop_is_carried_forward(sweep: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
     compose.build([load_run(r) for r in runs], out, compose.Settings(3, 50))
-    assert ("1 of 3 runs stopped early at the reward threshold; their curves are carried "
-            "forward") in (out / "report.md").read_text()
+    md = (out / "report.md").read_text()
+    assert "1 of 3 runs stopped early at their stop score; their curves are carried forward" in md
+    assert "## Runs stopped early: their final scores do not compare" in md
+
+
+def test_runs_stopped_early_are_said_not_to_compare(sweep: Path, tmp_path: Path) -> None:
+    """Two groups whose runs stopped at the stop score end at about that score: their final
+    scores and P(X > Y) compare where they stopped. Said on stderr (labelled, naming each
+    run's seed, epoch, last return and the stop score, and the command to run instead) and
+    first in report.md (naming each run's directory); the exit stays 0 (the numbers are
+    right, their reading is what the warning is about)."""
+    runs = []
+    for lr, finals in (("0.001", (480, 500, 490)), ("0.003", (476, 495, 481))):
+        for seed, final in enumerate(finals):
+            runs.append(make_run(
+                job_dir(sweep, 0), tmp_path / "runs" / f"lr{lr}-{seed}", [100, final], seed=seed,
+                config={"algo.lr": float(lr), "trainer.stop_score": "auto",
+                        "trainer.max_epochs": 20},
+                summary={"stopped_early": True, "solved": True, "epochs": 2,
+                         "reward_threshold": 475.0},
+                overrides=["experiment=smoke", f"algo.lr={lr}", f"seed={seed}",
+                           "logger.quiet=true"]))
+    plain = make_run(job_dir(sweep, 0), tmp_path / "plain", [1, 2], seed=9,
+                     config={"env.id": "Acrobot-v1"}, overrides=["seed=9"])
+    out = tmp_path / "out"
+    res = run_tool(TOOL, tmp_path / "runs", plain, "--out", out, *REPS, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    warnings = [line for line in res.stderr.splitlines() if "early stop" in line]
+    assert warnings == [
+        f"{TOOL}: warning: early stop: 6 of the 7 runs counted stopped early, as soon as a test "
+        "reached their stop score (trainer.stop_score), so their final scores are about that "
+        "score, not what the runs would reach: the final-score tables and the probabilities of "
+        "improvement compare where runs stopped, not how well they learn",
+        f"{TOOL}: warning: early stop: CartPole-v1, algo.lr=0.001: seed 0 at epoch 2 of 20 "
+        "(last test return 480), seed 1 at epoch 2 of 20 (last test return 500), seed 2 at "
+        "epoch 2 of 20 (last test return 490); stop score 475",
+        f"{TOOL}: warning: early stop: CartPole-v1, algo.lr=0.003: seed 0 at epoch 2 of 20 "
+        "(last test return 476), seed 1 at epoch 2 of 20 (last test return 495), seed 2 at "
+        "epoch 2 of 20 (last test return 481); stop score 475",
+        f"{TOOL}: warning: early stop: for a comparison, train runs that use their whole "
+        "budget (trainer.stop_score=null, which experiment=compare sets): rltrain --multirun "
+        "experiment=smoke algo.lr=0.001,0.003 seed=0,1,2 trainer.stop_score=null"], res.stderr
+    md = (out / "report.md").read_text()
+    top = md.index("## Runs stopped early: their final scores do not compare")
+    assert top < md.index("## Notes") < md.index("## CartPole-v1")
+    run = tmp_path / "runs" / "lr0.003-1"
+    assert (f"- `{run}`: CartPole-v1, algo.lr=0.003, seed 1: stopped at epoch 2 of 20, last test "
+            "return 495, stop score 475") in md
+    assert ("What to do instead: for a comparison, train runs that use their whole budget "
+            "(trainer.stop_score=null, which experiment=compare sets): `rltrain --multirun "
+            "experiment=smoke algo.lr=0.001,0.003 seed=0,1,2 trainer.stop_score=null`.") in md
+    cartpole = md[md.index("## CartPole-v1"):]
+    assert cartpole.split("\n\n")[1].startswith("Warning: runs of this task stopped early")
+    acrobot = md[md.index("## Acrobot-v1"):md.index("## CartPole-v1")]
+    assert "Warning: runs of this task" not in acrobot and "Final scores" in acrobot
+
+
+def test_the_command_to_run_instead(sweep: Path, tmp_path: Path) -> None:
+    """The runs' own overrides, swept where they differ, with the compare preset (or the stop
+    score off, when they chose another preset); none when they do not make one command."""
+    from rltrain.report.early import rerun_command
+
+    def runs(*overrides: list[str]):
+        return [load_run(make_run(job_dir(sweep, 0), tmp_path / f"r{len(list(tmp_path.iterdir()))}",
+                                  [1], seed=i, overrides=o)) for i, o in enumerate(overrides)]
+
+    # -q's logger.quiet and the stop score are left out
+    assert rerun_command(runs(["algo=sac", "env=pendulum", "seed=0", "logger.quiet=True"],
+                              ["algo=td3", "env=pendulum", "seed=0", "logger.quiet=True"],
+                              ["algo=sac", "env=pendulum", "seed=1", "trainer.stop_score=-150"])
+                         ) == ("rltrain --multirun algo=sac,td3 env=pendulum seed=0,1 "
+                               "experiment=compare")
+    assert rerun_command(runs(["algo=sac", "seed=0"], ["algo=td3"])) is None  # keys differ
+    assert rerun_command(runs(["algo=sac", "env=pendulum", "seed=2"],
+                              ["algo=td3", "env=pendulum", "seed=10"])) == (
+        "rltrain --multirun algo=sac,td3 env=pendulum seed=2,10 experiment=compare")
+    assert rerun_command(runs(["algo=ppo", "trainer.stop_score=400"])) == (
+        "rltrain algo=ppo experiment=compare")
+    assert rerun_command(runs(["algo.hidden_sizes=[64,64]"])) is None  # needs quoting
+    assert rerun_command(runs([])) is None
+
+
+def test_the_compare_preset_trains_every_epoch() -> None:
+    """experiment=compare: no stop score; the tuned budget is kept."""
+    from conftest import compose_run
+
+    cfg = compose_run("algo=sac", "env=pendulum", "experiment=compare")
+    assert cfg.trainer.stop_score is None and cfg.trainer.max_epochs == 19
+    assert compose_run("algo=sac", "env=pendulum").trainer.stop_score == "auto"
 
 
 def test_a_repeated_seed_counts_once(sweep: Path, tmp_path: Path) -> None:

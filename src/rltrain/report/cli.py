@@ -108,6 +108,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     figures = sum(f.suffix == ".png" for f in outcome.files)
     print(f"report: {out / 'report.html'} (and report.md, runs.csv, {figures} figure"
           f"{'' if figures == 1 else 's'} as PNG and SVG)")
+    for warning in outcome.warnings:  # last, where they are seen
+        _warn(warning)
 
 
 def discover(inputs: Sequence[Path]) -> list[Path]:

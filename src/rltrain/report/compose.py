@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from rltrain import __version__
-from rltrain.report import plots, render, stats
+from rltrain.report import early, plots, render, stats
 from rltrain.report.runs import Group, Run, group_runs, natural, show
 from rltrain.report.stats import METRICS, Estimate, Reference
 
@@ -29,6 +29,8 @@ class Outcome:
 
     tasks: dict[str, list[Group]]
     files: list[Path]
+    #: warnings for the console: runs that stopped early, whose final scores do not compare
+    warnings: list[str] = dataclasses.field(default_factory=list)
 
 
 def build(runs: Sequence[Run], out: Path, settings: Settings, skipped: Sequence[str] = (),
@@ -53,12 +55,14 @@ def build(runs: Sequence[Run], out: Path, settings: Settings, skipped: Sequence[
              f"95% percentile CIs from rliable's stratified bootstrap over seeds "
              f"({settings.reps:,} resamples). Written {datetime.datetime.now():%Y-%m-%d %H:%M} "
              f"by rltrain-report {__version__}.")
+    stopped = early.find(tasks)
+    warnings = _early_stop_section(doc, stopped, tasks)
     notes = _notes(groups, skipped)
     files: list[Path] = []
     sections = render.Doc("")
     for task, task_groups in tasks.items():
         files += _task_section(sections, notes, task, task_groups, references[task], settings,
-                               out)
+                               out, any(s.task == task for s in stopped))
     if len(tasks) > 1:
         files += _cross_task_section(sections, notes, tasks, references, settings, out)
     doc.heading("Notes")
@@ -78,21 +82,49 @@ def build(runs: Sequence[Run], out: Path, settings: Settings, skipped: Sequence[
     _write_runs_csv(out / "runs.csv", groups, keys, settings.last)
     (out / "report.md").write_text(render.markdown(doc))
     (out / "report.html").write_text(render.page(doc, out))
-    return Outcome(tasks, files)
+    return Outcome(tasks, files, warnings)
+
+
+def _early_stop_section(doc: render.Doc, stopped: list[early.Stopped],
+                        tasks: dict[str, list[Group]]) -> list[str]:
+    """The report's first section when counted runs stopped early at their stop score (their
+    final scores do not compare: :mod:`rltrain.report.early`); returns the same as console
+    warnings."""
+    if not stopped:
+        return []
+    headline = early.headline(stopped, tasks)
+    doc.heading("Runs stopped early: their final scores do not compare")
+    doc.para(f"Warning: {headline}. Their learning curves still show how soon each reached "
+             "its stop score.")
+    doc.bullets([f"`{r.path}`: {s.task}, {s.group.name}, seed {show(r.seed)}: stopped at "
+                 f"epoch {r.epochs}" + (f" of {r.max_epochs}" if r.max_epochs else "")
+                 + f", last test return {r.scores[-1]:.4g}, stop score "
+                 + ("unknown" if r.stop_score is None else f"{r.stop_score:g}")
+                 for s in stopped for r in s.runs])
+    doc.para(f"What to do instead: {early.advice(stopped, tasks, code=_code)}.")
+    return ["early stop: " + line for line in
+            (headline, *(early.group_line(s) for s in stopped), early.advice(stopped, tasks))]
 
 
 def _task_section(doc: render.Doc, notes: list[str], task: str, groups: list[Group],
-                  ref: Reference | None, settings: Settings, out: Path) -> list[Path]:
+                  ref: Reference | None, settings: Settings, out: Path,
+                  stopped_early: bool = False) -> list[Path]:
     doc.heading(task)
+    if stopped_early:
+        doc.para("Warning: runs of this task stopped early at their stop score (see \"Runs "
+                 "stopped early\" above): their final scores below are about that score" + (
+                     " and do not tell the groups apart." if len(groups) > 1 else
+                     ", not what the runs would reach."))
     doc.para(f"Reference score: {ref}." if ref else "No reward threshold and no `--reference`: "
              "scores are not normalised and the optimality gap is not computed.")
     at = stats.grid(groups)
     curves = {g.name: stats.curve(g, at, settings.reps) for g in groups}
     for g in groups:
         c = curves[g.name]
-        if c.carried:
-            notes.append(f"{task}, {g.name}: {c.carried} of {len(g.usable)} runs stopped early "
-                         "at the reward threshold; their curves are carried forward with their "
+        stopped = sum(r.stopped_early for r in g.usable)
+        if stopped:
+            notes.append(f"{task}, {g.name}: {stopped} of {len(g.usable)} runs stopped early "
+                         "at their stop score; their curves are carried forward with their "
                          "last test return")
         if c.short:
             notes.append(f"{task}, {g.name}: {c.short} of {len(g.usable)} runs end before the "
