@@ -223,6 +223,24 @@ def test_an_alias_bomb_in_a_run_config_is_refused_by_every_reader(
                  "a 'billion laughs'?")
 
 
+def test_a_bomb_in_a_checkpoints_config_is_refused_by_resume(real: Path, tmp_path: Path) -> None:
+    """rltrain resume= reads the config stored in the checkpoint: a pickle shares objects as
+    YAML aliases do, and OmegaConf.create expanded them (a timeout at 8 GB before)."""
+    import torch
+
+    run = craft(real, tmp_path / "run")
+    last = run / "checkpoints" / "last.pt"
+    state = torch.load(last, weights_only=True)
+    part: Any = ["lol"] * 10
+    for _ in range(8):
+        part = [part] * 10
+    state["config"]["env"]["kwargs"] = {"k": part}
+    torch.save(state, last)
+    res = bounded([BIN / "rltrain", f"resume={run}", "trainer.max_epochs=3"], cwd=tmp_path)
+    one_line(res, "rltrain", f"resume={run}: the config in {last} is damaged (it expands to "
+             "more than 10,000 values")
+
+
 def test_an_alias_bomb_in_overrides_is_warned_of_and_the_run_reported(
         real: Path, tmp_path: Path) -> None:
     run = craft(real, tmp_path / "bomb", overrides=BOMB_LIST)

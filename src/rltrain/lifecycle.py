@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from rltrain import trust
+from rltrain import stored, trust
 from rltrain.algorithms import Algorithm
 from rltrain.build import Parts
 from rltrain.catalogue import register_configs, typed_run_config
@@ -95,6 +95,9 @@ def resume_point(run_dir: Path, *, consent: bool = False,
     """
     state, used, problems = load_latest(run_dir / "checkpoints")
     config = state.get("config")
+    # plain data within bounds: a pickle shares objects as YAML aliases do, and a config of
+    # parts repeated a billion times would be expanded by OmegaConf.create below
+    stored.check_plain(config, f"the config in {used}")
     env = config.get("env") if isinstance(config, dict) else None
     trust.check(trust.env_surface(env), f"the config in {used}", consent=consent, allow=allow)
     register_configs()
