@@ -298,7 +298,8 @@ def test_a_dataset_on_a_file_system_out_of_inodes(tmp_path, small_dataset):
         assert len(list(fs.iterdir())) == made + 1
 
 
-@pytest.mark.parametrize(("sig", "code"), [(SIGINT, 130), (SIGTERM, 143)])
+@pytest.mark.parametrize(("sig", "code"), [(SIGINT, 130), (SIGTERM, 143)],
+                         ids=["SIGINT", "SIGTERM"])
 def test_a_dataset_interrupted_while_written(tmp_path, big_dataset, sig, code):
     """Ctrl-C (or SIGTERM) as rltrain-collect writes: HDF5 once swallowed Ctrl-C (a
     KeyboardInterrupt "ignored" in a destructor) and the command went on to exit 0. Now it
