@@ -227,6 +227,7 @@ def test_a_run_directory_removed_while_training(tmp_path, then):
         assert list(run_dir.iterdir()) == []
     else:
         assert not run_dir.exists()
+        assert "run directory:" not in res.stdout  # the console names no directory that is gone
 
 
 # ---------------------------------------------------------------- datasets that do not fit

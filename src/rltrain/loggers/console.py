@@ -252,7 +252,7 @@ class ConsoleLogger(Logger):
             self._progress.stop()
             self._progress = None
         if self.quiet:  # warnings and errors only, and where the run went
-            if self.run_dir is not None:
+            if self.run_dir is not None and self.run_dir.is_dir():
                 self.console.print(f"run directory: {self.run_dir}", soft_wrap=True)
             return
         table = Table(title="rltrain summary", show_header=False)
@@ -278,6 +278,6 @@ class ConsoleLogger(Logger):
         for row in rows:
             table.add_row(*row)
         self.console.print(table)
-        if self.run_dir is not None:
+        if self.run_dir is not None and self.run_dir.is_dir():  # not one removed meanwhile
             # on its own line, never cut or folded: it is what a user copies
             self.console.print(f"run directory: {self.run_dir}", soft_wrap=True)
