@@ -241,6 +241,22 @@ def test_a_bomb_in_a_checkpoints_config_is_refused_by_resume(real: Path, tmp_pat
              "more than 10,000 values")
 
 
+def test_a_sweep_into_a_job_directory_with_a_bomb_refuses_the_job(real: Path,
+                                                                  tmp_path: Path) -> None:
+    """A sweep run again into its directory compares each job's stored overrides.yaml with
+    its own: a bomb there was Python's AttributeError through Hydra's error lines; now the
+    job is refused as holding a different run, nothing overwritten."""
+    sweep = tmp_path / "sweep"
+    job = craft(real, sweep / "job0", overrides=BOMB_LIST)  # one job: named by its number
+    before = (job / "epochs.jsonl").read_bytes()
+    res = bounded([BIN / "rltrain", "-q", "--multirun", "experiment=smoke", "seed=0",
+                   f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
+    assert res.returncode == 1, res.stderr
+    assert f"rltrain: error: job 0: {job} already holds a different run" in res.stderr
+    assert "Traceback" not in res.stderr and "AttributeError" not in res.stderr
+    assert (job / "epochs.jsonl").read_bytes() == before
+
+
 def test_an_alias_bomb_in_overrides_is_warned_of_and_the_run_reported(
         real: Path, tmp_path: Path) -> None:
     run = craft(real, tmp_path / "bomb", overrides=BOMB_LIST)

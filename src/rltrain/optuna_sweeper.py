@@ -64,6 +64,7 @@ from omegaconf import OmegaConf
 
 from rltrain import signals
 from rltrain.config import OBJECTIVES
+from rltrain.stored import read_yaml
 from rltrain.tune import (
     HEARTBEAT_ATTR,
     PRUNER_ATTR,
@@ -750,7 +751,7 @@ def write_tuned(sweep_dir: Path, best: optuna.trial.FrozenTrial, algo: str, env:
     """The best trial's settings (its composed algo, trainer and buffer, and any env key the
     search set) as a tuned file and as an experiment file."""
     config = Path(best.user_attrs.get("run_dir", "")) / ".hydra" / "config.yaml"
-    cfg = OmegaConf.to_container(OmegaConf.load(config))
+    cfg = read_yaml(config)  # bounded (rltrain.stored); its StoredDataError is a ValueError
     if not isinstance(cfg, dict):
         raise ValueError(f"{config} holds no config")
     body: dict[str, Any] = {k: cfg[k] for k in ("algo", "trainer", "buffer") if k in cfg}
@@ -798,7 +799,7 @@ def write_tuned(sweep_dir: Path, best: optuna.trial.FrozenTrial, algo: str, env:
 def _trial_choices(path: Path) -> dict[str, str]:
     """The config groups' options a trial was composed with (``hydra.runtime.choices``)."""
     try:
-        node = OmegaConf.load(path)
+        node = OmegaConf.create(read_yaml(path))
         choices = OmegaConf.select(node, "hydra.runtime.choices", default=None)
     except Exception:  # noqa: BLE001 - a trial without Hydra's record: the config's names
         return {}

@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import CompactHydraException
@@ -43,6 +42,7 @@ from rltrain.files import open_append, write_new
 from rltrain.lifecycle import RunContext, resume_point
 from rltrain.run import run
 from rltrain.stats import InfoStats
+from rltrain.stored import StoredDataError, read_yaml
 
 STOP_FILE = ".rltrain-stop"
 #: where a sweep's jobs record the jobs they refused (the path, set by the sweep's main process
@@ -306,11 +306,12 @@ def earlier_attempt(job_dir: Path, overrides: list[str], label: str) -> dict[str
     The same job unfinished (interrupted, killed, preempted): None, and :func:`continue_job`
     resumes it from its checkpoint. A different job: :class:`JobFailed`, nothing touched.
     """
-    try:
-        stored = yaml.safe_load((job_dir / ".hydra" / "overrides.yaml").read_text()) or []
-    except (OSError, yaml.YAMLError):
+    try:  # bounded: the directory may hold anything (rltrain.stored)
+        stored = read_yaml(job_dir / ".hydra" / "overrides.yaml") or []
+    except StoredDataError:
         stored = None
-    if stored is None or not _same_job(list(stored), list(overrides)):
+    if not isinstance(stored, list) or not all(isinstance(o, str) for o in stored) \
+            or not _same_job(stored, list(overrides)):
         refuse(job_dir, f"holds a different run (overrides {stored}); nothing was overwritten")
         print(f"rltrain: error: {label}{job_dir} already holds a different run "
               f"(overrides {stored}); nothing was overwritten: give the sweep a new "
