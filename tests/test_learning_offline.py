@@ -1,5 +1,5 @@
-"""Offline learning checks (slow; CI skips them): the README's datasets, made by the README's
-own commands, and the figures the README reports for them.
+"""Offline learning checks (slow; CI skips them): the datasets of docs/offline.md, made by its
+own commands, and the figures it reports for them.
 
 Run with: .venv/bin/python -m pytest -m slow tests/test_learning_offline.py
 """
@@ -14,7 +14,7 @@ from filelock import FileLock
 
 from conftest import read_jsonl, run_cli, run_tool
 
-#: the README's dataset recipes: (overrides of a run into ./run, rltrain-collect calls on
+#: docs/offline.md's dataset recipes: (overrides of a run into ./run, rltrain-collect calls on
 #: it), in order
 RECIPES = {
     "cartpole": (["algo=ppo", "env=cartpole"],

@@ -49,7 +49,7 @@ class AlgoSpec:
     console: tuple[tuple[str, str], ...] = ()
     #: its actions are squashed into the env's bounds, which must then be finite
     bounded_actions: bool = False
-    #: the paper, for --help and the README
+    #: the paper, for the docs' algorithm table (docs/hooks.py)
     paper: str = ""
 
 
