@@ -9,6 +9,7 @@ import re
 import shlex
 import signal
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -305,35 +306,104 @@ def test_a_sweep_run_again_skips_finished_jobs_and_resumes_unfinished_ones(cli, 
 SUBMITIT_RUN = ["algo=dqn", "env=cartpole", "seed=0", "trainer.stop_score=null",
                 "trainer.test_step_num_episodes=2", "env.num_test_envs=2",
                 "logger.tensorboard=false"]
+#: a PPO run whose epochs take seconds, and which no test here lets finish
+LONG_RUN = [*SMOKE, "trainer.max_epochs=40", "trainer.epoch_num_steps=4096"]
+
+
+class LiveSweep:
+    """``rltrain --multirun hydra/launcher=submitit_local ARGS`` in the background; its stdout
+    read line by line as it comes, each line noted with whether the sweep still ran then."""
+
+    def __init__(self, args: list[str], cwd: Path) -> None:
+        pytest.importorskip("hydra_plugins.hydra_submitit_launcher",
+                            reason="hydra-submitit-launcher (extra: cluster) is not installed")
+        self.proc = subprocess.Popen(
+            [str(RLTRAIN), "--multirun", "hydra/launcher=submitit_local", *args], cwd=cwd,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(),
+            start_new_session=True)
+        self.lines: list[tuple[str, bool]] = []
+        self.errors: list[str] = []
+        self._readers = [threading.Thread(target=self._read, daemon=True),
+                         threading.Thread(target=self._read_errors, daemon=True)]
+        for reader in self._readers:
+            reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append((line, self.proc.poll() is None))
+
+    def _read_errors(self) -> None:
+        assert self.proc.stderr is not None
+        self.errors.extend(self.proc.stderr)
+
+    def said(self, pattern: str) -> list[tuple[re.Match, bool]]:
+        """Each stdout line matching ``pattern``, and whether the sweep ran on after it."""
+        return [(m, running) for line, running in list(self.lines)
+                if (m := re.search(pattern, line)) is not None]
+
+    def finish(self, timeout: float) -> tuple[int, str, str]:
+        """Wait for the sweep and the ends of its output (its jobs hold them too)."""
+        try:
+            self.proc.wait(timeout=timeout)
+            for reader in self._readers:
+                reader.join(timeout=60)
+        finally:
+            self.stop()
+        return (self.proc.returncode, "".join(line for line, _ in self.lines),
+                "".join(self.errors))
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+
+
+def preempt(job: Path, sweep: Path, before: int | None = None) -> int:
+    """Warn the job's running attempt of its coming end as submitit's local executor does
+    (SIGUSR2), then, once the job took it (it trains on until near the end), again: it
+    checkpoints at once and hands the signal to submitit, which requeues it. ``before``: the
+    pid of the previous attempt, to wait for a new one. Returns the pid signalled."""
+    wait_for(lambda: rundir.lock_holder_pid(job) not in (None, before), timeout=300,
+             what="the job's attempt to run")
+    pid = rundir.lock_holder_pid(job)
+    assert pid is not None
+
+    def acks() -> int:
+        return sum(p.read_text().count("training on for")
+                   for p in (sweep / ".submitit").rglob("*.err"))
+
+    seen = acks()
+    os.kill(pid, signal.SIGUSR2)
+    # taken (or, if its executor had warned it already, the second warning: it stops)
+    wait_for(lambda: acks() > seen or rundir.lock_holder_pid(job) != pid, timeout=120,
+             what="the job to take SIGUSR2")
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGUSR2)
+    return pid
 
 
 def test_a_preempted_submitit_job_checkpoints_requeues_and_resumes_exactly(cli, tmp_path):
     """submitit warns a job of preemption (or a coming timeout) with SIGUSR2: the run
     finishes its step, checkpoints and hands the signal to submitit, which requeues the job;
-    the requeued job resumes from the checkpoint, and its records equal an unbroken run's."""
-    pytest.importorskip("hydra_plugins.hydra_submitit_launcher",
-                        reason="hydra-submitit-launcher (extra: cluster) is not installed")
+    the requeued job resumes from the checkpoint, and its records equal an unbroken run's. The
+    sweep's console says so as it happens (it waited in silence before)."""
     args = [*SUBMITIT_RUN, "trainer.max_epochs=12"]
     full = tmp_path / "full"
-    assert cli(*args, f"hydra.run.dir={full}").returncode == 0
     sweep = tmp_path / "sweep"
-    proc = subprocess.Popen(
-        [str(RLTRAIN), "--multirun", "hydra/launcher=submitit_local", *args,
-         f"hydra.sweep.dir={sweep}"], cwd=tmp_path, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, env=cli_env(), start_new_session=True)
+    live = LiveSweep([*args, f"hydra.sweep.dir={sweep}"], tmp_path)
     job = sweep / "job0"  # a sweep of one job: no override differs
     try:
+        assert cli(*args, f"hydra.run.dir={full}").returncode == 0
         wait_for(lambda: (job / "epochs.jsonl").is_file()
                  and len((job / "epochs.jsonl").read_text().splitlines()) >= 3,
-                 timeout=180, what="the job's third epoch")
-        pid = rundir.lock_holder_pid(job)
-        assert pid is not None and pid != proc.pid
-        os.kill(pid, signal.SIGUSR2)  # what submitit sends before a preemption or timeout
-        out, err = proc.communicate(timeout=300)
+                 timeout=300, what="the job's third epoch")
+        pid = preempt(job, sweep)
+        assert pid != live.proc.pid
+        code, out, err = live.finish(timeout=300)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, 9)
-    assert proc.returncode == 0, err
+        live.stop()
+    assert code == 0, err
     logs = "".join(p.read_text() for p in (sweep / ".submitit").rglob("*.out"))
     logs += "".join(p.read_text() for p in (sweep / ".submitit").rglob("*.err"))
     assert "Requeued job" in logs
@@ -343,22 +413,101 @@ def test_a_preempted_submitit_job_checkpoints_requeues_and_resumes_exactly(cli, 
     assert summary(job)["status"] == "completed"
     assert learning_records(job) == learning_records(full)
 
+    epoch = resumes[0]["epoch"]
+    # a preemption, as submitit sees it (the job is far from its 60-minute limit): it does not
+    # count against the timeouts allowed (max_num_timeout, 20 by default here)
+    requeued = live.said(rf"^rltrain: job 0: preempted at epoch {epoch}, requeued \(attempt 2; "
+                         r"timeouts left: 20\)$")
+    resumed = live.said(rf"^rltrain: job 0: resumed at epoch {epoch} \(attempt 2\)$")
+    assert len(requeued) == 1 and len(resumed) == 1, out
+    assert requeued[0][1] and resumed[0][1], "said only once the sweep had ended"
+    assert re.search(r"^rltrain: job 0: completed, best \d+\.\d \(12 epochs, 2 attempt\(s\)\)$",
+                     out, re.M)
+    assert out.splitlines()[-1] == f"next: rltrain-report {sweep}"
+
+
+def test_a_submitit_job_out_of_requeues_is_a_failed_job_with_its_resume_command(tmp_path):
+    """A job stopped for a timeout with no requeue left ended the sweep as 'the sweep could
+    not run: UncompletedJobError' (exit 2), silent until then: it is a failed job of the sweep
+    (exit 1), said as it happened, listed with its resume command."""
+    sweep = tmp_path / "sweep"
+    job = sweep / "job0"
+    # with a one-minute limit submitit takes any warning for a timeout
+    live = LiveSweep(["hydra.launcher.timeout_min=1", "+hydra.launcher.max_num_timeout=0",
+                      *LONG_RUN, f"hydra.sweep.dir={sweep}"], tmp_path)
+    try:
+        wait_for(lambda: (job / "epochs.jsonl").is_file()
+                 and (job / "epochs.jsonl").read_text().strip(),
+                 timeout=300, what="the job's first epoch")
+        preempt(job, sweep)
+        code, out, err = live.finish(timeout=300)
+    finally:
+        live.stop()
+    assert code == 1, err
+    assert "Traceback" not in err and "could not run" not in err
+    stopped = summary(job)
+    assert stopped["status"] == "interrupted"
+    assert (f"rltrain: job 0: failed: timed out at epoch {stopped['epochs']}, with no requeue "
+            f"left (+hydra.launcher.max_num_timeout=0; attempt 1); resume with: "
+            f"rltrain resume={job}") in err
+    report = err[err.index(f"rltrain: sweep {sweep}"):]
+    assert "1 job(s): 0 failed, 1 interrupted" in report
+    assert re.search(rf"0\s+interrupted\s+{re.escape(str(job))}\s+resume with: rltrain "
+                     rf"resume={re.escape(str(job))}$", report, re.M)
+    assert report.strip().splitlines()[-1].startswith("next: finish the sweep")
+
+
+@pytest.mark.slow
+def test_a_local_submitit_job_goes_on_past_the_controllers_six_attempts(cli, tmp_path):
+    """submitit's local controller starts a job 6 times at most, whatever max_num_timeout
+    says: the sweep submits it again, and it resumes, exactly, until it completes."""
+    args = [*SMOKE, "trainer.max_epochs=12", "trainer.epoch_num_steps=2048"]
+    sweep, full = tmp_path / "sweep", tmp_path / "full"
+    job = sweep / "job0"
+    live = LiveSweep([*args, f"hydra.sweep.dir={sweep}"], tmp_path)
+    try:
+        assert cli(*args, f"hydra.run.dir={full}").returncode == 0
+        pid = None
+        for _ in range(7):
+            done = len((job / "epochs.jsonl").read_text().splitlines()) \
+                if (job / "epochs.jsonl").is_file() else 0
+            wait_for(lambda d=done: (job / "epochs.jsonl").is_file()
+                     and len((job / "epochs.jsonl").read_text().splitlines()) > d,
+                     timeout=300, what="an epoch of the job's next attempt")
+            pid = preempt(job, sweep, before=pid)
+        code, out, err = live.finish(timeout=600)
+    finally:
+        live.stop()
+    assert code == 0, err
+    assert live.said(r"^rltrain: job 0: submitted again \(attempt 7, local job "), out
+    assert live.said(r"^rltrain: job 0: resumed at epoch \d+ \(attempt 8\)$"), out
+    resumes = summary(job)["resumes"]
+    assert len(resumes) == 7 and all(r["exact"] for r in resumes)
+    assert learning_records(job) == learning_records(full)
+
 
 @pytest.mark.slow
 def test_a_submitit_job_past_its_timeout_is_requeued_and_resumes_exactly(cli, tmp_path):
-    """The real thing: submitit_local with a one-minute timeout (it sends SIGUSR2 30 s before
-    the end) and a DQN run longer than that."""
-    pytest.importorskip("hydra_plugins.hydra_submitit_launcher",
-                        reason="hydra-submitit-launcher (extra: cluster) is not installed")
+    """The README's example, the real thing: submitit_local with a one-minute timeout (it
+    sends SIGUSR2 30 s before the end; the job trains on for 20 s of them) and a DQN run of
+    several minutes; each requeue and resume said as it happens."""
     args = [*SUBMITIT_RUN, "trainer.max_epochs=80"]
     full, sweep = tmp_path / "full", tmp_path / "sweep"
-    assert cli(*args, f"hydra.run.dir={full}").returncode == 0
-    res = cli("--multirun", "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=1",
-              *args, f"hydra.sweep.dir={sweep}", timeout=600)
-    assert res.returncode == 0, res.stderr
-    assert summary(job_dir(sweep, 0))["resumes"], "the run was never requeued (a faster machine?)"
-    assert all(r["exact"] for r in summary(job_dir(sweep, 0))["resumes"])
+    live = LiveSweep(["hydra.launcher.timeout_min=1", *args, f"hydra.sweep.dir={sweep}"],
+                     tmp_path)
+    try:
+        assert cli(*args, f"hydra.run.dir={full}", timeout=1200).returncode == 0
+        code, out, err = live.finish(timeout=3000)
+    finally:
+        live.stop()
+    assert code == 0, err
+    resumes = summary(job_dir(sweep, 0))["resumes"]
+    assert resumes, "the run was never requeued (a faster machine?)"
+    assert all(r["exact"] for r in resumes)
     assert learning_records(job_dir(sweep, 0)) == learning_records(full)
+    said = live.said(r"^rltrain: job 0: resumed at epoch (\d+) \(attempt (\d+)\)$")
+    assert [int(m[1]) for m, _ in said] == [r["epoch"] for r in resumes]
+    assert all(running for _, running in said)
 
 
 def test_the_slurm_example_composes_with_requeueing_on(cli):

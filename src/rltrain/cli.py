@@ -331,6 +331,9 @@ def _hydra(argv: list[str]) -> tuple[int, bool]:
         return _shell_completion(argv), False
     if multirun and not _full_error():
         def could_not_run(e: Exception) -> str:
+            if sweep.STATE.directory is not None and sweep.jobs_ran(sweep.STATE.directory):
+                # a launcher's error once jobs ran: a failed sweep (exit 1), listed job by job
+                return f"rltrain: error: a job of the sweep failed: {failure_text(e)}"
             sweep.judge(2)  # the sweep could not start: no job report
             return f"rltrain: error: the sweep could not run: {failure_text(e)}"
 

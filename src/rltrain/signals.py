@@ -21,6 +21,8 @@ its user asked it to stop.
   once. During training rltrain takes that signal first: the trainer finishes its step and
   checkpoints, then :func:`hand_over_preemption` calls submitit's handler, which requeues the
   job; the requeued job finds its checkpoint and resumes (``rltrain.sweep.continue_job``).
+  A job of submitit's *local* executor, whose signal always means its time ends in 30 s,
+  trains on for 20 of them first (:func:`local_slot_left`): a one-minute slot trained 25 s.
 """
 
 from __future__ import annotations
@@ -148,6 +150,21 @@ def hand_over_preemption() -> None:
     handler(signum, None)
 
 
+def local_slot_left() -> float:
+    """Seconds a job of submitit's *local* executor trains on after its timeout signal: that
+    executor sends it SUBMITIT_LOCAL_SIGNAL_DELAY_S (30) seconds before it ends the job, and
+    for nothing else, so the job uses that time, keeping a third of it (10 s at least) to
+    finish its step, checkpoint and exit. 0 for any other scheduler: on SLURM the signal may
+    mean a preemption, and when the job ends is not known here."""
+    if os.environ.get("SUBMITIT_EXECUTOR") != "local":
+        return 0.0
+    try:
+        delay = float(os.environ["SUBMITIT_LOCAL_SIGNAL_DELAY_S"])
+    except (KeyError, ValueError):
+        return 0.0
+    return max(0.0, delay - max(10.0, delay / 3))
+
+
 @contextlib.contextmanager
 def training(request_stop: Callable[[int], None]) -> Iterator[None]:
     """First signal: ``request_stop(signum)`` (finish the step, save, stop); second: raise
@@ -173,12 +190,29 @@ def training(request_stop: Callable[[int], None]) -> Iterator[None]:
     # the preemption signal is taken only from a handler it can be handed back to (submitit's)
     taken = preempt_sig if preempt_sig is not None and callable(scheduler) else None
 
-    def preempt(signum: int, frame: Any) -> None:
+    later: list[threading.Timer] = []  # a local submitit job's stop, near its slot's end
+    over = threading.Event()  # training has ended: nothing to stop any more
+
+    def stop_for_scheduler(signum: int) -> None:
         global _preempted
+        if over.is_set():
+            return
         _preempted = (signum, scheduler)
         request_stop(signum)
         print(f"\nrltrain: {name(signum)} from the scheduler (timeout or preemption): "
               "finishing the current step and checkpointing", file=sys.stderr, flush=True)
+
+    def preempt(signum: int, frame: Any) -> None:
+        left = local_slot_left()
+        if left > 0 and not later:  # the slot goes on after the signal: train on
+            later.append(threading.Timer(left, stop_for_scheduler, args=(signum,)))
+            later[0].daemon = True
+            later[0].start()
+            print(f"\nrltrain: {name(signum)} from submitit's local executor: its time ends "
+                  f"soon; training on for {left:.0f} s, then checkpointing (the signal again "
+                  "checkpoints now)", file=sys.stderr, flush=True)
+            return
+        stop_for_scheduler(signum)
 
     if not _main_thread():
         yield  # handlers can only be set from the main thread
@@ -193,6 +227,9 @@ def training(request_stop: Callable[[int], None]) -> Iterator[None]:
     try:
         yield
     finally:
+        over.set()
+        for timer in later:
+            timer.cancel()
         if taken is not None:
             signal.signal(taken, scheduler)
         if _between_jobs is not None:

@@ -75,6 +75,8 @@ class SweepState:
     #: the command as the user typed it (``rltrain`` and its arguments), for the line that
     #: says how to finish an unfinished sweep
     command: list[str] | None = None
+    #: when the sweep started (time.time()), in its main process
+    started: float | None = None
 
 
 STATE = SweepState()
@@ -112,8 +114,13 @@ class HydraCallback(Callback):
         except rundir.RunDirError as e:
             print(f"rltrain: error: {e}", file=sys.stderr)
             sys.exit(2)
-        STATE.directory = path
+        STATE.directory, STATE.started = path, time.time()
         name_jobs_by_what_differs(config)
+        if str(config.hydra.launcher.get("_target_", "")).startswith(
+                "hydra_plugins.hydra_submitit_launcher."):
+            from rltrain import launchers  # needs that plugin (extra: cluster)
+
+            launchers.watched(config.hydra.launcher)  # a wait that says what happens
         (path / STOP_FILE).unlink(missing_ok=True)  # left by an earlier, stopped sweep
         os.environ[signals.SWEEP_PID_ENV] = str(os.getpid())
         os.environ[HOST_ENV] = socket.gethostname()
@@ -227,6 +234,18 @@ def _jobs(path: Path) -> list[Path]:
     found = {p.parent for p in path.rglob("summary.json")}
     found |= {p.parent for p in path.rglob(rundir.LOCK)}
     return sorted(found, key=lambda p: (len(p.parts), job_number(p.name) or 0, str(p)))
+
+
+def jobs_ran(path: Path) -> bool:
+    """Whether a job of this sweep has run in ``path`` (written its records since the sweep
+    started; the directory may hold an earlier sweep's)."""
+    since = STATE.started or 0.0
+    for job in _jobs(path):
+        for name in ("epochs.jsonl", "summary.json"):
+            with contextlib.suppress(OSError):
+                if (job / name).stat().st_mtime >= since:
+                    return True
+    return False
 
 
 def report(path: Path, quiet: bool = False) -> tuple[int, int, int]:
