@@ -29,7 +29,7 @@ def parser() -> ArgumentParser:
         "learning curves, final-score tables with bootstrap CIs (rliable), probabilities of "
         "improvement and performance profiles to report.md, report.html and runs.csv. Needs "
         "the 'report' extra.",
-        epilog="example: rltrain-report multirun/2026-11-21/06-00-00 --last 5",
+        epilog="example: rltrain-report multirun/2026-11-21_06-00-00 --last 5",
     )
     p.add_argument("inputs", nargs="+", type=Path, metavar="RUN_OR_SWEEP_DIR",
                    help="run directories, or directories searched for them (sweeps, outputs/)")
