@@ -12,6 +12,9 @@ directory, and declares what it expects:
              input that must be refused gave a silent, wrong answer).
   ok         exit 0 and no traceback: verdict "ok", else "TRACEBACK" or "FAILED: exit N".
   either     a clear error or ok (the case records which).
+
+A ``strict`` case (issue 20's) is clear only with exit 2 and one line on stderr besides
+warnings.
   interrupt  exit with the given code (130 SIGINT, 143 SIGTERM) and stderr mentions "resume".
 
 A case may have a ``check(tmpdir, result)`` that returns a description of what went wrong
@@ -143,6 +146,8 @@ class Case:
     exit_code: int | None = None
     #: replaces the single-process runner (pipes, concurrent processes)
     runner: Runner | None = None
+    #: a refusal must be exit 2 and one line on stderr (warnings aside): issue 20's rule
+    strict: bool = False
     section: str = ""
 
 
@@ -895,6 +900,13 @@ def pasted_something(tmp: Path, result: Result) -> str | None:
     return None
 
 
+def strictly(cases: list[Case]) -> list[Case]:
+    """Issue 20's rule for a refusal: exit 2, one line naming what is wrong (warnings aside)."""
+    for case in cases:
+        case.strict = True
+    return cases
+
+
 def issue20_trust_cases() -> list[Case]:
     """§1: a run directory, a checkpoint or a Minari dataset from elsewhere runs no code without
     consent; with consent (--trust, trust=true) it does. Each case has its own empty trust
@@ -942,7 +954,7 @@ def issue20_trust_cases() -> list[Case]:
         cases.append(on_run(f"config's wrapper pydoc.pipepager: {tool} --trust", *argv,
                             "--trust", expect="either", check=consent_ran_it, prepare=in_config))
     resume = ["rltrain", "resume=R", "trainer.max_epochs=3"]
-    return [
+    return strictly([
         *cases,
         on_run("checkpoint's wrapper pydoc.pipepager: resume", *resume,
                mention=["pydoc.pipepager"], check=ran_nothing, prepare=in_checkpoint),
@@ -952,7 +964,7 @@ def issue20_trust_cases() -> list[Case]:
              must_mention=("pipepager",), check=ran_nothing),
         Case("Minari env_spec entry point pydoc:pipepager, trust=true", minari("trust=true"),
              "either", check=consent_ran_it),
-    ]
+    ])
 
 
 def issue20_dataset_cases() -> list[Case]:
@@ -1036,7 +1048,7 @@ def issue20_dataset_cases() -> list[Case]:
     def directory(tmp: Path, path: Path) -> None:
         path.mkdir()
 
-    return [
+    return strictly([
         Case("dataset: rew an HDF5 ExternalLink", offline("link.h5", h5(linked)),
              must_mention=("link.h5", "rew")),
         Case("dataset: rew in HDF5 external storage", offline("ext.h5", h5(external)),
@@ -1055,7 +1067,7 @@ def issue20_dataset_cases() -> list[Case]:
              must_mention=("deep.npz",)),
         Case("dataset: rew declares 1e12 values",
              offline("big.npz", npz(declared=10**12), limit=True), must_mention=("big.npz",)),
-    ]
+    ])
 
 
 def issue20_file_cases() -> list[Case]:
@@ -1120,7 +1132,7 @@ def issue20_file_cases() -> list[Case]:
 
         return check
 
-    return [
+    return strictly([
         Case("resume: .rltrain.lock a link to a file outside", through_link(".rltrain.lock"),
              "either", (".rltrain.lock",), check=unchanged("wrote through the link")),
         Case("resume: rltrain.log a link to a file outside", through_link("rltrain.log"),
@@ -1136,7 +1148,7 @@ def issue20_file_cases() -> list[Case]:
              check=others_reported("wrappers")),
         Case("report: NaN env_step in epochs.jsonl", crafted(nan_env_step), "either",
              check=others_reported("env_step")),
-    ]
+    ])
 
 
 def issue20_sweep_cases() -> list[Case]:
@@ -1195,7 +1207,7 @@ def issue20_fault_cases() -> list[Case]:
         longest = max((len(line) for line in result.stderr.splitlines()), default=0)
         return f"a line of {longest:,} characters on stderr" if longest > 500 else None
 
-    return [
+    return strictly([
         Case("SIGHUP during epoch 2, checkpoint_every=3", hup_run, "interrupt",
              check=resumable, send=SendSignal(signal.SIGHUP, 0.0, after_file="run/epochs.jsonl"),
              exit_code=129),
@@ -1220,7 +1232,7 @@ def issue20_fault_cases() -> list[Case]:
                  signal.SIGINT, 0.0, after_file=f"{odd}/epochs.jsonl", group=True))),
         Case("a 100,000-character value", ["rltrain", SMOKE, "algo.activation=" + "x" * 100_000],
              must_mention=("algo.activation",), check=short_lines),
-    ]
+    ])
 
 
 def issue20_readme_cases() -> list[Case]:
@@ -1236,13 +1248,13 @@ def issue20_readme_cases() -> list[Case]:
     search = ["rltrain", "--multirun", "hparams_search=sac_pendulum", "hydra.sweeper.n_trials=1",
               "trainer.max_epochs=1", "trainer.epoch_num_steps=256",
               "trainer.random_warmup_env_steps=128", "hydra.sweep.dir=S"]
-    return [
+    return strictly([
         Case("rltrain -sc install=bash", ["rltrain", "-sc", "install=bash"], "ok",
              check=bash_function),
         Case("Optuna's printed command, sac_pendulum, --cfg job", search, "ok",
              check=pasted_something,
              runner=paste_printed(r"to train with it now: (rltrain .*)$", " --cfg job")),
-    ]
+    ])
 
 
 def issue20_console_cases() -> list[Case]:
@@ -1258,14 +1270,14 @@ def issue20_console_cases() -> list[Case]:
         said = result.stdout + result.stderr
         return "printed 'stop score None'" if "stop score None" in said else None
 
-    return [
+    return strictly([
         Case("refused run: no outputs/ left", ["rltrain", "algo.lr=nan"],
              must_mention=(("algo.lr", "lr="),), check=absent("outputs")),
         on_run("rltrain-export R: next to the best weights", "rltrain-export", "R", expect="ok",
                check=exported_best),
         Case("run header's stop score", ["rltrain", SMOKE, "hydra.run.dir=run"], "ok",
              check=no_none),
-    ]
+    ])
 
 
 SECTIONS: dict[str, Callable[[], list[Case]]] = {
@@ -1315,6 +1327,12 @@ def judge_error(case: Case, result: Result, traceback: bool) -> Verdict:
     lines = result.stderr.strip().splitlines()
     if not lines and case.must_mention:
         return Verdict("UNCLEAR", "nothing on stderr")
+    if case.strict:
+        if result.returncode != 2:
+            return Verdict("UNCLEAR", f"exit {exit_text(result)}, not 2")
+        said = [line for line in lines if ": warning: " not in line]
+        if len(said) != 1:
+            return Verdict("UNCLEAR", f"{len(said)} lines on stderr besides warnings, not one")
     if len(lines) > MAX_STDERR_LINES:
         return Verdict("UNCLEAR", f"{len(lines)} lines on stderr")
     missing = [m if isinstance(m, str) else " or ".join(m) for m in case.must_mention
