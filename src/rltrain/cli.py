@@ -393,6 +393,34 @@ def _tuned_note(argv: list[str]) -> str:
     return f"# tuned: none for {choice} (the algorithm's generic defaults hold)"
 
 
+#: the shells Hydra's completion plugins serve
+SHELLS = ("bash", "zsh", "fish")
+
+
+def completion_command(words: list[str]) -> tuple[str, str]:
+    """``-sc``'s one word, ``install=SHELL``, ``uninstall=SHELL`` or ``query=SHELL``, as
+    (command, shell); ValueError saying what is wrong for anything else (Hydra's answer is a
+    traceback). Checked before anything heavy is imported.
+
+    ``query`` is what the installed completion function runs, with the line it completes in
+    the environment (``COMP_LINE``)."""
+    example = ('eval "$(rltrain -sc install=bash)" (or install=zsh; '
+               "rltrain -sc install=fish | source)")
+    command, _, shell = words[0].partition("=") if len(words) == 1 else ("", "", "")
+    if command not in ("install", "uninstall", "query"):
+        given = " ".join(words) or "nothing"
+        raise ValueError(f"-sc (--shell-completion) takes one of install=SHELL, "
+                          f"uninstall=SHELL or query=SHELL, got {given}; e.g. {example}")
+    if shell not in SHELLS:
+        raise ValueError(f"-sc {words[0]}: no completion for the shell {shell!r}; shells: "
+                          f"{', '.join(SHELLS)}")
+    if command == "query" and "COMP_LINE" not in os.environ:
+        raise ValueError(f"-sc {words[0]} is what the installed completion function runs, "
+                          "with the line to complete in COMP_LINE; to install completion: "
+                          f"{example}")
+    return command, shell
+
+
 #: zsh runs bash's completion functions through bashcompinit, which needs compinit: loaded
 #: here when the shell has not loaded them, so that ``eval "$(rltrain -sc install=zsh)"``
 #: works on its own
@@ -413,10 +441,8 @@ def _shell_completion(argv: list[str]) -> int:
 
     import hydra
 
-    from rltrain.overrides import completion_command
-
     words = [a for a in argv if a not in ("-sc", "--shell-completion")]
-    command, shell = completion_command(words)  # checked in overrides.prepare
+    command, shell = completion_command(words)  # checked in main
     if command == "install" and shell == "zsh":
         print(_ZSH_PREAMBLE)
     if command == "uninstall" and shell in ("bash", "zsh"):
@@ -453,6 +479,11 @@ def main() -> None:
     if args == ["--version"] or args == ["-V"]:
         print(version_text())
         return
+    if any(a in ("-sc", "--shell-completion") for a in args):
+        try:
+            completion_command([a for a in args if a not in ("-sc", "--shell-completion")])
+        except ValueError as e:
+            fast_exit(_error(str(e)))
     signals.startup()
     if any(a in ("-q", "--quiet") for a in args):
         quiet = [] if any(a.startswith("resume=") for a in args) else ["logger.quiet=true"]

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -130,8 +129,8 @@ def prepare(argv: list[str], conf_root: Path) -> list[str]:
     args = _hydra_args(argv)
     if args.shell_completion:
         # ``-sc install=bash``, ``-sc query=bash``: words for Hydra's completion plugin, not
-        # overrides (a shell's completion function passes the line it completes in COMP_LINE)
-        completion_command(args.overrides)
+        # overrides (a shell's completion function passes the line it completes in COMP_LINE;
+        # cli.completion_command checked them)
         return argv
     roots = [conf_root]
     if args.config_dir is not None:
@@ -180,33 +179,6 @@ def prepare(argv: list[str], conf_root: Path) -> list[str]:
         positional = not arg.startswith("-") and not is_value
         out.append(rewritten.get(arg, arg) if positional else arg)
     return out
-
-
-#: the shells Hydra's completion plugins serve
-SHELLS = ("bash", "zsh", "fish")
-
-
-def completion_command(words: list[str]) -> tuple[str, str]:
-    """``-sc``'s one word, ``install=SHELL``, ``uninstall=SHELL`` or ``query=SHELL``, as
-    (command, shell); ConfigError for anything else (Hydra's answer is a traceback).
-
-    ``query`` is what the installed completion function runs, with the line it completes in
-    the environment (``COMP_LINE``)."""
-    example = ('eval "$(rltrain -sc install=bash)" (or install=zsh; '
-               "rltrain -sc install=fish | source)")
-    command, _, shell = words[0].partition("=") if len(words) == 1 else ("", "", "")
-    if command not in ("install", "uninstall", "query"):
-        given = " ".join(words) or "nothing"
-        raise ConfigError(f"-sc (--shell-completion) takes one of install=SHELL, "
-                          f"uninstall=SHELL or query=SHELL, got {given}; e.g. {example}")
-    if shell not in SHELLS:
-        raise ConfigError(f"-sc {words[0]}: no completion for the shell {shell!r}; shells: "
-                          f"{', '.join(SHELLS)}")
-    if command == "query" and "COMP_LINE" not in os.environ:
-        raise ConfigError(f"-sc {words[0]} is what the installed completion function runs, "
-                          "with the line to complete in COMP_LINE; to install completion: "
-                          f"{example}")
-    return command, shell
 
 
 def _check_trainer(parsed: list[Override], algos: list[str] | None) -> None:
