@@ -1154,7 +1154,10 @@ def issue20_file_cases() -> list[Case]:
 def issue20_sweep_cases() -> list[Case]:
     """§3: two basic sweeps into one hydra.sweep.dir, started at once: each job runs once, and
     a sweep's final list counts the job it refused (it said '0 failed' while exiting 1)."""
-    sweep = ["rltrain", "--multirun", SMOKE, "seed=0,1", "hydra.sweep.dir=S"]
+    # jobs of a few seconds each, so that the two sweeps meet in them (smoke jobs of one second
+    # on a quiet machine ended before the second sweep started: it skipped both)
+    sweep = ["rltrain", "--multirun", SMOKE, "trainer.epoch_num_steps=8192", "seed=0,1",
+             "hydra.sweep.dir=S"]
 
     def refusals_counted(tmp: Path, result: Result) -> str | None:
         codes = result.extra["codes"]
