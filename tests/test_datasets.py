@@ -264,6 +264,17 @@ def test_meta_nested_too_deep_is_refused(tmp_path: Path) -> None:
     _one_line(e, f"dataset {path} has a damaged meta record (JSON nested too deep")
 
 
+def test_a_space_size_beyond_any_integer_is_refused(tmp_path: Path) -> None:
+    """``n: 1e30`` in the meta's action space was 'could not start: OverflowError', exit 1."""
+    ds = episodes_dataset([3, 2], discrete=True)
+    path = tmp_path / "n.npz"
+    meta = dict(ds.meta, action_space=dict(ds.meta["action_space"], n=1e30))
+    np.savez(path, **{n: getattr(ds, n) for n in ARRAYS}, meta=np.array(json.dumps(meta)))
+    with pytest.raises(ConfigError) as e:
+        load_dataset(str(path))
+    _one_line(e, f"dataset {path} has a damaged action_space in its meta")
+
+
 def test_check_spaces() -> None:
     ds = episodes_dataset([3], discrete=True)
     obs_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)

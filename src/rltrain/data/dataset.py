@@ -152,7 +152,7 @@ def space_from_dict(d: Mapping[str, Any]) -> gym.Space:
             with warnings.catch_warnings():  # gymnasium's notes on casting integer bounds
                 warnings.simplefilter("ignore")
                 return gym.spaces.Box(low, high, shape, dtype)
-    except (KeyError, TypeError, ValueError) as e:
+    except (KeyError, TypeError, ValueError, OverflowError) as e:
         raise ValueError(f"malformed space description ({type(e).__name__}: {e})") from None
     raise ValueError(f"unknown space type {d.get('type')!r}")
 
