@@ -107,7 +107,8 @@ def signal_when(args: list[str], cwd: Path, when: Callable[[str], bool],
     for reader in readers:
         reader.join()
     for name, into in (("out", out), ("err", err)):
-        while (line := streams[name].get()) is not None:
+        # what is left (the readers are done: nothing blocks; stdout's end may be read already)
+        while not streams[name].empty() and (line := streams[name].get()) is not None:
             into.append(line)
     return subprocess.CompletedProcess(proc.args, proc.returncode, "".join(out), "".join(err))
 

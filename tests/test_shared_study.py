@@ -91,19 +91,24 @@ def test_concurrent_sweeps_fill_one_study_once(tmp_path, kind, n_sweeps, sampler
 
 @pytest.mark.parametrize("kind", ["sqlite", "journal"])
 def test_a_killed_sweeps_trial_is_run_again_once_its_heartbeat_is_stale(tmp_path, kind):
-    """Sweep A is killed (SIGKILL) while its first trial trains; sweep B, running beside it,
+    """Sweep A is killed (SIGKILL) while its first trial trains; sweep B, started at once,
     fails that trial (interrupted) only once its heartbeat is grace_period old, and runs its
     parameters again; B ends with the study's two trials finished."""
     url = storage_url(kind, tmp_path)
     beat = ["hydra.sweeper.n_trials=2", "hydra.sweeper.heartbeat_interval=1",
             "hydra.sweeper.grace_period=5"]
-    b = start(sweep_args(url, tmp_path / "b", *beat), tmp_path)
-    time.sleep(1.5)
-    a = signal_when(sweep_args(url, tmp_path / "a", *beat), tmp_path,
-                    lambda line: line.startswith("run directory:"), signal.SIGKILL)
+    # A's job trains long (its own budget; the retry runs B's), and A is killed as it starts
+    # training: its build lines say so ("run directory ..." is the last), where -q is off
+    slow = [a for a in sweep_args(url, tmp_path / "a", *beat) if a != "-q"]
+    a = signal_when([*slow, "trainer.epoch_num_steps=500000"], tmp_path,
+                    lambda line: line.startswith("run directory "), signal.SIGKILL)
     killed_at = dt.datetime.now()
     assert a.returncode == -signal.SIGKILL
     (killed,) = job_dirs(tmp_path / "a")  # the trial A ran when it was killed
+    # B starts as A's trial still looks alive (its last beat is fresh): B must leave it until
+    # its heartbeat is grace_period old (B was once started first; on a loaded machine its
+    # first trial could end before A asked any, and A then had no trial to be killed in)
+    b = start(sweep_args(url, tmp_path / "b", *beat), tmp_path)
     out, err = b.communicate(timeout=300)
     assert b.returncode == 0, err
     assert "Traceback" not in err
