@@ -383,6 +383,8 @@ def preempt(job: Path, sweep: Path, before: int | None = None) -> int:
     return pid
 
 
+@pytest.mark.slow  # real submitit attempts: 30-50 s idle, and 329 s then a time-out under the
+# full suite's load on 2 cores (a fresh clone, 2026-11-25): with the other submitit tests
 def test_a_preempted_submitit_job_checkpoints_requeues_and_resumes_exactly(cli, tmp_path):
     """submitit warns a job of preemption (or a coming timeout) with SIGUSR2: the run
     finishes its step, checkpoints and hands the signal to submitit, which requeues the job;
