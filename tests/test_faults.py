@@ -61,6 +61,17 @@ def fill(path: Path) -> Path:
     return filler
 
 
+def fill_in_epoch_2(args: list[str], run_dir: Path, fs: Path, cwd: Path
+                    ) -> tuple[subprocess.CompletedProcess, list[Path]]:
+    """Run ``rltrain ARGS`` into ``run_dir`` and fill ``fs`` as epoch 2 begins (its first
+    progress line comes after epoch 1's checkpoint); returns the run and the filler file."""
+    filler: list[Path] = []
+    res = signal_when([*args, f"hydra.run.dir={run_dir}"], cwd,
+                      lambda line: line.startswith("  epoch 2/4: ") and not filler.append(
+                          fill(fs)))
+    return res, filler
+
+
 # ---------------------------------------------------------------- a full disk
 def test_disk_full_while_checkpointing(cli, tmp_path):
     """256x256 networks with their target and optimiser state make the checkpoint (about
@@ -96,11 +107,7 @@ def test_disk_full_mid_run_then_resume_is_exact(cli, tmp_path):
     assert cli(*args, f"hydra.run.dir={full}").returncode == 0
     with tmpfs(tmp_path / "fs", "8m") as fs:
         run_dir = fs / "run"
-        filler: list[Path] = []
-        res = signal_when([*args, f"hydra.run.dir={run_dir}"], tmp_path,
-                          # epoch 2's first line comes after epoch 1's checkpoint
-                          lambda line: line.startswith("  epoch 2/4: ") and not filler.append(
-                              fill(fs)))
+        res, filler = fill_in_epoch_2(args, run_dir, fs, tmp_path)
         assert res.returncode == 1, res.stdout + res.stderr
         no_traceback(res)
         assert "No space left on device" in res.stderr
@@ -146,10 +153,7 @@ def test_disk_full_with_tensorboard_after_the_first_checkpoint(cli, tmp_path):
     resume command that works once there is room, TensorBoard's curves going on unbroken."""
     with tmpfs(tmp_path / "fs", "8m") as fs:
         run_dir = fs / "run"
-        filler: list[Path] = []
-        res = signal_when([*CONSTANT, f"hydra.run.dir={run_dir}"], tmp_path,
-                          lambda line: line.startswith("  epoch 2/4: ") and not filler.append(
-                              fill(fs)))
+        res, filler = fill_in_epoch_2(CONSTANT, run_dir, fs, tmp_path)
         assert res.returncode == 1, res.stdout + res.stderr
         no_traceback(res)
         assert "Exception in thread" not in res.stderr and "could not start" not in res.stderr
