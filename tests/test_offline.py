@@ -78,7 +78,8 @@ def test_offline_smoke_run_writes_complete_run_dir(cli, tmp_path, datasets, algo
     assert res.returncode == 0, res.stderr
 
 
-@pytest.mark.parametrize("algo", ["cql", "iql"])
+# IQL with the slow checks: the offline trainer's resume is the same for both
+@pytest.mark.parametrize("algo", ["cql", pytest.param("iql", marks=pytest.mark.slow)])
 def test_offline_sigterm_and_resume_equal_an_unbroken_run(cli, tmp_path, datasets, algo):
     args = [*SMALL, f"algo={algo}", "env=pendulum", f"dataset={datasets['pendulum']}",
             "trainer.max_epochs=4", "logger.tensorboard=false"]

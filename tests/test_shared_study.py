@@ -56,7 +56,10 @@ def job_dirs(sweep: Path) -> dict[int, Path]:
 
 
 @pytest.mark.parametrize(("kind", "n_sweeps", "sampler"), [
-    ("sqlite", 2, "tpe"), ("journal", 2, "grid"), ("sqlite", 3, "tpe"), ("journal", 3, "tpe")])
+    ("sqlite", 2, "tpe"), ("journal", 2, "grid"),
+    # three sweeps: 40-50 s each on a 2-core machine, run with the slow checks
+    pytest.param("sqlite", 3, "tpe", marks=pytest.mark.slow),
+    pytest.param("journal", 3, "tpe", marks=pytest.mark.slow)])
 def test_concurrent_sweeps_fill_one_study_once(tmp_path, kind, n_sweeps, sampler):
     """Sweeps started 1.5 s apart into one study: together they run exactly n_trials trials
     (each sweep asks only what the study lacks, counting the others' running trials), none
@@ -127,7 +130,7 @@ def test_a_killed_sweeps_trial_is_run_again_once_its_heartbeat_is_stale(tmp_path
     assert str(tmp_path / "b") in retry.user_attrs["run_dir"]
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "journal"])
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("journal", marks=pytest.mark.slow)])
 def test_a_live_trial_keeps_its_heartbeat_past_the_grace_period(tmp_path, kind):
     """In-process, on a real storage: a trial whose sweep is alive is not stale however long
     it runs; once its sweep stops beating (as a killed one does) another sweep takes it after

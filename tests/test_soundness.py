@@ -65,7 +65,9 @@ def unbroken(tmp_path_factory) -> Callable[[str], Path]:
 
 
 @pytest.mark.parametrize("moment", ["training", "test"])
-@pytest.mark.parametrize("algo", ["ppo", "dqn"])
+# DQN's long test steps (500-step episodes by epoch 4) take 20-40 s: with the slow checks;
+# its resume is also in test_lifecycle's SIGTERM test
+@pytest.mark.parametrize("algo", ["ppo", pytest.param("dqn", marks=pytest.mark.slow)])
 def test_sigterm_in_the_last_epoch_resumes_to_the_unbroken_run(cli, tmp_path, unbroken, algo,
                                                                moment):
     args = [*LAST_EPOCH[algo], *COMMON]
@@ -291,8 +293,8 @@ def test_a_hang_up_saves_the_epoch_in_flight_and_says_how_to_resume(tmp_path):
     and the resumed run completes the same epochs."""
     run_dir = tmp_path / "run"
     res = signal_when(["experiment=smoke", "trainer.max_epochs=3", "trainer.checkpoint_every=3",
-                       "trainer.epoch_num_steps=65536",
-                       "trainer.collection_step_num_env_steps=8192",
+                       "trainer.epoch_num_steps=16384",
+                       "trainer.collection_step_num_env_steps=2048",
                        "logger.progress_interval_s=0", f"hydra.run.dir={run_dir}"], tmp_path,
                       lambda line: line.startswith("  epoch 2/3: "), signal.SIGHUP)
     assert res.returncode == 128 + signal.SIGHUP, res.stderr
@@ -325,7 +327,9 @@ def test_under_nohup_a_hang_up_is_still_ignored(tmp_path):
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "completed"
 
 
-@pytest.mark.parametrize(("sig", "code"), [(SIGTERM, 143), (2, 130)])
+# Ctrl-C twice is the common case; SIGTERM twice with the slow checks
+@pytest.mark.parametrize(("sig", "code"), [pytest.param(SIGTERM, 143, marks=pytest.mark.slow),
+                                           (2, 130)])
 def test_a_second_signal_stops_at_once_and_says_how_to_resume(tmp_path, sig, code):
     """Long training steps (8192 env steps), so that the second signal arrives in the step
     that the first one lets finish."""

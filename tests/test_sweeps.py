@@ -147,7 +147,9 @@ def test_jobs_record_their_own_overrides_and_the_git_commit(cli, tmp_path):
     assert isinstance(git["dirty"], bool)
 
 
-@pytest.mark.parametrize(("sig", "code"), [(SIGTERM, 143), (SIGINT, 130)])
+# Ctrl-C is what a person at the shell sends; SIGTERM (a cluster's) with the slow checks
+@pytest.mark.parametrize(("sig", "code"), [pytest.param(SIGTERM, 143, marks=pytest.mark.slow),
+                                           (SIGINT, 130)])
 def test_a_signal_to_a_joblib_sweep_reaches_its_jobs(tmp_path, sig, code):
     """The sweep's main process passes the signal on: each running job finishes its step,
     checkpoints and says how to resume; the job not yet started never starts; no worker

@@ -194,7 +194,8 @@ def test_rerun_continues_the_study_and_a_trial_without_heartbeat_is_asked_again(
     assert summary(job_dir(sweep, 0))["status"] == "completed"  # untouched
 
 
-@pytest.mark.parametrize("storage", ["sqlite", "journal"])
+# a journal shared by sweeps is in test_shared_study; this one with the slow checks
+@pytest.mark.parametrize("storage", ["sqlite", pytest.param("journal", marks=pytest.mark.slow)])
 def test_parallel_trials_share_one_study(cli, tmp_path, storage):
     sweep = tmp_path / "sweep"
     url = ([f"hydra.sweeper.storage=journal:{tmp_path / 'study.log'}"]
