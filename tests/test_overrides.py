@@ -79,3 +79,35 @@ def test_an_interpolation_that_does_not_resolve_is_one_line(cli, tmp_path, arg, 
     assert res.stderr == f"rltrain: error: {message}; give a plain value or an interpolation " \
                          "that resolves\n"
     assert not list(tmp_path.glob("outputs/*/*"))
+
+
+@pytest.mark.parametrize(("arg", "message"), [
+    ("hydra.sweeper.n_trials=abc",
+     "hydra.sweeper.n_trials='abc' is not valid: hydra.sweeper.n_trials takes an integer"),
+    ("hydra.sweeper.sampler.seed=x",
+     "hydra.sweeper.sampler.seed='x' is not valid: hydra.sweeper.sampler.seed takes an "
+     "integer or null"),
+    ("hydra.sweeper.grace_period=soon", "hydra.sweeper.grace_period takes a number"),
+    ("hydra.sweeper.n_trial=3",
+     "unknown key hydra.sweeper.n_trial; did you mean hydra.sweeper.n_trials? (hydra.sweeper "
+     "has: direction, grace_period, heartbeat_interval, last_k, n_jobs, n_trials, objective, "
+     "params, pruner, sampler, storage, study_name)"),
+    ("hydra.sweeper.samplr.seed=3", "unknown key hydra.sweeper.samplr; did you mean "
+                                    "hydra.sweeper.sampler?"),
+    ("hydra.sweeper.pruner.nme=none", "unknown key hydra.sweeper.pruner.nme; did you mean "
+                                      "hydra.sweeper.pruner.name?"),
+])
+@pytest.mark.parametrize("chosen", [["hydra/sweeper=optuna"], ["hparams_search=ppo_cartpole"]])
+def test_the_optuna_sweepers_keys_and_values_are_checked(arg, message, chosen):
+    """Hydra's messages for these span three to five lines and exit 1: one line, exit 2."""
+    assert message in refusal("--multirun", *chosen, arg)
+
+
+def test_good_sweeper_settings_and_the_search_space_pass():
+    argv = ["--multirun", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=7",
+            "hydra.sweeper.sampler.seed=null", "hydra.sweeper.grace_period=30",
+            "hydra.sweeper.n_jobs=${hydra.launcher.n_jobs}", "algo.lr=interval(1e-4, 1e-2)",
+            "+hydra.sweeper.params.algo.gamma=choice(0.9, 0.99)"]
+    assert prepare(argv, CONF) == argv
+    # another sweeper's keys are its own to check
+    assert prepare(["--multirun", "hydra.sweeper.n_trials=abc"], CONF)

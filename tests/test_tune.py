@@ -227,6 +227,8 @@ def test_parallel_trials_share_one_study(cli, tmp_path, storage):
     (["algo.lr=tag(log, interval(0, 1))"], "`low > 0` must hold for `log=True`"),
     (["algo.lr=interval(1e-4, 1e-2)", "hydra.sweeper.storage=nosuchdb://x"],
      "the study's storage nosuchdb://x cannot be used"),
+    (["hydra.sweeper.n_trials=abc"], "hydra.sweeper.n_trials='abc' is not valid: "
+                                     "hydra.sweeper.n_trials takes an integer"),
     (["hydra.sweeper.heartbeat_interval=30", "hydra.sweeper.grace_period=20"],
      "hydra.sweeper.grace_period (20) must be more than hydra.sweeper.heartbeat_interval (30)"),
 ])

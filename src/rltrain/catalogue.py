@@ -236,6 +236,36 @@ def value_problem(key: str, value: Any, algos: list[str] | None = None) -> str |
     return f"{key}={shown} is not valid: {key} takes {_describe(types_seen[0])}"
 
 
+def _public_keys(schema: type) -> list[str]:
+    return sorted(k for k in _field_types(schema) if not k.startswith("_"))
+
+
+def schema_problem(schema: type, key: str, path: str, value: Any) -> str | None:
+    """:func:`key_problem` and :func:`value_problem` for a key ``path`` (dotted) of one schema
+    outside the run config (the Optuna sweeper's, whose full key ``key`` is
+    ``hydra.sweeper.<path>``): None if the key is known and the value fits, else one line."""
+    prefix = key.removesuffix(path).rstrip(".")
+    *parents, leaf = path.split(".")
+    for part in parents:
+        tp = _field_types(schema).get(part)
+        if tp is None:
+            return _unknown(part, prefix, _public_keys(schema))
+        if not _is_schema(tp):
+            return None  # a free-form mapping (the search space)
+        schema, prefix = tp, f"{prefix}.{part}"
+    tp = _field_types(schema).get(leaf)
+    if tp is None:
+        return _unknown(leaf, prefix, _public_keys(schema))
+    if _is_schema(tp) or _is_free_form(tp) or isinstance(value, str) and "${" in value:
+        return None
+    try:
+        OmegaConf.structured(schema)[leaf] = value
+        return None
+    except OmegaConfBaseException:
+        shown = value if not isinstance(value, str) else repr(value)
+        return f"{key}={shown} is not valid: {key} takes {_describe(tp)}"
+
+
 def _unknown(name: str, prefix: str, valid: list[str]) -> str:
     full = f"{prefix}.{name}" if prefix else name
     close = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)

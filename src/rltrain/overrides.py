@@ -155,12 +155,21 @@ def prepare(argv: list[str], conf_root: Path) -> list[str]:
     algos = _selected_algos(parsed, roots, args.config_name)
     _check_trainer(parsed, algos)
     free = free_form_prefixes()
+    # rltrain's Optuna sweeper, chosen on the command line or by a search space's preset
+    optuna = any(o.key_or_group in ("hydra/sweeper", "hparams_search") and not o.is_delete()
+                 and (o.key_or_group == "hparams_search" or o.value() == "optuna")
+                 for o in parsed)
     rewritten: dict[str, str] = {}
     for override in parsed:
         key = override.key_or_group
         if key in groups and "." not in key:
             _check_option(override, roots)
             continue
+        if key.startswith("hydra.sweeper.") and optuna and not override.is_delete() \
+                and not override.is_sweep_override():
+            problem = _sweeper_problem(key, override.value())
+            if problem is not None:
+                raise ConfigError(problem)
         if key.startswith("hydra") or "/" in key:
             continue  # Hydra's own settings, or a nested group option (hydra/launcher=...)
         problem = key_problem(key, algos)
@@ -179,6 +188,16 @@ def prepare(argv: list[str], conf_root: Path) -> list[str]:
         positional = not arg.startswith("-") and not is_value
         out.append(rewritten.get(arg, arg) if positional else arg)
     return out
+
+
+def _sweeper_problem(key: str, value: object) -> str | None:
+    """An unknown key of the Optuna sweeper's settings, or a value of the wrong type, in one
+    line (Hydra's own messages span three to five lines and exit 1)."""
+    from rltrain.catalogue import schema_problem
+    from rltrain.optuna_sweeper import OptunaSweeperConf
+
+    return schema_problem(OptunaSweeperConf, key, key.removeprefix("hydra.sweeper."),
+                                value)
 
 
 def _check_trainer(parsed: list[Override], algos: list[str] | None) -> None:
