@@ -20,6 +20,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
+import prewarmed
 from rltrain import collect
 from rltrain.catalogue import register_configs
 from rltrain.lifecycle import RunContext
@@ -30,6 +31,10 @@ BIN = Path(sys.executable).parent
 RLTRAIN = BIN / "rltrain"
 TESTS = Path(__file__).resolve().parent
 CONF = TESTS.parent / "conf"
+
+# rltrain's commands start from a pre-warmed interpreter (tests/prewarmed.py: torch imported
+# once per test process, not once per run); RLTRAIN_TEST_FRESH_PROCESSES=1 turns it off
+prewarmed.install()
 
 # what rltrain records as set up on this machine (rltrain.trust) goes to a folder of this
 # test process, in-process and in every CLI run it starts, never to the user's home
