@@ -56,10 +56,7 @@ def job_dirs(sweep: Path) -> dict[int, Path]:
 
 
 @pytest.mark.parametrize(("kind", "n_sweeps", "sampler"), [
-    ("sqlite", 2, "tpe"), ("journal", 2, "grid"),
-    # three sweeps: 40-50 s each on a 2-core machine, run with the slow checks
-    pytest.param("sqlite", 3, "tpe", marks=pytest.mark.slow),
-    pytest.param("journal", 3, "tpe", marks=pytest.mark.slow)])
+    ("sqlite", 2, "tpe"), ("journal", 2, "grid"), ("sqlite", 3, "tpe"), ("journal", 3, "tpe")])
 def test_concurrent_sweeps_fill_one_study_once(tmp_path, kind, n_sweeps, sampler):
     """Sweeps started 1.5 s apart into one study: together they run exactly n_trials trials
     (each sweep asks only what the study lacks, counting the others' running trials), none
