@@ -224,27 +224,32 @@ def value_problem(key: str, value: Any, algos: list[str] | None = None) -> str |
         if tp is None or _is_free_form(tp) and typing.get_origin(tp) is not list:
             continue
         types_seen.append(tp)
-        node = OmegaConf.structured(schema)
-        try:
-            node[leaf] = value
+        if _fits(schema, leaf, value):
             return None
-        except OmegaConfBaseException:
-            continue
     if not types_seen:
         return None
     shown = value if not isinstance(value, str) else repr(value)
     return f"{key}={shown} is not valid: {key} takes {_describe(types_seen[0])}"
 
 
+def _fits(schema: type, leaf: str, value: Any) -> bool:
+    """Whether OmegaConf takes ``value`` for the field ``leaf`` of ``schema``."""
+    try:
+        OmegaConf.structured(schema)[leaf] = value
+        return True
+    except OmegaConfBaseException:
+        return False
+
+
 def _public_keys(schema: type) -> list[str]:
     return sorted(k for k in _field_types(schema) if not k.startswith("_"))
 
 
-def schema_problem(schema: type, key: str, path: str, value: Any) -> str | None:
-    """:func:`key_problem` and :func:`value_problem` for a key ``path`` (dotted) of one schema
-    outside the run config (the Optuna sweeper's, whose full key ``key`` is
-    ``hydra.sweeper.<path>``): None if the key is known and the value fits, else one line."""
-    prefix = key.removesuffix(path).rstrip(".")
+def schema_problem(schema: type, prefix: str, path: str, value: Any) -> str | None:
+    """:func:`key_problem` and :func:`value_problem` for the key ``prefix.path`` of one
+    schema outside the run config (``hydra.sweeper`` and the Optuna sweeper's schema): None
+    if the key is known and the value fits, else one line."""
+    key = f"{prefix}.{path}"
     *parents, leaf = path.split(".")
     for part in parents:
         tp = _field_types(schema).get(part)
@@ -256,14 +261,11 @@ def schema_problem(schema: type, key: str, path: str, value: Any) -> str | None:
     tp = _field_types(schema).get(leaf)
     if tp is None:
         return _unknown(leaf, prefix, _public_keys(schema))
-    if _is_schema(tp) or _is_free_form(tp) or isinstance(value, str) and "${" in value:
+    if _is_schema(tp) or _is_free_form(tp) or isinstance(value, str) and "${" in value \
+            or _fits(schema, leaf, value):
         return None
-    try:
-        OmegaConf.structured(schema)[leaf] = value
-        return None
-    except OmegaConfBaseException:
-        shown = value if not isinstance(value, str) else repr(value)
-        return f"{key}={shown} is not valid: {key} takes {_describe(tp)}"
+    shown = value if not isinstance(value, str) else repr(value)
+    return f"{key}={shown} is not valid: {key} takes {_describe(tp)}"
 
 
 def _unknown(name: str, prefix: str, valid: list[str]) -> str:

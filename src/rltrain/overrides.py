@@ -16,7 +16,13 @@ import difflib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rltrain.catalogue import free_form_prefixes, key_problem, trainer_problem, value_problem
+from rltrain.catalogue import (
+    free_form_prefixes,
+    key_problem,
+    schema_problem,
+    trainer_problem,
+    value_problem,
+)
 from rltrain.config import ConfigError
 
 if TYPE_CHECKING:  # Hydra's parser is imported where it parses (prepare), for import time
@@ -193,11 +199,10 @@ def prepare(argv: list[str], conf_root: Path) -> list[str]:
 def _sweeper_problem(key: str, value: object) -> str | None:
     """An unknown key of the Optuna sweeper's settings, or a value of the wrong type, in one
     line (Hydra's own messages span three to five lines and exit 1)."""
-    from rltrain.catalogue import schema_problem
-    from rltrain.optuna_sweeper import OptunaSweeperConf
+    from rltrain.optuna_sweeper import OptunaSweeperConf  # only when that sweeper is chosen
 
-    return schema_problem(OptunaSweeperConf, key, key.removeprefix("hydra.sweeper."),
-                                value)
+    return schema_problem(OptunaSweeperConf, "hydra.sweeper",
+                          key.removeprefix("hydra.sweeper."), value)
 
 
 def _check_trainer(parsed: list[Override], algos: list[str] | None) -> None:
