@@ -154,6 +154,8 @@ def serve(path: str) -> None:
     while True:
         conn, _ = server.accept()
         data, fds = _recv_fds(conn)
+        while chunk := conn.recv(1 << 16):  # the rest of a long request, up to the client's EOF
+            data += chunk
         request = json.loads(data)
         sys.stdout.flush()
         sys.stderr.flush()
@@ -211,6 +213,7 @@ class _Server:
         conn.connect(self.path)
         request = {"argv": argv, "env": env, "cwd": cwd, "new_session": new_session}
         _send_fds(conn, json.dumps(request).encode(), fds)
+        conn.shutdown(socket.SHUT_WR)  # the request ends here; the replies still come back
         channel = _Channel(conn)
         reply = channel.line()
         assert reply is not None
