@@ -1,4 +1,5 @@
-"""Preallocated transition storage with one lane per env, each observation stored once.
+"""Preallocated transition storage with one lane per env, each observation (or each frame
+of frame-stacked observations) stored once.
 
 A lane is a circular array of the transitions of one env, in time order, so
 consecutive entries of a lane are consecutive steps of that env (what n-step
@@ -18,12 +19,33 @@ gives back exactly the next observation that was written. The newest transition 
 has no successor yet, so its next observation waits as the lane's *pending* one until the
 lane's next write decides whether it is needed.
 
+Frame stacks (``frame_stack=k > 1``: observations of shape ``(k, ...)``, as gymnasium's
+``FrameStackObservation`` gives, oldest frame first) go one step further, as DQN Zoo and
+Dopamine do: within an episode frames ``0..k-2`` of an observation are frames ``1..k-1``
+of the previous one, so a transition stores only its newest frame, ``obs[-1]``, and a
+count ``back`` (0..k-1) of the frames before it that are the newest frames of the lane's
+``back`` previous transitions; the older ones repeat the oldest of those (at an episode's
+start, ``padding_type="reset"`` repeats the reset frame). Frame ``j`` of a transition is
+the newest frame of the transition ``min(k-1-j, back)`` steps earlier in its lane; a
+transition keeps the slots of its k frames (``frame_index``, k 4-byte integers written
+with it), so rebuilding a stack is one gather of k frames, with no index arithmetic on
+the sampling path. ``back`` is not taken from the episode flags but derived from the data
+at write time: the largest count for which the rebuild gives back the written observation
+bit for bit, and a write whose observation no count rebuilds exactly (another padding, a
+wrapper that is not a frame stack) raises ``ValueError`` before anything is stored. A
+lane's frames live in their own ring of ``lane_capacity + k - 1`` slots, indexed by how
+many frames the lane has written (its serial), so the ``k - 1`` frames before a full
+lane's oldest transition (already overwritten as transitions) are still there, and so are
+a lane's newest frames after :meth:`ReplayBuffer.clear`, for an episode that goes on after
+it (an on-policy rollout).
+
 The asides live in one ring per lane, written in time order; a transition holds a
 4-byte reference into it. Transitions are overwritten oldest first and asides are written
 in the order of their transitions, so the live asides of a lane are always its newest
 ones: the ring never overwrites one that is still referenced as long as it has room for
 the live ones, and it doubles when it has not. It costs memory in proportion to the
-asides held (about one observation per episode end), not to the capacity.
+asides held (about one observation per episode end), not to the capacity. Asides and
+pending next observations are whole observations, whole stacks too.
 
 Storage is allocated with ``np.zeros`` (calloc: pages are mapped on first write), so a
 large buffer costs memory as it fills, not when it is built.
@@ -112,6 +134,36 @@ _MIN_RING = 16
 _FIELDS = ("obs", "act", "rew", "terminated", "truncated")
 
 
+def _row_fields(frame_stack: int) -> tuple[str, ...]:
+    """The per-transition rows of a state: whole observations, or (``frame_stack > 1``)
+    each transition's newest frame and its ``back`` count."""
+    return _FIELDS if frame_stack == 1 else ("frames", "back", *_FIELDS[1:])
+
+
+def _frame_shape(obs_shape: tuple[int, ...], frame_stack: int) -> tuple[int, ...]:
+    """The shape of one frame of a ``frame_stack``-frame observation; ValueError if
+    ``obs_shape`` is not that of such stacks (stack axis first)."""
+    if not isinstance(frame_stack, (int, np.integer)) or not 1 <= frame_stack <= 255:
+        raise ValueError(f"buffer frame_stack: {frame_stack!r}, expected an integer in 1..255")
+    if frame_stack > 1 and (not obs_shape or obs_shape[0] != frame_stack):
+        raise ValueError(f"buffer frame_stack={frame_stack} stores stacks of {frame_stack} "
+                         f"frames, stack axis first (shape ({frame_stack}, ...), as "
+                         "FrameStackObservation makes them), but the observations have shape "
+                         f"{tuple(obs_shape)}; frame_stack must be the length of their first "
+                         "axis, or 1 to store them whole")
+    return tuple(obs_shape[1:]) if frame_stack > 1 else tuple(obs_shape)
+
+
+def _same_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Whether each row of ``a`` equals ``b``'s bit for bit: ``(n, m)`` arrays whose rows
+    are each contiguous (frames of a block), compared in the widest words that fit a row."""
+    width = a.shape[1] * a.dtype.itemsize
+    if width == 0:
+        return np.ones(len(a), dtype=bool)
+    word = f"u{next(w for w in (8, 4, 2, 1) if width % w == 0)}"
+    return (a.view(word) == b.view(word)).all(axis=1)
+
+
 def _differing(a: np.ndarray, b: np.ndarray, row: int) -> np.ndarray:
     """The indices of the observations (``row`` elements each, flattened over the leading
     axes) of ``a`` that differ from ``b``'s bit for bit, in increasing order. Found from the
@@ -132,6 +184,17 @@ def _differing(a: np.ndarray, b: np.ndarray, row: int) -> np.ndarray:
     return rows[np.concatenate(([True], rows[1:] != rows[:-1]))]
 
 
+def _span(first: int, last: int) -> str:
+    """' 3' or 's 1..3', after 'frame'."""
+    return f" {first}" if first == last else f"s {first}..{last}"
+
+
+def _index_dtype(size: int) -> type:
+    """The integer type of indices into ``size`` slots: int32 where it holds them (k of
+    them per transition, with frame stacks)."""
+    return np.int32 if size < 2**31 else np.int64
+
+
 def _numpy(x: Any) -> np.ndarray:
     return x.numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
 
@@ -146,6 +209,12 @@ class ReplayBuffer:
     :param circular: overwrite the oldest transitions when a lane is full (replay);
         if False, a full lane raises :class:`BufferFullError` (on-policy rollouts).
     :param obs_dtype: the dtype observations are stored in (uint8 for image frames).
+    :param frame_stack: k > 1: observations are stacks of k frames, shape ``(k, ...)``
+        (gymnasium's ``FrameStackObservation``), stored one frame per transition and
+        rebuilt on reading (see the module docstring); the buffer then holds ``frames``
+        (per lane, a ring of ``lane_capacity + k - 1`` frames) and ``frame_index`` (per
+        transition, the flat slots of its k frames) instead of ``obs``. A write that cannot
+        be rebuilt exactly raises ValueError.
     """
 
     def __init__(
@@ -158,14 +227,37 @@ class ReplayBuffer:
         *,
         obs_dtype: np.dtype | type = np.float32,
         circular: bool = True,
+        frame_stack: int = 1,
     ) -> None:
         if num_lanes <= 0 or lane_capacity <= 0:
             raise ValueError("a buffer needs at least one lane and one slot per lane")
         self.num_lanes, self.lane_capacity, self.circular = num_lanes, lane_capacity, circular
         self.obs_shape, self.act_shape = tuple(obs_shape), tuple(act_shape)
+        self.frame_stack = k = int(frame_stack)
+        self.frame_shape = _frame_shape(self.obs_shape, frame_stack)
+        self.obs_dtype = np.dtype(obs_dtype)
         shape = (num_lanes, lane_capacity)
         # np.zeros, never zeros_like/full: calloc'd pages are only mapped when written
-        self.obs = np.zeros(shape + self.obs_shape, dtype=obs_dtype)
+        if k == 1:
+            self.obs = np.zeros(shape + self.obs_shape, dtype=obs_dtype)
+        else:
+            #: per lane, the newest frame of its transitions, at slot serial % frame_slots
+            self._frame_slots = lane_capacity + k - 1
+            self.frames = np.zeros((num_lanes, self._frame_slots, *self.frame_shape),
+                                   dtype=obs_dtype)
+            #: per transition: the flat slots in ``frames`` of its stack's k frames, oldest
+            #: first (0 on slots that hold no transition: a valid slot all the same)
+            index_dtype = _index_dtype(num_lanes * self._frame_slots)
+            self.frame_index: np.ndarray = np.zeros((*shape, k), dtype=index_dtype)
+            #: per lane: frames written, ever (the next frame's serial)
+            self._serial = np.zeros(num_lanes, dtype=np.int64)
+            self._frames_touched = np.zeros(num_lanes, dtype=np.int64)  # slots 0.. written
+            #: frame j of a stack is the newest frame of the transition min(k-1-j, back) back
+            self._reach = np.arange(k - 1, -1, -1, dtype=np.int64)
+            self._frames_flat = self.frames.reshape(-1, *self.frame_shape)
+            self._frame_elements = int(np.prod(self.frame_shape, dtype=np.int64))
+        #: the arrays of one row per transition slot, in state_dict order
+        self._fields = ("obs" if k == 1 else "frame_index", *_FIELDS[1:])
         self.act = np.zeros(shape + self.act_shape, dtype=act_dtype)
         self.rew = np.zeros(shape, dtype=np.float32)
         self.terminated = np.zeros(shape, dtype=bool)
@@ -196,39 +288,58 @@ class ReplayBuffer:
         n = num_lanes * lane_capacity
         # flat (lanes * capacity) views: one flat index is cheaper than 2-D fancy indexing
         self._flat = {name: getattr(self, name).reshape(n, *getattr(self, name).shape[2:])
-                      for name in (*_FIELDS, "aside_ref")}
+                      for name in (*self._fields, "aside_ref")}
 
     # ------------------------------------------------------------------ sizes
     @staticmethod
     def bytes_per_transition(obs_shape: tuple[int, ...], obs_dtype: np.dtype | type,
-                             act_shape: tuple[int, ...], act_dtype: np.dtype | type) -> int:
+                             act_shape: tuple[int, ...], act_dtype: np.dtype | type, *,
+                             frame_stack: int = 1) -> int:
         """What one stored transition costs: its observation (once), action, reward, two
-        flags and its aside reference. Each episode end adds one observation kept aside."""
-        obs = np.dtype(obs_dtype).itemsize * int(np.prod(obs_shape, dtype=np.int64))
+        flags and its aside reference; with ``frame_stack`` k > 1, one frame (``obs_shape[1:]``)
+        instead of the observation, and the slots of its k frames (4 bytes each). Each episode
+        end adds one observation kept aside; with k > 1, each lane k - 1 frames."""
+        frame = _frame_shape(tuple(obs_shape), frame_stack)
+        obs = np.dtype(obs_dtype).itemsize * int(np.prod(frame, dtype=np.int64))
         act = np.dtype(act_dtype).itemsize * int(np.prod(act_shape, dtype=np.int64))
-        return obs + act + 4 + 1 + 1 + np.dtype(np.uint32).itemsize
+        index = frame_stack * np.dtype(np.int32).itemsize if frame_stack > 1 else 0
+        return obs + index + act + 4 + 1 + 1 + np.dtype(np.uint32).itemsize
+
+    def _frame_bytes(self) -> int:
+        """What one frame (k > 1) or one observation costs."""
+        return self.obs_dtype.itemsize * int(np.prod(self.frame_shape, dtype=np.int64))
 
     def nominal_bytes(self) -> int:
-        """The bytes the full buffer would hold, asides aside."""
-        return self.num_lanes * self.lane_capacity * self.bytes_per_transition(
-            self.obs_shape, self.obs.dtype, self.act_shape, self.act.dtype)
+        """The bytes the full buffer would hold, asides aside (with frame stacks, each lane's
+        ring of frames holds k - 1 more than it has transitions)."""
+        per = self.bytes_per_transition(self.obs_shape, self.obs_dtype, self.act_shape,
+                                        self.act.dtype, frame_stack=self.frame_stack)
+        extra = self.num_lanes * (self.frame_stack - 1) * self._frame_bytes()
+        return self.num_lanes * self.lane_capacity * per + extra
 
     def resident_bytes(self) -> int:
         """An estimate of the memory actually held now: the slots ever written (pages are
         mapped on first write and stay mapped after :meth:`clear`), the aside ring's written
         slots, and the small per-lane arrays."""
-        per = self.nominal_bytes() // (self.num_lanes * self.lane_capacity)
+        per = self.bytes_per_transition(self.obs_shape, self.obs_dtype, self.act_shape,
+                                        self.act.dtype, frame_stack=self.frame_stack)
         ring_slots = np.minimum(self._aside_head - self._ring_base, self._asides.shape[1])
         obs_bytes = self.pending[0].nbytes
         small = sum(a.nbytes for a in (self.ptr, self.size, self.pending, self._aside_head,
                                        self._aside_floor, self._ring_base, self._touched))
-        return int(per * self._touched.sum() + obs_bytes * ring_slots.sum() + small)
+        slots = per * int(self._touched.sum())
+        if self.frame_stack > 1:  # frames are written to their own ring
+            slots += self._frame_bytes() * int(self._frames_touched.sum() - self._touched.sum())
+            small += self._serial.nbytes + self._frames_touched.nbytes
+        return int(slots + obs_bytes * ring_slots.sum() + small)
 
     def __len__(self) -> int:
         return int(self.size.sum())
 
     def clear(self) -> None:
-        """Forget every transition (nothing stays pending); memory stays allocated."""
+        """Forget every transition (nothing stays pending); memory stays allocated. With
+        frame stacks, each lane's newest frames stay the frames before its next transition's,
+        so that an episode may go on across a clear (an on-policy rollout's)."""
         refs = self.aside_ref[:, : int(self.size.max(initial=0))]
         refs[refs != 0] = 0  # keep the invariant; writing only those maps no new page
         self.ptr[:] = 0
@@ -273,6 +384,10 @@ class ReplayBuffer:
 
         :raises BufferFullError: if a lane of an append-only buffer would overflow; then
             nothing is written.
+        :raises ValueError: (``frame_stack`` > 1) an observation that cannot be rebuilt
+            from its newest frame and its lane's previous ones; then nothing of this block
+            is written (of a block larger than the parts it is written in, the parts before
+            that observation's are).
         """
         steps, cap = len(rew), self.lane_capacity
         if steps == 0:
@@ -297,17 +412,34 @@ class ReplayBuffer:
             valid = np.asarray(valid, dtype=bool)
             if valid.all():
                 valid = None
-        obs = np.asarray(obs, dtype=self.obs.dtype)
-        next_obs = np.asarray(next_obs, dtype=self.obs.dtype)
+        stacked = self.frame_stack > 1
+        # frames are compared row by row: each must be contiguous (usually no copy)
+        obs = (np.ascontiguousarray(obs, dtype=self.obs_dtype) if stacked else
+               np.asarray(obs, dtype=self.obs_dtype))
+        next_obs = np.asarray(next_obs, dtype=self.obs_dtype)
         fields = {"obs": obs, "act": act, "rew": rew, "terminated": terminated,
                   "truncated": truncated}
         start = int(self.ptr[0])
         if valid is None and self._lockstep and start + steps <= cap:
             # the collector's usual block: every lane writes the same run of slots
+            if stacked:  # checked before anything is written
+                back, newest = self._back_of_full_block(obs)
+                del fields["obs"]
+                fields["frame_index"] = self._frame_index_of(
+                    np.arange(self.num_lanes), self._serial + np.arange(steps)[:, None], back)
             ts, ls, values = self._asides_of_full_block(obs, next_obs)
             run = slice(start, start + steps)
             for name, value in fields.items():
                 getattr(self, name)[:, run] = np.asarray(value).swapaxes(0, 1)
+            if stacked:
+                serial = int(self._serial[0]) % self._frame_slots
+                if serial + steps <= self._frame_slots and (self._serial == self._serial[0]).all():
+                    self.frames[:, serial : serial + steps] = newest.swapaxes(0, 1)
+                else:
+                    self._store_frames(newest.reshape(-1, *self.frame_shape),
+                                       np.arange(steps * self.num_lanes) % self.num_lanes,
+                                       (self._serial + np.arange(steps)[:, None]).reshape(-1))
+                self._count_frames(steps)
             self.aside_ref[:, run] = 0
             self.aside_ref[:, start - 1] = 0  # the pending transitions are resolved
             if len(ts):
@@ -337,7 +469,12 @@ class ReplayBuffer:
         flat = (self._lane_base + pos).reshape(-1)
         entries = {k: np.asarray(v).reshape(-1, *np.shape(v)[2:]) for k, v in fields.items()}
         nxt = next_obs.reshape(-1, *self.obs_shape)
+        if stacked:  # the serial number of each step's frame in its lane
+            serials = (self._serial + counts - 1).reshape(-1)
         if valid is None:
+            if stacked:  # checked before anything is written
+                back, newest = self._back_of_full_block(obs)
+                entry_lanes = np.arange(len(flat)) % self.num_lanes
             ts, ls, values = self._asides_of_full_block(obs, next_obs)
             owners = flat.take(ts * self.num_lanes + ls) - 1  # the lane's previous slot
             owners[pos[ts, ls] == 0] += cap
@@ -346,6 +483,10 @@ class ReplayBuffer:
             idx = np.flatnonzero(valid)  # time-major: each lane's steps in time order
             flat = flat.take(idx)
             entries = {k: v.take(idx, axis=0) for k, v in entries.items()}
+            if stacked:  # checked before anything is written
+                entry_lanes, serials = idx % self.num_lanes, serials.take(idx)
+                back, newest = self._back_of_masked_block(entries["obs"], idx, entry_lanes,
+                                                          serials)
             hit, ls, values, last = self._asides_of_masked_block(entries["obs"], nxt, valid,
                                                                  idx)
             owners = flat.take(hit) - 1  # the lane's previous slot
@@ -353,6 +494,11 @@ class ReplayBuffer:
             # each lane's newest written step waits for its successor
             lanes = np.flatnonzero(added)
             self.pending[lanes] = nxt.take(last[lanes] * self.num_lanes + lanes, axis=0)
+        if stacked:
+            del entries["obs"]
+            entries["frame_index"] = self._frame_index_of(entry_lanes, serials, back.reshape(-1))
+            self._store_frames(newest.reshape(-1, *self.frame_shape), entry_lanes, serials)
+            self._count_frames(added)
         for name, value in entries.items():
             self._flat[name][flat] = value
         ref = self._flat["aside_ref"]
@@ -434,6 +580,113 @@ class ReplayBuffer:
             hit = hit[(prev[hit] >= 0) | (self.size[lane[hit]] > 0)]
         return hit, lane.take(hit), before.take(hit, axis=0), before_t[-1]
 
+    # ------------------------------------------------------------------ frame stacks
+    def _lane_frames(self, n: int) -> np.ndarray:
+        """Each lane's ``n`` newest frames (whether or not their transitions are still stored,
+        or were cleared), oldest first: ``(lanes, n, ...)``."""
+        serials = self._serial[:, None] + np.arange(-n, 0)
+        return self._frames_flat.take(self._frame_slot(np.arange(self.num_lanes)[:, None],
+                                                       serials), axis=0)
+
+    def _frame_slot(self, lanes: np.ndarray, serials: np.ndarray) -> np.ndarray:
+        """The flat slot of frames ``serials`` (any integers: modulo the ring) of ``lanes``."""
+        return lanes * self._frame_slots + serials % self._frame_slots
+
+    def _frame_index_of(self, lanes: np.ndarray, serials: np.ndarray, back: np.ndarray
+                        ) -> np.ndarray:
+        """The ``frame_index`` rows (``(..., k)``) of transitions of ``lanes`` whose newest
+        frames have ``serials``, with ``back`` counts: frame j is the newest frame of the
+        transition ``min(k-1-j, back)`` earlier."""
+        back = np.minimum(self._reach, np.asarray(back)[..., None])
+        return self._frame_slot(np.asarray(lanes)[..., None], serials[..., None] - back)
+
+    def _store_frames(self, newest: np.ndarray, lanes: np.ndarray, serials: np.ndarray
+                      ) -> None:
+        self._frames_flat[self._frame_slot(lanes, serials)] = newest
+
+    def _count_frames(self, added: int | np.ndarray) -> None:
+        self._serial += added
+        np.maximum(self._frames_touched, np.minimum(self._serial, self._frame_slots),
+                   out=self._frames_touched)
+
+    def _back_of_full_block(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For a block where every lane writes every step (``(T, lanes, k, ...)``
+        observations, contiguous): each step's ``back`` count ``(T, lanes)`` and its newest
+        frame ``(T, lanes, ...)``. The frames before step t's newest are the newest of steps
+        t - 1, t - 2, ..., then the lane's newest stored ones."""
+        k, (steps, lanes) = self.frame_stack, obs.shape[:2]
+        ext = np.empty((k - 1 + steps, lanes, *self.frame_shape), dtype=self.obs_dtype)
+        ext[: k - 1] = self._lane_frames(k - 1).swapaxes(0, 1)
+        ext[k - 1 :] = obs[:, :, -1]
+        rows = ext.reshape(k - 1 + steps, lanes * self._frame_elements)
+        before = [rows[k - 1 - i : k - 1 - i + steps].reshape(steps * lanes, -1)
+                  for i in range(1, k)]
+        stacks = obs.reshape(steps * lanes, k, self._frame_elements)
+        return self._back_of(stacks, before, None).reshape(steps, lanes), ext[k - 1 :]
+
+    def _back_of_masked_block(self, obs_w: np.ndarray, idx: np.ndarray, lanes: np.ndarray,
+                              serials: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`_back_of_full_block` for the written entries of a masked block: flat
+        ``idx`` (time-major) of ``lanes``, whose frames get ``serials``; observations
+        ``obs_w``. Each lane's frames, its newest stored ones first, are laid end to end."""
+        k, n = self.frame_stack, len(idx)
+        added = np.bincount(lanes, minlength=self.num_lanes)
+        base = np.arange(self.num_lanes) * (k - 1) + np.cumsum(added) - added
+        at = base[lanes] + (k - 1) + (serials - self._serial[lanes])
+        ext = np.empty((self.num_lanes * (k - 1) + n, self._frame_elements),
+                       dtype=self.obs_dtype)
+        ext[(base[:, None] + np.arange(k - 1)).reshape(-1)] = self._lane_frames(k - 1).reshape(
+            -1, self._frame_elements)
+        stacks = obs_w.reshape(n, k, self._frame_elements)
+        ext[at] = stacks[:, -1]
+        before = [ext.take(at - i, axis=0) for i in range(1, k)]
+        return self._back_of(stacks, before, idx), obs_w[:, -1]
+
+    def _back_of(self, stacks: np.ndarray, before: list[np.ndarray], idx: np.ndarray | None
+                 ) -> np.ndarray:
+        """The ``back`` count of each of ``stacks`` (``(n, k, m)``, rows of m elements):
+        the largest b such that its frames k-1-b .. k-2 are the newest frames of its lane's
+        b previous transitions (``before[i - 1]``: the i-th previous one's, ``(n, m)``). The
+        rebuild is exact if frames 0 .. k-1-b are equal too (a reset padding repeats an
+        episode's first frame); if they are not, no smaller count rebuilds it either.
+
+        :raises ValueError: an observation that has no such count, described, with the fix;
+            ``idx`` (flat, time-major; None: ``arange(n)``) places it in the block.
+        """
+        k = self.frame_stack
+        back = np.zeros(len(stacks), dtype=np.uint8)
+        run = np.ones(len(stacks), dtype=bool)
+        for i in range(1, k):
+            run &= _same_rows(stacks[:, k - 1 - i], before[i - 1])
+            back += run
+        short = np.flatnonzero(back < k - 1)  # episode starts, mostly: check their padding
+        if len(short):
+            sub = stacks.take(short, axis=0)
+            pad = np.zeros(len(short), dtype=np.int64)  # frames 0..pad are equal
+            run = np.ones(len(short), dtype=bool)
+            for j in range(k - 1):
+                run &= _same_rows(sub[:, j], sub[:, j + 1])
+                pad += run
+            wrong = np.flatnonzero(pad < k - 1 - back[short])
+            if len(wrong):
+                first = int(short[wrong[0]])
+                step, env = divmod(first if idx is None else int(idx[first]), self.num_lanes)
+                b = int(back[first])
+                follow = (f"only its frame{_span(k - 1 - b, k - 2)} "
+                          f"follow{'s' * (b == 1)} on from the env's previous frames" if b else
+                          f"its frame {k - 2} is not the env's previous frame")
+                raise ValueError(
+                    f"buffer frame_stack={k} stores each frame once, but the observation of "
+                    f"env {env} at step {step} of this write ({len(wrong)} in all) is neither "
+                    f"a stack of {k} frames that follows on from its env's previous one nor "
+                    f"an episode's first one: {follow} and its frame{_span(0, k - 1 - b)} "
+                    "are not all equal (a reset padding). Within an episode frames "
+                    f"0..{k - 2} must be the previous observation's 1..{k - 1}, and before an "
+                    "episode's first frame the stack repeats it (FrameStackObservation's "
+                    "padding_type='reset'); store other observations (another padding, a "
+                    "wrapper that is not a frame stack) whole with buffer.frame_stack=1")
+        return back
+
     def _keep_asides(self, ls: np.ndarray, owners: np.ndarray, values: np.ndarray) -> None:
         """Write next observations ``values`` (of lanes ``ls``, each lane's in time order)
         into their lanes' rings, and point the transitions (flat ``owners``) at them."""
@@ -497,9 +750,17 @@ class ReplayBuffer:
         slot = lanes * size + ((refs - 1) & max(size - 1, 0)).astype(np.int64)
         return ring.reshape(-1, *self.obs_shape).take(slot, axis=0)
 
+    def _stacks(self, flat: np.ndarray) -> np.ndarray:
+        """The observations of the transitions at flat indices ``flat``: the stored rows, or
+        (frame stacks) each rebuilt from its lane's frames, one gather of k frames. Any slot
+        gives some observation (a slot that holds no transition, garbage)."""
+        if self.frame_stack == 1:
+            return self._flat["obs"].take(flat, axis=0)
+        return self._frames_flat.take(self._flat["frame_index"].take(flat, axis=0), axis=0)
+
     def obs_at(self, lanes: np.ndarray, positions: np.ndarray) -> np.ndarray:
         """The observations of stored transitions ``(lanes[i], positions[i])``."""
-        return self._flat["obs"].take(self._lane_base[lanes] + positions, axis=0)
+        return self._stacks(self._lane_base[lanes] + positions)
 
     def act_at(self, lanes: np.ndarray, positions: np.ndarray) -> np.ndarray:
         return self._flat["act"].take(self._lane_base[lanes] + positions, axis=0)
@@ -516,14 +777,14 @@ class ReplayBuffer:
         batch reads, gathered with one index computation (the sampling hot path)."""
         flat = self._lane_base[lanes] + positions
         f = self._flat
-        return (f["obs"].take(flat, axis=0), f["act"].take(flat, axis=0), f["rew"].take(flat),
+        return (self._stacks(flat), f["act"].take(flat, axis=0), f["rew"].take(flat),
                 f["terminated"].take(flat), self._next_obs(flat, lanes, positions))
 
     def _next_obs(self, flat: np.ndarray, lanes: np.ndarray, positions: np.ndarray
                   ) -> np.ndarray:
         succ = flat + 1
         succ[positions == self.lane_capacity - 1] -= self.lane_capacity
-        out = self._flat["obs"].take(succ, axis=0)
+        out = self._stacks(succ)
         ref = self._flat["aside_ref"].take(flat)
         if ref.any():  # asides, and lanes' newest transitions (a pending one)
             special = np.flatnonzero(ref)
@@ -554,7 +815,7 @@ class ReplayBuffer:
 
     def obs_at_flat(self, flat: np.ndarray) -> np.ndarray:
         """The observations at flat indices (a window's), without recomputing them."""
-        return self._flat["obs"].take(flat, axis=0)
+        return self._stacks(flat)
 
     def act_at_flat(self, flat: np.ndarray) -> np.ndarray:
         return self._flat["act"].take(flat, axis=0)
@@ -569,8 +830,17 @@ class ReplayBuffer:
             raise RuntimeError("rollout() reads append-only storage; this buffer is circular")
         t = int(self.size.max(initial=0))
         valid = np.arange(t)[None, :] < self.size[:, None]
-        next_obs = np.empty((self.num_lanes, t, *self.obs_shape), dtype=self.obs.dtype)
-        next_obs[:, : min(t, self.lane_capacity - 1)] = self.obs[:, 1 : t + 1]
+        if self.frame_stack == 1:
+            obs = self.obs[:, :t]
+            next_obs = np.empty((self.num_lanes, t, *self.obs_shape), dtype=self.obs_dtype)
+            next_obs[:, : min(t, self.lane_capacity - 1)] = self.obs[:, 1 : t + 1]
+        else:  # rebuilt: each slot's, then its successor slot's (past a lane's newest:
+            # garbage, replaced below)
+            flat = self._lane_base[:, None] + np.arange(t)
+            obs = self._stacks(flat)
+            obs[~valid] = 0
+            next_obs = self._stacks(self._lane_base[:, None] + np.arange(1, t + 1)
+                                    % self.lane_capacity)
         ref = self.aside_ref[:, :t]
         ls, ks = np.nonzero((ref != 0) & (ref != _PENDING))
         if len(ls):
@@ -579,7 +849,7 @@ class ReplayBuffer:
         next_obs[lanes, self.size[lanes] - 1] = self.pending[lanes]
         next_obs[~valid] = 0
         return Rollout(
-            obs=self.obs[:, :t],
+            obs=obs,
             act=self.act[:, :t],
             rew=self.rew[:, :t],
             next_obs=next_obs,
@@ -589,28 +859,41 @@ class ReplayBuffer:
         )
 
     # ------------------------------------------------------------------ state
-    def _time_order(self) -> tuple[np.ndarray, np.ndarray]:
-        """The lane and flat index of every stored transition, lane after lane, each lane
-        oldest first."""
+    def _time_order(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The lane, flat index and age (0: the lane's oldest) of every stored transition,
+        lane after lane, each lane oldest first."""
         size = self.size
         lanes = np.repeat(np.arange(self.num_lanes), size)
-        k = np.arange(len(lanes)) - np.repeat(np.cumsum(size) - size, size)
-        return lanes, self._lane_base[lanes] + (self.oldest()[lanes] + k) % self.lane_capacity
+        age = np.arange(len(lanes)) - np.repeat(np.cumsum(size) - size, size)
+        rows = self._lane_base[lanes] + (self.oldest()[lanes] + age) % self.lane_capacity
+        return lanes, rows, age
 
     def state_dict(self) -> dict[str, Any]:
         """The filled part only, as tensors: every stored transition, lanes one after another
         in time order (``size`` says how many per lane), the asides they reference (by row),
         each lane's pending next observation, and ``ptr``, so that positions (and so samples
         and priorities) are the same after loading. Building it copies the stored part once.
+        With frame stacks, each transition's newest frame (``frames``) and ``back`` count
+        stand for its observation, and ``history`` holds each lane's k - 1 frames before its
+        oldest transition's.
         """
-        lanes, rows = self._time_order()
+        lanes, rows, age = self._time_order()
         ref = self._flat["aside_ref"][rows]
         has = (ref > 0) & (ref != _PENDING)
         asides = self._aside_of(lanes[has], ref[has])
         pending = self.pending.copy()
         pending[self.size == 0] = 0
-        state = {name: self._flat[name][rows] for name in _FIELDS}
-        state.update(lane_capacity=np.array(self.lane_capacity), ptr=self.ptr.copy(),
+        state = {name: self._flat[name][rows] for name in self._fields}
+        if self.frame_stack > 1:
+            index = state.pop("frame_index")
+            earlier = (self._serial - self.size)[:, None] + np.arange(1 - self.frame_stack, 0)
+            state = {"frames": self._frames_flat[index[:, -1]],
+                     # frame 0 is back (at most k - 1) frames before the newest
+                     "back": ((index[:, -1] - index[:, 0]) % self._frame_slots).astype(np.uint8),
+                     **state, "history": self._frames_flat[self._frame_slot(
+                         np.arange(self.num_lanes)[:, None], earlier)]}
+        state.update(frame_stack=np.array(self.frame_stack),
+                     lane_capacity=np.array(self.lane_capacity), ptr=self.ptr.copy(),
                      size=self.size.copy(), aside_rows=np.flatnonzero(has), asides=asides,
                      pending=pending)
         return {k: torch.from_numpy(v) for k, v in state.items()}  # fresh arrays
@@ -620,8 +903,16 @@ class ReplayBuffer:
         and ``next_obs`` arrays, ``ptr``, ``size``, ``rng``; its ``rng`` is ignored: the
         sampler owns the draws now).
 
-        :raises ValueError: a field that is missing or does not fit this buffer, named.
+        :raises ValueError: a field that is missing or does not fit this buffer, named (a
+            state of a buffer with another ``frame_stack``: that field).
         """
+        k, stored_k = self.frame_stack, _frame_stack_of(state)
+        if stored_k != k:
+            held = (f"{stored_k}-frame stacks frame by frame" if stored_k > 1 else
+                    "whole observations")
+            raise ValueError(f"buffer frame_stack: the state holds {held} (frame_stack="
+                             f"{stored_k}), this buffer has frame_stack={k}; load it into a "
+                             f"buffer with frame_stack={stored_k}")
         if "next_obs" in state:
             expected = {"obs": self.obs.shape, "next_obs": self.obs.shape,
                         "act": self.act.shape, "rew": self.rew.shape,
@@ -641,22 +932,36 @@ class ReplayBuffer:
             if got != want:
                 what = "lane_capacity" if name == "lane_capacity" else "lanes"
                 raise ValueError(f"buffer {name}: stored {got} {what}, expected {want}")
-        for name, tail in (("obs", self.obs_shape), ("act", self.act_shape),
-                           ("asides", self.obs_shape), ("pending", self.obs_shape)):
+        for name, tail in (("obs" if k == 1 else "frames", self.frame_shape),
+                           ("act", self.act_shape), ("asides", self.obs_shape),
+                           ("pending", self.obs_shape)):
             if s[name].shape[1:] != tail:
                 raise ValueError(f"buffer {name}: stored shape {s[name].shape}, expected "
                                  f"(n, {', '.join(map(str, tail))})")
+        if k > 1 and s["history"].shape[2:] != self.frame_shape:
+            raise ValueError(f"buffer history: stored shape {s['history'].shape}, expected "
+                             f"{(self.num_lanes, k - 1, *self.frame_shape)}")
         self.clear()
         self.ptr[:], self.size[:] = s["ptr"], s["size"]
-        lanes, rows = self._time_order()
-        for name in _FIELDS:
+        lanes, rows, age = self._time_order()
+        for name in _FIELDS[1:]:
             self._flat[name][rows] = s[name]
+        if k == 1:
+            self._flat["obs"][rows] = s["obs"]
+        else:  # frame serials from 0: the history's, then the transitions' in time order
+            self._serial[:] = self.size + k - 1
+            self._store_frames(s["history"].reshape(-1, *self.frame_shape),
+                               np.repeat(np.arange(self.num_lanes), k - 1),
+                               np.tile(np.arange(k - 1), self.num_lanes))
+            self._store_frames(s["frames"], lanes, k - 1 + age)
+            self._flat["frame_index"][rows] = self._frame_index_of(lanes, k - 1 + age, s["back"])
+            self._count_frames(0)
         self.pending[...] = s["pending"]
         aside_lanes = lanes[s["aside_rows"]]
         count = np.bincount(aside_lanes, minlength=self.num_lanes)
         # serials 0.. per lane, in a ring just large enough (it grows when written to)
         ring = _pow2(int(count.max(initial=0))) if len(aside_lanes) else 0
-        self._asides = np.zeros((self.num_lanes, ring, *self.obs_shape), dtype=self.obs.dtype)
+        self._asides = np.zeros((self.num_lanes, ring, *self.obs_shape), dtype=self.obs_dtype)
         serial = np.arange(len(aside_lanes)) - (np.cumsum(count) - count)[aside_lanes]
         self._asides[aside_lanes, serial] = s["asides"]
         self._flat["aside_ref"][rows[s["aside_rows"]]] = serial + 1
@@ -672,10 +977,24 @@ class ReplayBuffer:
 
 
 # ---------------------------------------------------------------------- state formats
+def _frame_stack_of(state: Mapping[str, Any]) -> int:
+    """The ``frame_stack`` of the buffer that a state comes from (1 where the state has no
+    such field: the formats before it, whose rows are whole observations)."""
+    if "frame_stack" not in state:
+        return 1
+    k = _numpy(state["frame_stack"])
+    if k.shape != () or k.dtype.kind not in "iu" or not 1 <= int(k) <= 255:
+        raise ValueError(f"buffer frame_stack: {k!r} is not an integer in 1..255")
+    return int(k)
+
+
 def _checked_state(state: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """A :meth:`ReplayBuffer.state_dict` as numpy arrays, checked for consistency on its
     own (each lane's counters, the row counts); ValueError naming the field otherwise."""
-    names = ("lane_capacity", "ptr", "size", *_FIELDS, "aside_rows", "asides", "pending")
+    k = _frame_stack_of(state)
+    rows_fields = _row_fields(k)
+    names = ("lane_capacity", "ptr", "size", *rows_fields, "aside_rows", "asides", "pending",
+             *(("history",) if k > 1 else ()))
     for name in names:
         if name not in state:
             raise ValueError(f"buffer state has no {name!r}")
@@ -698,10 +1017,21 @@ def _checked_state(state: Mapping[str, Any]) -> dict[str, np.ndarray]:
         raise ValueError(f"buffer ptr: {ptr.tolist()} does not fit size {size.tolist()} "
                          f"(a lane that is not full has ptr == size)")
     n = int(size.sum())
-    for name in _FIELDS:
+    for name in rows_fields:
         if len(s[name]) != n:
             raise ValueError(f"buffer {name}: shape {s[name].shape}, expected {n} rows "
                              "(the sum of size)")
+    if k > 1:
+        back, history = s["back"], s["history"]
+        if back.ndim != 1 or back.dtype.kind not in "iu" or (
+                n and (back.min() < 0 or back.max() > k - 1)):
+            raise ValueError(f"buffer back: expected one integer in 0..{k - 1} per row "
+                             f"(frame_stack={k})")
+        if history.shape[:2] != (len(size), k - 1) or history.shape[2:] != s["frames"].shape[1:]:
+            raise ValueError(f"buffer history: shape {history.shape}, expected "
+                             f"{(len(size), k - 1, *s['frames'].shape[1:])} (lanes, "
+                             "frame_stack - 1, a frame)")
+    s["frame_stack"] = np.array(k)
     rows = s["aside_rows"]
     ends = np.cumsum(size) - 1
     if rows.ndim != 1 or (len(rows) and (rows.dtype.kind not in "iu" or rows.min() < 0
@@ -756,21 +1086,22 @@ def _from_old_format(state: Mapping[str, Any]) -> dict[str, np.ndarray]:
     pending = np.zeros((num_lanes, *old["obs"].shape[2:]), dtype=old["obs"].dtype)
     pending[size > 0] = nxt[ends]
     aside_rows = np.flatnonzero(aside)
-    return {"lane_capacity": np.array(cap), "ptr": ptr, "size": size,
+    return {"frame_stack": np.array(1), "lane_capacity": np.array(cap), "ptr": ptr, "size": size,
             **{name: flat[name] for name in _FIELDS},
             "aside_rows": aside_rows, "asides": nxt[aside_rows], "pending": pending}
 
 
 def stored_transitions(state: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    """Every transition of a buffer's state (today's format or the previous release's),
-    lanes one after another, each in time order, with its next observation: ``obs``,
-    ``act``, ``rew``, ``next_obs``, ``terminated``, ``truncated`` (one row per transition)
-    and ``size`` (how many rows each lane has).
+    """Every transition of a buffer's state (today's format, frame stacks included, or the
+    previous release's), lanes one after another, each in time order, with its next
+    observation: ``obs``, ``act``, ``rew``, ``next_obs``, ``terminated``, ``truncated`` (one
+    row per transition; frame stacks rebuilt) and ``size`` (how many rows each lane has).
 
     :raises ValueError: a damaged state, naming the field.
     """
     s = _from_old_format(state) if "next_obs" in state else _checked_state(state)
-    obs, size = s["obs"], s["size"]
+    obs = s["obs"] if int(s["frame_stack"]) == 1 else _stacks_of_state(s)
+    size = s["size"]
     next_obs = np.empty_like(obs)
     next_obs[:-1] = obs[1:]
     filled = size > 0
@@ -778,3 +1109,19 @@ def stored_transitions(state: Mapping[str, Any]) -> dict[str, np.ndarray]:
     next_obs[s["aside_rows"]] = s["asides"]
     return {"obs": obs, "act": s["act"], "rew": s["rew"], "next_obs": next_obs,
             "terminated": s["terminated"], "truncated": s["truncated"], "size": size}
+
+
+def _stacks_of_state(s: Mapping[str, np.ndarray]) -> np.ndarray:
+    """The observations of a checked frame-stack state's transitions, in its row order:
+    each lane's history and frames laid end to end, then one gather of k frames each."""
+    k, size, frames = int(s["frame_stack"]), s["size"], s["frames"]
+    lanes = np.repeat(np.arange(len(size)), size)
+    start = np.cumsum(size) - size
+    base = np.arange(len(size)) * (k - 1) + start  # where each lane's history begins
+    ext = np.empty((len(frames) + len(size) * (k - 1), *frames.shape[1:]), dtype=frames.dtype)
+    ext[(base[:, None] + np.arange(k - 1)).reshape(-1)] = s["history"].reshape(
+        -1, *frames.shape[1:])
+    at = base[lanes] + (k - 1) + np.arange(len(lanes)) - start[lanes]
+    ext[at] = frames
+    back = np.minimum(np.arange(k - 1, -1, -1), s["back"].astype(np.int64)[:, None])
+    return ext.take(at[:, None] - back, axis=0)
