@@ -18,6 +18,7 @@ test suite, tests/test_docs.py) instead of vanishing from the page as an HTML co
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import subprocess
@@ -32,6 +33,10 @@ from mkdocs.exceptions import PluginError
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
+
+#: the package of an env's entry point -> the rltrain extra it needs (rltrain.envs.EXTRAS)
+ENV_EXTRAS = (("gymnasium.envs.mujoco", "mujoco"), ("gymnasium.envs.box2d", "box2d"),
+              ("ale_py", "atari"), ("minatar", "minatar"), ("minigrid", "minigrid"))
 
 #: a whole line ``<!-- live: WHAT [ARG] -->``
 DIRECTIVE = re.compile(r"^<!--\s*live:\s*(?P<what>\S+)(?:[ \t]+(?P<arg>[^\n]*?))?\s*-->[ \t]*$",
@@ -193,13 +198,16 @@ def envs_table() -> str:
                         "threshold, or `env.reward_threshold` |")
             continue
         try:
+            for module in cfg.get("imports") or []:  # they register their ids (ale_py...)
+                importlib.import_module(module)
             spec = gymnasium.spec(env_id)
         except Exception as e:  # noqa: BLE001 - any lookup failure names the file
             raise PluginError(f"conf/env/{path.name}: gymnasium does not know {env_id!r}: "
                               f"{e}") from None
         entry = str(spec.entry_point)
-        extra = next((f"`{name}`" for name in ("mujoco", "box2d")
-                      if entry.startswith(f"gymnasium.envs.{name}")), "")
+        extra = next((f"`{name}`" for package, name in ENV_EXTRAS
+                      if entry == package or entry.startswith((f"{package}.", f"{package}:"))),
+                     "")
         own = cfg.get("reward_threshold")
         if own is not None:
             solved = f"{own:,g} (rltrain's: none registered; `conf/env/{path.name}` says why)"

@@ -86,11 +86,14 @@ def test_env_configs_name_the_extra_they_need() -> None:
     """Every env config whose env needs an extra says so, with the same pip install."""
     checked = set()
     for path in sorted((TESTS.parent / "conf" / "env").glob("*.yaml")):
-        env_id = yaml.safe_load(path.read_text()).get("id")
+        config = yaml.safe_load(path.read_text())
+        env_id = config.get("id")
         if not isinstance(env_id, str) or env_id == "???":
             continue
+        for module in config.get("imports") or []:  # they register the ids (ale_py...)
+            importlib.import_module(module)
         extra = needed_extra(gym.spec(env_id))
         if extra is not None:
             assert f'pip install -e ".[{extra}]"' in path.read_text(), path.name
             checked.add(extra)
-    assert checked == {"mujoco", "box2d"}
+    assert checked == {"mujoco", "box2d", "atari", "minatar", "minigrid"}

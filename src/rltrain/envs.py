@@ -21,8 +21,9 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
 
-from rltrain.config import ConfigError, EnvConfig, split_id, wrapper_entry
+from rltrain.config import ConfigError, EnvConfig, split_id, train_only, wrapper_entry
 from rltrain.core import DEFAULT_MAX_EPISODE_STEPS, SpaceInfo
+from rltrain.observations import ObservationSpaceError, layout, stored_shape
 
 
 def env_seeds(seed: int, num_train_envs: int) -> tuple[int, int]:
@@ -43,6 +44,12 @@ def _import(module: str, what: str) -> Any:
     try:
         return importlib.import_module(module)
     except ModuleNotFoundError as e:
+        top = module.partition(".")[0]
+        extra = IMPORT_EXTRAS.get(top)
+        if extra is not None and (e.name or "").partition(".")[0] == top:  # not a dependency's
+            raise ConfigError(f"{what}: {module} is rltrain's {extra} extra, which is not "
+                              f'installed: pip install -e ".[{extra}]" (from a checkout) or '
+                              f'pip install "rltrain[{extra}]"') from None
         raise ConfigError(f"{what}: could not import {module!r} ({e}); is the package installed, "
                           "or in the directory you run rltrain from?") from None
     except SyntaxError as e:
@@ -90,7 +97,7 @@ def registered_threshold_caveats(cfg: EnvConfig) -> list[str]:
     was set for the env's own rewards and time limit, so a reward wrapper in ``env.wrappers``
     or another ``env.max_episode_steps`` can put it out of reach (or make it trivial)."""
     out = [f"env.wrappers changes the rewards ({spec.label})"
-           for spec in resolve_wrappers(list(cfg.wrappers))
+           for spec in run_wrappers(cfg, train=False)  # the returns tests report
            if isinstance(spec.factory, type) and issubclass(
                spec.factory, (gym.RewardWrapper, gym.wrappers.NormalizeReward))]
     registered = _spec(cfg.id).max_episode_steps
@@ -101,7 +108,10 @@ def registered_threshold_caveats(cfg: EnvConfig) -> list[str]:
 
 
 #: rltrain's extras, by the package of gymnasium's envs that needs them (pyproject.toml)
-EXTRAS = {"gymnasium.envs.mujoco": "mujoco", "gymnasium.envs.box2d": "box2d"}
+EXTRAS = {"gymnasium.envs.mujoco": "mujoco", "gymnasium.envs.box2d": "box2d",
+          "ale_py": "atari", "minatar": "minatar", "minigrid": "minigrid"}
+#: rltrain's extras, by the package an env file imports to register its envs (env.imports)
+IMPORT_EXTRAS = {"ale_py": "atari", "minatar": "minatar", "minigrid": "minigrid"}
 
 
 def needed_extra(spec: gym.envs.registration.EnvSpec) -> str | None:
@@ -160,22 +170,31 @@ class WrapperSpec:
     kwargs: dict[str, Any]
     #: wraps the whole vector env (a gymnasium VectorWrapper) rather than each env
     vector: bool
+    #: the entry's place, for messages: ``env.wrappers[2]``
+    where: str = "env.wrappers"
+    #: wraps the training envs alone (``train_only: true``)
+    train_only: bool = False
 
 
 def resolve_wrappers(entries: list[Any]) -> list[WrapperSpec]:
     """``env.wrappers`` entries: ``"gymnasium.wrappers.FlattenObservation"`` (a bare class
-    name means gymnasium's), ``{name: ..., kwargs: {...}}`` or Hydra's
-    ``{_target_: ..., key: value}``."""
+    name means gymnasium's), ``{name: ..., kwargs: {...}}`` (``train_only: true``: for the
+    training envs alone) or Hydra's ``{_target_: ..., key: value}``."""
     out = []
     for i, entry in enumerate(entries):
         where = f"env.wrappers[{i}]"
         parsed = wrapper_entry(entry)
         if parsed is None:
             raise ConfigError(f"{where} must be a wrapper's dotted name or {{name: ..., kwargs: "
-                              f"{{...}}}}, got {entry!r}")
+                              f"{{...}}}} (and train_only: true for the training envs alone), "
+                              f"got {entry!r}")
         name, kwargs = parsed
         if not isinstance(name, str) or not name:
             raise ConfigError(f"{where}: the wrapper's name must be a string, got {name!r}")
+        only = train_only(entry)
+        if only is None:
+            raise ConfigError(f"{where}: train_only must be true or false, got "
+                              f"{entry['train_only']!r}")
         module, _, attr = name.rpartition(".")
         target = _import(module, where) if module else gym.wrappers
         factory = getattr(target, attr, None)
@@ -185,54 +204,85 @@ def resolve_wrappers(entries: list[Any]) -> list[WrapperSpec]:
         if not callable(factory):
             raise ConfigError(f"{where}: {name} is not a wrapper class or function")
         vector = isinstance(factory, type) and issubclass(factory, VectorWrapper)
-        out.append(WrapperSpec(name, factory, kwargs, vector))
+        out.append(WrapperSpec(name, factory, kwargs, vector, where, only))
     return out
 
 
-def _wrap(env: Any, spec: WrapperSpec, index: int) -> Any:
+def run_wrappers(cfg: EnvConfig, train: bool) -> list[WrapperSpec]:
+    """The wrappers of one vector env, in order: all of ``env.wrappers`` for the training
+    envs, those not ``train_only`` for the others."""
+    return [w for w in resolve_wrappers(list(cfg.wrappers)) if train or not w.train_only]
+
+
+def _spaces(env: Any) -> tuple[gym.Space, gym.Space]:
+    """The observation and action spaces of one env (of each env of a vector env)."""
+    if isinstance(env, VectorEnv):
+        return env.single_observation_space, env.single_action_space
+    return env.observation_space, env.action_space
+
+
+def _wrap(env: Any, spec: WrapperSpec) -> Any:
+    before = _spaces(env)
     try:
         wrapped = spec.factory(env, **spec.kwargs)
     except Exception as e:  # noqa: BLE001 - a wrapper refusing its env or arguments
-        raise ConfigError(f"env.wrappers[{index}] {spec.label}{spec.kwargs or ''} failed: "
+        if isinstance(e, gym.error.DependencyNotInstalled) and not spec.vector:
+            raise  # make_vector_env names the env's extra (AtariPreprocessing needs opencv)
+        raise ConfigError(f"{spec.where} {spec.label}{spec.kwargs or ''} failed: "
                           f"{type(e).__name__}: {e}") from None
     expected = VectorEnv if spec.vector else gym.Env
     if not isinstance(wrapped, expected):
-        raise ConfigError(f"env.wrappers[{index}] {spec.label} returned "
+        raise ConfigError(f"{spec.where} {spec.label} returned "
                           f"{type(wrapped).__name__}, not a gymnasium {expected.__name__}")
+    after = _spaces(wrapped)
+    if spec.train_only and after != before:
+        i = 0 if after[0] != before[0] else 1
+        raise ConfigError(
+            f"{spec.where} {spec.label} changes the {('observation', 'action')[i]} space "
+            f"({before[i]} -> {after[i]}), but it is train_only: the test envs and the saved "
+            "policy see the spaces without it; wrap every env with it, or none")
     return wrapped
 
 
 def _make_one(cfg: EnvConfig, limit: int | None, render_mode: str | None,
-              extra: Callable[[gym.Env, int], gym.Env] | None, index: int) -> gym.Env:
+              extra: Callable[[gym.Env, int], gym.Env] | None, train: bool,
+              index: int) -> gym.Env:
     """One env of a sync or async vector env (module level, so subprocesses can pickle it)."""
     import_env_modules(cfg)
     kwargs = dict(cfg.kwargs)
     if render_mode is not None:
         kwargs["render_mode"] = render_mode
     env = gym.make(split_id(cfg.id)[1], max_episode_steps=limit, **kwargs)
-    for i, spec in enumerate(resolve_wrappers(list(cfg.wrappers))):
+    for spec in run_wrappers(cfg, train):
         if not spec.vector:
-            env = _wrap(env, spec, i)
+            env = _wrap(env, spec)
     return extra(env, index) if extra is not None else env
 
 
-def make_vector_env(cfg: EnvConfig, num_envs: int, *, render_mode: str | None = None,
+def make_vector_env(cfg: EnvConfig, num_envs: int, *, train: bool = False,
+                    render_mode: str | None = None,
                     extra: Callable[[gym.Env, int], gym.Env] | None = None) -> VectorEnv:
     """The one env factory: ``num_envs`` copies of the configured env (imports, id, kwargs,
     time limit, wrappers in order) as a vector env, for training, testing, eval and video.
 
+    :param train: the training envs, which ``train_only`` wrappers wrap too (Atari's episodic
+        life and reward clipping); every other env (test, eval, video, export, collect) is
+        the env whose returns are reported, without them.
     :param extra: a last per-env wrapper ``extra(env, index)`` (eval's video recorder).
     """
     import_env_modules(cfg)
     spec = _spec(cfg.id)
     if needed_extra(spec) == "mujoco":
         route_mujoco_warnings()
-    wrappers = resolve_wrappers(list(cfg.wrappers))
+    wrappers = run_wrappers(cfg, train)
     limit, _ = max_episode_steps(cfg)
     mode = cfg.vectorization
     if mode == "auto":
+        # not ALE's AtariVectorEnv: by its defaults it clips every env's rewards, presses FIRE
+        # and stacks frames (test returns would not be the game's score), and its emulators,
+        # in C++ threads, offer no state to save (scripts/bench_atari_vector.py)
         native = (spec.vector_entry_point is not None and not wrappers and render_mode is None
-                  and extra is None)
+                  and extra is None and needed_extra(spec) != "atari")
         mode = "vector_entry_point" if native else "sync"
     try:
         if mode == "vector_entry_point":
@@ -242,7 +292,7 @@ def make_vector_env(cfg: EnvConfig, num_envs: int, *, render_mode: str | None = 
             envs = gym.make_vec(split_id(cfg.id)[1], num_envs=num_envs,
                                 vectorization_mode=mode, **kwargs)
         else:
-            fns = [functools.partial(_make_one, cfg, limit, render_mode, extra, i)
+            fns = [functools.partial(_make_one, cfg, limit, render_mode, extra, train, i)
                    for i in range(num_envs)]
             vector_cls = gym.vector.SyncVectorEnv if mode == "sync" else gym.vector.AsyncVectorEnv
             envs = vector_cls(fns, autoreset_mode=AutoresetMode.SAME_STEP)
@@ -258,9 +308,9 @@ def make_vector_env(cfg: EnvConfig, num_envs: int, *, render_mode: str | None = 
     except (gym.error.Error, TypeError, ValueError, AssertionError) as e:
         raise ConfigError(f"could not make env {cfg.id!r} with env.kwargs={dict(cfg.kwargs)}: "
                           f"{type(e).__name__}: {e}") from None
-    for i, w in enumerate(wrappers):
+    for w in wrappers:
         if w.vector:
-            envs = _wrap(envs, w, i)
+            envs = _wrap(envs, w)
     # Continuous actions: the composition root wraps train and test envs in
     # rltrain.actions.ScaleActions (the algorithm acts in [-1, 1]); eval and export use the
     # deployable policy, which scales (and clips) to the env's bounds itself.
@@ -279,13 +329,18 @@ def space_info(envs: VectorEnv, env_id: str, max_steps: int = DEFAULT_MAX_EPISOD
     """:param reward_threshold: the config's (``env.reward_threshold``); None: the env's
         registered one, if any."""
     obs_space, act_space = envs.single_observation_space, envs.single_action_space
-    if isinstance(obs_space, (gym.spaces.Dict, gym.spaces.Tuple)):
+    if isinstance(obs_space, gym.spaces.Tuple):
         raise ConfigError(
-            f"{env_id} has {type(obs_space).__name__} observations; rltrain's networks take one "
-            "flat Box: flatten them with env.wrappers=[gymnasium.wrappers.FlattenObservation] "
-            "(in YAML, under env:  wrappers: [gymnasium.wrappers.FlattenObservation])"
+            f"{env_id} has Tuple observations; rltrain takes a Box or a Dict: flatten them with "
+            "env.wrappers=[gymnasium.wrappers.FlattenObservation] (in YAML, under env:  "
+            "wrappers: [gymnasium.wrappers.FlattenObservation])"
         )
-    if not isinstance(obs_space, gym.spaces.Box):
+    if isinstance(obs_space, gym.spaces.Dict):
+        try:
+            layout(obs_space)  # every key one rltrain can store and encode
+        except ObservationSpaceError as e:
+            raise ConfigError(f"{env_id}: {e}") from None
+    elif not isinstance(obs_space, gym.spaces.Box):
         raise ConfigError(
             f"{env_id} has observation space {obs_space}; rltrain supports Box observations "
             "(turn them into a Box with a wrapper listed in env.wrappers)"
@@ -303,7 +358,7 @@ def space_info(envs: VectorEnv, env_id: str, max_steps: int = DEFAULT_MAX_EPISOD
             f"{env_id} has action space {act_space}; rltrain supports Discrete and Box actions"
         )
     return SpaceInfo(
-        obs_shape=tuple(obs_space.shape),
+        obs_shape=stored_shape(obs_space),
         num_actions=num_actions,
         action_shape=tuple(shape),
         action_low=low,

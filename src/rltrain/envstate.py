@@ -15,7 +15,8 @@ the caller can say that a resume is not exact.
 
 A few C-backed types whose library offers an API to read and write their state as numbers
 are captured through it: a small table keyed by exact type (:func:`_c_state_types`). Today it
-holds MuJoCo's ``MjData`` (see :func:`_mjdata_capture` for what is captured and why). MuJoCo's
+holds MuJoCo's ``MjData`` (see :func:`_mjdata_capture` for what is captured and why) and the
+Atari emulator, ale_py's ``ALEInterface`` (:func:`_ale_capture`). MuJoCo's
 ``MjModel`` is the compiled model, configuration rather than state (gymnasium's MuJoCo envs
 never write to it), so it is skipped like a spec; an env of one's own that changes it while it
 runs (domain randomisation of masses, say) would resume with the model as its constructor built
@@ -23,9 +24,11 @@ it, and that is not detected. Box2D's world has no such API: it is reported.
 
 Encoding: a packed value is a bool/int/float/str/None as is, or a tuple ``(tag, ...)``. A
 mutable object met a second time is packed as ``("alias", first_path)``; that keeps aliasing
-and stops reference cycles. Restoring imports and constructs nothing named by the state: enum
+and stops reference cycles; the other way round, a live object that the state holds as two
+is restored as two. Restoring imports and constructs nothing named by the state: enum
 members, object types, bit generators and C-backed types are looked up through the live objects
-or fixed tables.
+or fixed tables (:func:`_rebuildable_types`: MiniGrid's world objects, which each episode makes
+anew).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from __future__ import annotations
 import collections
 import enum
 import functools
+import os
 import random
 import sys
 import types
@@ -67,6 +71,9 @@ _PLAIN_BASICSIZE = type("_Probe", (), {}).__basicsize__
 _SKIP = object()  # pack(): a constant, leave it out
 _KEEP = object()  # unpack(): leave the live value as it is
 _MISSING = object()  # unpack(): there is no live value
+#: the tags whose handlers write into the live value in place (or make a new one without it)
+_IN_PLACE = frozenset({"array", "tensor", "generator", "randomstate", "random", "dict", "list",
+                       "deque", "set", "object"})
 
 
 @dataclass(frozen=True)
@@ -298,16 +305,82 @@ def _mjdata_restore(data: Any, saved: dict[str, Any]) -> list[str]:
 _MJDATA = _CState("mujoco.MjData", _mjdata_capture, _mjdata_restore)
 
 
+# ------------------------------------------------------------ C-backed state (the Atari emulator)
+def _ale_py() -> Any:
+    """The ale_py module if something imported it (an Atari env did), else None."""
+    return sys.modules.get("ale_py")
+
+
+def _ale_rom(ale: Any) -> str:
+    """The game an ALEInterface runs: its ROM's file name (``breakout.bin``)."""
+    return os.path.basename(str(ale.getString("rom_file")))
+
+
+def _ale_capture(ale: Any) -> dict[str, Any]:
+    """The state of an ``ALEInterface``, through ALE's own API.
+
+    ``cloneState(include_rng=True)`` is the whole emulator (CPU, RAM, TIA, cartridge bank,
+    frame counters, the last action that sticky actions repeat) plus the random generator
+    behind sticky actions; ``serialize()`` turns it into bytes, kept here as a uint8 array.
+    The settings (``repeat_action_probability``, ``max_num_frames_per_episode``, mode,
+    difficulty) are configuration: the env's constructor sets them alike in a fresh env.
+    The ROM's name comes along, so that a state is never loaded into another game.
+    """
+    state = ale.cloneState(include_rng=True).serialize()
+    return {"rom": _ale_rom(ale), "state": np.frombuffer(state, dtype=np.uint8).copy()}
+
+
+def _ale_restore(ale: Any, saved: dict[str, Any]) -> list[str]:
+    """Write a captured state back, all or nothing: ALE checks the bytes as it reads them and
+    raises on a malformed state, after which the state it had is put back."""
+    rom, data = saved.get("rom"), saved.get("state")
+    if not (isinstance(rom, str) and isinstance(data, np.ndarray) and data.dtype == np.uint8
+            and data.ndim == 1):
+        return ["not an ALE state (rom name and serialized bytes)"]
+    if rom != _ale_rom(ale):
+        return [f"a state of {rom}, but the live emulator runs {_ale_rom(ale)}: another game"]
+    ale_py = _ale_py()
+    before = ale.cloneState(include_rng=True)
+    try:
+        ale.restoreState(ale_py.ALEState(data.tobytes()))
+    except Exception as e:  # noqa: BLE001 - ALE raises SystemError or ValueError on bad bytes
+        ale.restoreState(before)
+        return [f"ALE refused the saved state ({type(e).__name__}: {e})"]
+    return []
+
+
+_ALE = _CState("ale_py.ALEInterface", _ale_capture, _ale_restore)
+
+
 def _c_state_types() -> dict[type, _CState]:
     """The fixed table of C-backed types captured through their library, by exact type."""
-    data_type = getattr(_mujoco(), "MjData", None)
-    return {data_type: _MJDATA} if isinstance(data_type, type) else {}
+    table = {getattr(_mujoco(), "MjData", None): _MJDATA,
+             getattr(_ale_py(), "ALEInterface", None): _ALE}
+    return {kind: entry for kind, entry in table.items() if isinstance(kind, type)}
 
 
 def _c_constant_types() -> tuple[type, ...]:
     """C-backed configuration, skipped like a spec: MuJoCo's compiled model."""
     model_type = getattr(_mujoco(), "MjModel", None)
     return (model_type,) if isinstance(model_type, type) else ()
+
+
+def _rebuildable_types() -> dict[str, type]:
+    """Plain Python classes whose instances a restore may make where the live envs hold none
+    (or another type), by qualified name, from a fixed table of modules already imported:
+    value objects an env creates anew each episode, whose attributes are all their state.
+    MiniGrid's world objects: an episode's grid holds its own Key, Door, Wall... instances,
+    so the grid of the episode a checkpoint was taken in holds objects at cells where a fresh
+    env holds others, or none."""
+    out: dict[str, type] = {}
+    world = sys.modules.get("minigrid.core.world_object")
+    base = getattr(world, "WorldObj", None)
+    if isinstance(base, type):
+        for value in vars(world).values():
+            if (isinstance(value, type) and issubclass(value, base)
+                    and value.__basicsize__ == _PLAIN_BASICSIZE):
+                out[f"{value.__module__}.{value.__qualname__}"] = value
+    return out
 
 
 class _Packer:
@@ -425,6 +498,8 @@ class _Restorer:
         self.problems: list[str] = []
         #: path -> the live object restored there, for the aliases that refer to it
         self.restored: dict[str, Any] = {}
+        #: id -> each live object already written into in place (kept alive meanwhile)
+        self.claimed: dict[int, Any] = {}
         self.handlers: dict[str, Callable[..., Any]] = {
             "alias": self._alias, "uncaptured": self._uncaptured, "skipped": self._skipped,
             "enum": self._enum, "npscalar": self._npscalar, "array": self._array,
@@ -449,10 +524,24 @@ class _Restorer:
         handler = self.handlers.get(packed[0]) if packed and isinstance(packed[0], str) else None
         if handler is None:
             return self.problem(path, f"malformed state (tag {packed[:1]!r})")
+        if packed[0] in _IN_PLACE:
+            live = self._claim(live)
         try:
             return handler(path, live, *packed[1:])
         except Exception as exc:  # a bad state is a problem to report, never a crash
             return self.problem(path, f"malformed state ({type(exc).__name__}: {exc})")
+
+    def _claim(self, live: Any) -> Any:
+        """``live`` to be written into in place, or _MISSING when an earlier path was already
+        written into it. The snapshot holds distinct objects there, and the live envs one: a
+        frame stack's queue just after a reset holds one array four times, and writing the
+        four saved frames into it in turn would leave the last frame in all four places."""
+        if live is _MISSING or type(live) in _PLAIN or isinstance(live, _IMMUTABLE):
+            return live
+        if id(live) in self.claimed:
+            return _MISSING
+        self.claimed[id(live)] = live
+        return live
 
     def _alias(self, path: str, live: Any, first: str) -> Any:
         if first not in self.restored:
@@ -657,7 +746,13 @@ class _Restorer:
     def _object(self, path: str, live: Any, name: str, attrs: dict) -> Any:
         if live is _MISSING or _type_name(live) != name or not isinstance(
                 getattr(live, "__dict__", None), dict):
-            return self.problem(path, f"expected a {name}, the live value is {_found(live)}")
+            rebuildable = _rebuildable_types().get(name)
+            if rebuildable is None:
+                return self.problem(path, f"expected a {name}, the live value is {_found(live)}")
+            # a plain value object the envs make as they go (a MiniGrid key in another
+            # episode's grid): made bare, every attribute comes from the state below
+            live = object.__new__(rebuildable)
+            self.claimed[id(live)] = live
         self.restored[path] = live
         live_attrs = vars(live)
         for attr, packed in attrs.items():

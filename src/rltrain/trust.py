@@ -1,18 +1,18 @@
 """The trust boundary: files from elsewhere run no code without the user's consent.
 
 A run's config can make rltrain import modules and call callables: ``env.imports``, the module
-of a ``module:Env-v0`` id, and ``env.wrappers`` other than gymnasium's own. A command the user
-types is consent to what it names. A config read from a file (a run directory's
-``.hydra/config.yaml``, the config inside a checkpoint) is not: it may have come from another
-machine or person, or been edited since. So:
+of a ``module:Env-v0`` id, and ``env.wrappers`` other than gymnasium's and rltrain's own. A
+command the user types is consent to what it names. A config read from a file (a run
+directory's ``.hydra/config.yaml``, the config inside a checkpoint) is not: it may have come
+from another machine or person, or been edited since. So:
 
 - when rltrain composes a run from the user's command, it records here what that config would
   run, its **code surface** (every module it imports and every callable it calls, with their
   arguments), keyed by the SHA-256 of that surface;
 - when it reads a config from a file, it checks that config's surface: empty (plain gymnasium
-  ids and gymnasium's own wrappers), or recorded here, or the user consents (``--trust``;
-  ``trust=true`` for a run's dataset), in which case it is recorded from then on. Anything
-  else is refused before anything is imported, naming each module and callable.
+  ids, gymnasium's and rltrain's own wrappers), or recorded here, or the user consents
+  (``--trust``; ``trust=true`` for a run's dataset), in which case it is recorded from then
+  on. Anything else is refused before anything is imported, naming each module and callable.
 
 The record is one line per surface in ``$RLTRAIN_STATE_DIR/trusted`` (default
 ``$XDG_STATE_HOME/rltrain``, else ``~/.local/state/rltrain``), written without following links.
@@ -38,8 +38,9 @@ from rltrain.config import ConfigError, split_id, wrapper_entry
 
 #: the file of recorded surfaces, in the state directory
 RECORD = "trusted"
-#: the modules whose code needs no consent: gymnasium's own
-OWN = ("gymnasium",)
+#: the modules whose code needs no consent: gymnasium's own, and rltrain's wrappers (whose
+#: import registers MinAtar's ids, naming its entry point without importing it)
+OWN = ("gymnasium", "rltrain.wrappers")
 
 
 class UntrustedError(ConfigError):

@@ -1,0 +1,200 @@
+"""The env wrappers rltrain ships where gymnasium has none: Atari's training-time ones, MiniGrid's
+observation, and MinAtar's registration.
+
+Name them in an env file's ``wrappers``: ``rltrain.wrappers.FireReset``, or
+``{name: rltrain.wrappers.EpisodicLife, train_only: true}`` for the training envs alone. Each
+keeps its state in plain attributes, so that ``rltrain.envstate`` captures it for an exact
+resume.
+
+- :class:`EpisodicLife` and :class:`ClipRewardSign` are the training half of the DQN
+  preprocessing (Mnih et al. 2015, "Human-level control through deep reinforcement learning",
+  Methods): a lost life ends the *training* episode and rewards are clipped to their sign.
+  Both are ``train_only``: test and eval returns stay the game's own score over the whole
+  game (Machado et al. 2018, "Revisiting the Arcade Learning Environment", section 5).
+- :class:`FireReset` presses FIRE where the game waits for it (Breakout's serve), in every env.
+- :class:`MiniGridObservation` makes MiniGrid's observation one rltrain stores and encodes.
+- Importing this module registers MinAtar's gymnasium ids (:func:`register_minatar`).
+
+MinAtar and MiniGrid are optional (rltrain's extras): this module imports neither at its top,
+so that importing it needs neither; the wrapper that reads MiniGrid's constants imports them
+when it is built, around an env that already needed the package.
+"""
+
+from __future__ import annotations
+
+from typing import Any, SupportsFloat
+
+import gymnasium as gym
+import numpy as np
+
+#: Atari's action 0 on every minimal and full action set
+NOOP = 0
+#: where Atari games with a FIRE button have it (ALE's minimal action sets put it second)
+FIRE = 1
+
+
+def _lives(info: dict[str, Any], wrapper: str) -> int:
+    """The lives left, as ALE's AtariEnv reports them in every step's and reset's info."""
+    if "lives" not in info:
+        raise gym.error.Error(f"{wrapper} needs an env that reports info['lives'] (an ALE "
+                              "Atari env), and this one does not")
+    return int(info["lives"])
+
+
+class EpisodicLife(gym.Wrapper):
+    """A lost life ends the episode (``terminated``), for training only; the game goes on.
+
+    Losing a life is a strong signal the value function would otherwise learn only from a
+    distant game over, so DQN (Mnih et al. 2015) ends its training episodes there. The
+    following ``reset()`` does not restart the game: it takes one NOOP step and hands back
+    that observation, so the next training episode is the next life. The real reset happens
+    only at the real end (game over or the time limit), or when ``reset`` is given a seed or
+    options (a caller that means a new game). Written after Stable-Baselines3's
+    ``EpisodicLifeEnv``, with that last case added: a seeded reset must reseed.
+
+    Life counts come from ``info["lives"]``; ``0 < lives`` because some games (Q*bert) show
+    zero lives for a few frames before the game over is announced, and that is not a loss.
+    """
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.lives = 0
+        #: whether the last episode ended for real (the game is over): the next reset resets
+        self.game_over = True
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.game_over = bool(terminated or truncated)
+        lives = _lives(info, "EpisodicLife")
+        life_lost = 0 < lives < self.lives
+        self.lives = lives
+        return obs, reward, bool(terminated or life_lost), truncated, info
+
+    def reset(self, *, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        if self.game_over or seed is not None or options is not None:
+            obs, info = self.env.reset(seed=seed, options=options)
+        else:
+            # the next life of the same game; its reward (if any) belongs to no episode
+            obs, _, terminated, truncated, info = self.env.step(NOOP)
+            if terminated or truncated:  # that step ended the game after all
+                obs, info = self.env.reset()
+        self.game_over = False
+        self.lives = _lives(info, "EpisodicLife")
+        return obs, info
+
+
+class FireReset(gym.Wrapper):
+    """Press FIRE after a reset and after each lost life, in games that have a FIRE button.
+
+    Breakout (and games like it) serves the ball only on FIRE. A policy that has not learned
+    to press it, a greedy one early in training above all, would wait until the time limit:
+    108,000 frames, 27,000 agent steps, per test episode. So this wrapper presses it where the
+    game waits, in *every* env (train, test and eval alike: the agent never has to learn it,
+    so it must never need it), unlike Stable-Baselines3's ``FireResetEnv``, which presses it at
+    reset only. A game without FIRE (its action 1 is something else) passes through unchanged.
+
+    The FIRE step after a lost life is part of the step that lost it (its reward is added, its
+    end counts); the FIRE step after a reset is part of the reset (a reward there, never seen in
+    practice, would be dropped: a reset returns none).
+    """
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        meanings = getattr(env.unwrapped, "get_action_meanings", None)
+        #: whether the game has a FIRE button, as action 1
+        self.fires = callable(meanings) and len(meanings()) > FIRE and (
+            meanings()[FIRE] == "FIRE")
+        self.lives = 0
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        if self.fires:
+            lives = _lives(info, "FireReset")
+            if 0 < lives < self.lives and not (terminated or truncated):
+                obs, more, terminated, truncated, info = self.env.step(FIRE)
+                reward = float(reward) + float(more)
+                lives = _lives(info, "FireReset")
+            self.lives = lives
+        return obs, reward, terminated, truncated, info
+
+    def reset(self, *, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        obs, info = self.env.reset(seed=seed, options=options)
+        if self.fires:
+            obs, _, terminated, truncated, info = self.env.step(FIRE)
+            if terminated or truncated:
+                obs, info = self.env.reset()
+            self.lives = _lives(info, "FireReset")
+        return obs, info
+
+
+class ClipRewardSign(gym.RewardWrapper):
+    """The reward's sign: -1, 0 or +1 (Mnih et al. 2015: one learning rate for games whose
+    scores differ by orders of magnitude). For training only; gymnasium's ``ClipReward(-1, 1)``
+    would keep a reward of 0.5 as 0.5, and keeps no count of what it changed either."""
+
+    def reward(self, reward: SupportsFloat) -> float:
+        return float(np.sign(float(reward)))
+
+
+class MiniGridObservation(gym.ObservationWrapper):
+    """MiniGrid's observation as ``Dict(image=Box(uint8), direction=Discrete(4))``.
+
+    - The ``mission`` string is dropped: in DoorKey, Empty, FourRooms, LavaCrossing and the
+      other single-task envs it is the same sentence at every step of every episode, so it
+      carries no information, and rltrain encodes no text. (In BabyAI-style envs, whose mission
+      changes per episode, dropping it loses what the agent must do: those need a text encoder.)
+    - The image's ``Box(0, 255, (7, 7, 3))`` becomes ``Box(0, high)`` where ``high`` is, per
+      channel, the largest value MiniGrid ever writes there: the object index, the colour
+      index and the state (``minigrid.core.constants``; the state channel also holds the
+      agent's direction, 0 to 3, in the agent's cell of the fully observable wrappers). An
+      image encoder that scales by the space's ``high`` then sees values in [0, 1]; by 255 it
+      would see at most 10/255.
+    - ``direction`` stays ``Discrete(4)``.
+    """
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        from minigrid.core.constants import COLOR_TO_IDX, OBJECT_TO_IDX, STATE_TO_IDX
+
+        space = env.observation_space
+        if not (isinstance(space, gym.spaces.Dict) and isinstance(
+                space.spaces.get("image"), gym.spaces.Box) and "direction" in space.spaces):
+            raise gym.error.Error("MiniGridObservation needs MiniGrid's Dict observation "
+                                  f"(image, direction, mission), got {space}")
+        image = space["image"]
+        assert isinstance(image, gym.spaces.Box)
+        high = np.array([max(OBJECT_TO_IDX.values()), max(COLOR_TO_IDX.values()),
+                         max(*STATE_TO_IDX.values(), 3)], dtype=np.uint8)
+        self.observation_space = gym.spaces.Dict({
+            "image": gym.spaces.Box(np.zeros(image.shape, np.uint8),
+                                    np.broadcast_to(high, image.shape).copy(), dtype=np.uint8),
+            "direction": gym.spaces.Discrete(4),
+        })
+
+    def observation(self, observation: dict[str, Any]) -> dict[str, Any]:
+        return {"image": observation["image"], "direction": int(observation["direction"])}
+
+
+#: MinAtar's games: gymnasium id name -> the game's module in minatar.environments
+MINATAR_GAMES = {"Asterix": "asterix", "Breakout": "breakout", "Freeway": "freeway",
+                 "Seaquest": "seaquest", "SpaceInvaders": "space_invaders"}
+
+
+def register_minatar() -> None:
+    """Register ``MinAtar/<Game>-v0`` (all 6 actions) and ``-v1`` (the game's minimal action
+    set), as MinAtar 1.0.15's own ``minatar.gym.register_envs()`` does; MinAtar defines that
+    function but nothing calls it at import, so its ids are not there after ``import minatar``.
+    The entry point is named, not imported: making one of these envs without MinAtar installed
+    fails with a ModuleNotFoundError that rltrain turns into the extra to install. Ids already
+    registered (by MinAtar's own function) are left as they are."""
+    for name, game in MINATAR_GAMES.items():
+        for version, minimal in ((0, False), (1, True)):
+            env_id = f"MinAtar/{name}-v{version}"
+            if env_id not in gym.registry:
+                gym.register(env_id, entry_point="minatar.gym:BaseEnv",
+                             kwargs={"game": game, "use_minimal_action_set": minimal})
+
+
+register_minatar()

@@ -1,0 +1,206 @@
+"""The image envs resume exactly: a snapshot of a vector env, saved as a checkpoint saves it
+(``torch.load(weights_only=True)``), restored into a freshly built vector env of the same
+config, continues bit-identically: observations, rewards, terminations, truncations.
+
+Atari's emulator is C++: ale_py's ALEInterface is captured through ALE's own
+``cloneState(include_rng=True)`` (rltrain.envstate); MinAtar's and MiniGrid's envs are plain
+Python. CarRacing's Box2D world and ale-py's native vector env are not captured, and say so."""
+
+from __future__ import annotations
+
+import collections
+import functools
+import io
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from conftest import compose_run
+from rltrain.config import EnvConfig
+from rltrain.envs import make_vector_env
+from rltrain.envstate import Snapshot, restore, snapshot
+from rltrain.settings import settings
+
+ale_py = pytest.importorskip("ale_py", reason="needs the atari extra: pip install -e '.[atari]'")
+
+
+def _saved(obj: Any) -> Snapshot:
+    """A snapshot as a checkpoint gives it back (torch.load(weights_only=True))."""
+    snap = snapshot(obj)
+    buffer = io.BytesIO()
+    torch.save(snap.state, buffer)
+    buffer.seek(0)
+    return Snapshot(torch.load(buffer, weights_only=True), snap.not_captured)
+
+
+@functools.lru_cache
+def _env_config(*overrides: str) -> EnvConfig:
+    return settings(compose_run("algo=dqn", *overrides)).env
+
+
+def _make(*overrides: str, train: bool, num_envs: int = 2,
+          seed: int = 11) -> gym.vector.VectorEnv:
+    envs = make_vector_env(_env_config(*overrides), num_envs, train=train)
+    envs.reset(seed=seed)
+    return envs
+
+
+def _rollout(envs: gym.vector.VectorEnv, actions: list[np.ndarray]) -> list[tuple]:
+    out = []
+    for action in actions:
+        obs, reward, terminated, truncated, _ = envs.step(action)
+        obs = {k: v.copy() for k, v in obs.items()} if isinstance(obs, dict) else obs.copy()
+        out.append((obs, reward.copy(), terminated.copy(), truncated.copy()))
+    return out
+
+
+def _same(a: tuple, b: tuple) -> bool:
+    obs_a, obs_b = a[0], b[0]
+    if isinstance(obs_a, dict):
+        same_obs = obs_a.keys() == obs_b.keys() and all(
+            np.array_equal(obs_a[k], obs_b[k]) for k in obs_a)
+    else:
+        same_obs = obs_a.dtype == obs_b.dtype and np.array_equal(obs_a, obs_b)
+    return same_obs and all(np.array_equal(x, y) for x, y in zip(a[1:], b[1:], strict=True))
+
+
+CASES = {
+    # Breakout: lives lost (training episodes end at each), games over and reset, FIRE served
+    "breakout-train": (["env=atari", "env.id=ALE/Breakout-v5"], True, 140, 100),
+    "breakout-test": (["env=atari", "env.id=ALE/Breakout-v5"], False, 140, 100),
+    # Pong cut at 400 frames (100 agent steps): truncations, and no-op starts after them
+    "pong-truncated": (["env=atari", "env.max_episode_steps=400"], True, 130, 100),
+    "minatar-breakout": (["env=minatar"], True, 200, 150),
+    "minatar-seaquest": (["env=minatar", "env.id=MinAtar/Seaquest-v1"], True, 200, 150),
+    # DoorKey: a new grid (new Key, Door, Wall objects) at each episode, 250 steps at most
+    "minigrid-doorkey": (["env=minigrid"], True, 300, 150),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_restore_into_a_fresh_vector_env_is_bit_identical(case: str) -> None:
+    overrides, train, before, after = CASES[case]
+    if overrides[0] != "env=atari":
+        pytest.importorskip(overrides[0].removeprefix("env="))
+    first = _make(*overrides, train=train)
+    space = first.single_action_space
+    assert isinstance(space, gym.spaces.Discrete)
+    rng = np.random.default_rng(0)
+    actions = [rng.integers(0, int(space.n), size=first.num_envs) for _ in range(before + after)]
+    ends = sum(int(np.sum(t | u)) for _, _, t, u in _rollout(first, actions[:before]))
+    snap = _saved(first)
+    assert snap.not_captured == []
+    expected = _rollout(first, actions[before:])
+    assert ends > 0 or any(t.any() or u.any() for _, _, t, u in expected)  # resets exercised
+
+    fresh = _make(*overrides, train=train, seed=99)  # another seed: all must come from the state
+    assert restore(fresh, snap.state) == []
+    got = _rollout(fresh, actions[before:])
+    differ = [i for i, (a, b) in enumerate(zip(expected, got, strict=True)) if not _same(a, b)]
+    assert differ == [], f"steps {differ[:5]} after the restore differ"
+    first.close()
+    fresh.close()
+
+
+def test_sticky_actions_draw_from_the_restored_emulator_rng() -> None:
+    """Without ALE's random generator in the state the continuation would differ: sticky
+    actions (probability 0.25 per frame) draw from it. A state cloned without it, restored
+    over a fresh emulator, gives other frames for the same actions."""
+    first = _make("env=atari", train=False, num_envs=1)
+    fresh = _make("env=atari", train=False, num_envs=1, seed=99)
+    rng = np.random.default_rng(1)
+    actions = [rng.integers(0, 6, size=1) for _ in range(300)]
+    _rollout(first, actions[:100])
+    snap = _saved(first)
+    ale = first.envs[0].unwrapped.ale
+    without_rng = ale.cloneState(include_rng=False)
+    expected = _rollout(first, actions[100:])
+    assert restore(fresh, snap.state) == []
+    fresh.envs[0].unwrapped.ale.restoreState(without_rng)  # emulator only: the RNG is fresh's
+    got = _rollout(fresh, actions[100:])
+    assert not all(_same(a, b) for a, b in zip(expected, got, strict=True))
+    first.close()
+    fresh.close()
+
+
+def test_an_ale_state_is_never_loaded_into_another_game_or_from_bad_bytes() -> None:
+    breakout = _make("env=atari", "env.id=ALE/Breakout-v5", train=False, num_envs=1)
+    pong = _make("env=atari", train=False, num_envs=1)
+    ale = pong.envs[0].unwrapped.ale
+    before = ale.cloneState(include_rng=True)
+    problems = restore(pong, _saved(breakout).state)
+    assert any(p.endswith("ale: a state of breakout.bin, but the live emulator runs pong.bin: "
+                          "another game; left as it is") for p in problems), problems
+    assert ale.cloneState(include_rng=True) == before
+
+    state = _saved(pong).state
+    for pair in _ale_state_pairs(state["root"]):
+        if pair[0] == "state":  # ("array", dtype, shape, tensor, raw): cut to 16 bytes
+            tag, dtype, _, data, raw = pair[1]
+            pair[1] = (tag, dtype, [16], data[:16].clone(), raw)
+    problems = restore(pong, state)
+    assert any("ale: ALE refused the saved state" in p for p in problems), problems
+    assert ale.cloneState(include_rng=True) == before  # put back as it was
+    breakout.close()
+    pong.close()
+
+
+def _ale_state_pairs(packed: Any) -> list[list] | None:
+    """The ``[key, value]`` pairs of the first ALE state in a packed env state (a C state
+    ``("cstate", name, ("dict", pairs))``), to write a bad one into."""
+    if isinstance(packed, tuple) and packed[:2] == ("cstate", "ale_py.ALEInterface"):
+        return packed[2][1]
+    items = (packed.values() if isinstance(packed, dict)
+             else packed if isinstance(packed, (tuple, list)) else [])
+    for item in items:
+        if (found := _ale_state_pairs(item)) is not None:
+            return found
+    return None
+
+
+class _Frames:
+    """Holds a frame stack's queue as FrameStackObservation does."""
+
+    def __init__(self, frames: list[np.ndarray]) -> None:
+        self.queue = collections.deque(frames, maxlen=len(frames))
+
+
+def test_one_live_array_in_several_places_is_restored_as_the_distinct_saved_ones() -> None:
+    """Just after a reset, a frame stack's queue holds one array four times; the saved queue
+    held four frames. Writing each into the live array in turn would leave the last in all."""
+    saved = _Frames([np.full((2, 2), i, np.uint8) for i in range(4)])
+    frame = np.zeros((2, 2), np.uint8)
+    live = _Frames([frame] * 4)
+    assert restore(live, _saved(saved).state) == []
+    assert [int(f[0, 0]) for f in live.queue] == [0, 1, 2, 3]
+    # where the saved queue held one array four times, the restored one does too
+    shared = _Frames([np.full((2, 2), 7, np.uint8)] * 4)
+    other = _Frames([np.zeros((2, 2), np.uint8) for _ in range(4)])
+    assert restore(other, _saved(shared).state) == []
+    assert all(f is other.queue[0] for f in other.queue) and int(other.queue[3][0, 0]) == 7
+
+
+# --------------------------------------------------------------------------- not captured
+def test_carracing_box2d_world_is_reported_not_captured() -> None:
+    pytest.importorskip("Box2D", reason="needs the box2d extra: pip install -e '.[box2d]'")
+    envs = _make("env=carracing_discrete", train=True)
+    snap = _saved(envs)
+    assert any(x.endswith(".world (Box2D.Box2D.b2World)") for x in snap.not_captured)
+    problems = restore(_make("env=carracing_discrete", train=True), snap.state)
+    assert any(".world: not captured in the snapshot (Box2D.Box2D.b2World)" in p
+               for p in problems)
+    envs.close()
+
+
+def test_ale_native_vector_env_is_reported_not_captured() -> None:
+    """ale-py's AtariVectorEnv runs its emulators in C++ threads, with no per-env state API."""
+    from ale_py.vector_env import AtariVectorEnv
+
+    envs = AtariVectorEnv("pong", 2, num_threads=1)
+    envs.reset(seed=0)
+    snap = snapshot(envs)
+    assert snap.not_captured == ["envs.ale (ale_py._ale_py.ALEVectorInterface)"]
+    envs.close()
