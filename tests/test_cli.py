@@ -10,6 +10,7 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from conftest import BIN, read_jsonl
+from pixel_envs import DICT_ID, PIXELS_ID
 from rltrain.algorithms import ALGORITHMS, DISCRETE
 
 EPOCH_KEYS = {"epoch", "env_step", "gradient_step", "time", "train", "test", "update", "best",
@@ -62,6 +63,14 @@ SMOKE_CASES = [
     (name, ["env=cartpole"] if DISCRETE in spec.actions else ["env=pendulum"])
     for name, spec in sorted(ALGORITHMS.items())
     if "offline" not in spec.trainers  # smoke-run from a dataset in test_offline.py
+] + [
+    # and on an image env and a Dict env (tests/pixel_envs.py), each algorithm on the action
+    # space it takes: the CNN and dict encoders, uint8 and packed storage, end to end
+    (name, ["env=gym", f"env.id=pixel_envs:{env_id}",
+            *([] if DISCRETE in spec.actions else ["env.kwargs.continuous=true"])])
+    for env_id in (PIXELS_ID, DICT_ID)
+    for name, spec in sorted(ALGORITHMS.items())
+    if "offline" not in spec.trainers
 ] + [
     ("ppo", ["env=pendulum", "env.normalize.obs=true", "env.normalize.reward=true"]),
     ("dqn", ["env=gym", "env.id=Acrobot-v1", "env.num_train_envs=2"]),

@@ -16,15 +16,17 @@ SCALED = "env.wrappers=[{name:fault_envs.ScaleReward,kwargs:{scale:10}}]"
 
 
 def test_module_form_of_an_env_id_imports_the_module(cli, tmp_path):
+    """The module of ``module:Env-v0`` is imported (it registers the env); its Dict
+    observations are taken as they are (each key encoded), or flattened when asked."""
     dict_env = ["env=gym", "env.id=fault_envs:rltrain-test/DictObs-v0"]
-    res = cli(*SMOKE, *dict_env)
-    assert res.returncode == 2
-    assert "Dict observations" in res.stderr
-    assert "env.wrappers=[gymnasium.wrappers.FlattenObservation]" in res.stderr
-    res = cli(*SMOKE, *dict_env, "env.wrappers=[gymnasium.wrappers.FlattenObservation]")
+    res = cli(*SMOKE, *dict_env, "hydra.run.dir=dict")
     assert res.returncode == 0, res.stderr
-    (run_dir,) = (tmp_path / "outputs" / "ppo-rltrain-test-DictObs-v0").iterdir()
-    assert "obs (4,)" in (run_dir / "rltrain.log").read_text()  # pos and vel, flattened
+    log = (tmp_path / "dict" / "rltrain.log").read_text()
+    assert "obs Dict(pos (2,) float32, vel (2,) float32)" in log
+    res = cli(*SMOKE, *dict_env, "env.wrappers=[gymnasium.wrappers.FlattenObservation]",
+              "hydra.run.dir=flat")
+    assert res.returncode == 0, res.stderr
+    assert "obs (4,)," in (tmp_path / "flat" / "rltrain.log").read_text()  # pos and vel
 
 
 def test_env_imports_are_stored_with_the_run(cli, tmp_path):
@@ -83,7 +85,8 @@ def test_wrapper_forms_and_order(cli, tmp_path):
      "env.wrappers[0] must be a wrapper's dotted name or {name: ..., kwargs: {...}}"),
     (["env.wrappers=[builtins.str]"], "returned str, not a gymnasium Env"),
     (["env.imports=[nosuch_pkg]"], "env.imports: could not import 'nosuch_pkg'"),
-    (["env=gym", "env.id=fault_envs:rltrain-test/Image-v0"], "image observations"),
+    (["env=gym", "env.id=fault_envs:rltrain-test/Image-v0", "algo.encoder=flat"],
+     "algo.encoder=flat cannot encode fault_envs:rltrain-test/Image-v0's observations"),
     (["env=gym", "env.id=nosuch_pkg.envs:Foo-v0"], "env.id=nosuch_pkg.envs:Foo-v0: could not"),
     (["env=gym", "env.id=MyEnv-v0"], "env.id=mypkg.envs:MyEnv-v0, or env.imports"),
 ])

@@ -116,7 +116,7 @@ def test_auto_chooses_flat_for_any_box_but_an_image(space):
 
 def test_an_unknown_name_is_refused_naming_the_options(dummy_encoder):
     with pytest.raises(ConfigError, match=rf"algo.encoder=cnn is not an encoder; use auto or one "
-                                          rf"of flat, {DUMMY}$"):
+                                          rf"of dict, flat, impala, minatar, nature, {DUMMY}$"):
         choose(info_of(VECTOR), "cnn")
 
 
@@ -131,17 +131,14 @@ def test_a_name_that_cannot_take_the_space_is_refused_naming_what_can(dummy_enco
         choose(info_of(discrete, shape=()), "flat")
     with pytest.raises(ConfigError, match=rf"no observation encoder takes test's observations "
                                           rf"\(Discrete\(5\)\): algo.encoder=auto found none "
-                                          rf"among flat, {DUMMY}$"):
+                                          rf"among dict, flat, impala, minatar, nature, {DUMMY}$"):
         choose(info_of(discrete, shape=()), "auto")
 
 
-def test_images_are_refused_by_the_flat_encoder_saying_why():
-    """No encoder takes uint8 images yet: auto names the reason, and flat by name refuses."""
+def test_images_go_to_a_cnn_and_the_flat_encoder_refuses_them_by_name():
+    """(More in test_image_encoders.py.)"""
     image = gym.spaces.Box(0, 255, (84, 84, 3), np.uint8)
-    with pytest.raises(ConfigError, match=r"found none among flat; these are image observations "
-                                          r"\(uint8, shape \(84, 84, 3\)\).*an MLP on raw "
-                                          r"pixels"):
-        choose(info_of(image), "auto")
+    assert choose(info_of(image), "auto") is ENCODERS["nature"]
     with pytest.raises(ConfigError, match=r"algo.encoder=flat cannot encode"):
         choose(info_of(image), "flat")
 
@@ -174,7 +171,7 @@ def test_settings_refuse_an_unknown_encoder_by_name():
     with initialize_config_dir(config_dir=str(TESTS.parent / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=["algo=sac", "env=pendulum", "algo.encoder=cnn"])
     with pytest.raises(ConfigError, match="algo.encoder=cnn is not an encoder; use auto or one "
-                                          "of flat"):
+                                          "of dict, flat, impala, minatar, nature"):
         settings(cfg)
 
 

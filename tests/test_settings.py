@@ -145,7 +145,8 @@ def test_check_pairing_accepts_each_algorithm_with_its_own_trainer():
     (typed(BCConfig(), OfflineTrainerParams(), dataset="data.h5", reward=True),
      "env.normalize.reward=true scales rewards as they are collected"),
     (typed(DQNConfig(encoder="resnet"), OffPolicyTrainerParams()),
-     "algo.encoder=resnet is not an encoder; use auto or one of flat"),
+     "algo.encoder=resnet is not an encoder; use auto or one of dict, flat, impala, minatar, "
+     "nature"),
 ])
 def test_check_pairing_refuses_by_name(s, message):
     with pytest.raises(ConfigError, match="^" + re.escape(message)):

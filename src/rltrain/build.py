@@ -22,7 +22,7 @@ from rltrain.actions import ScaleActions
 from rltrain.algorithms import ALGORITHMS, CONTINUOUS, DISCRETE, Algorithm, AlgoSpec
 from rltrain.algorithms import get as algorithm_spec
 from rltrain.collector import Collector
-from rltrain.config import ConfigError, DiscountedConfig
+from rltrain.config import ConfigError, DiscountedConfig, wrapper_entry
 from rltrain.core import SpaceInfo
 from rltrain.envs import (
     env_seeds,
@@ -33,6 +33,8 @@ from rltrain.envs import (
 )
 from rltrain.loggers import ConsoleLogger, JsonlLogger, Logger, LoggerContext, build_loggers
 from rltrain.normalize import ObsNormalizer, RewardScaler
+from rltrain.observations import describe as describe_obs
+from rltrain.observations import layout, raw_tensors, storage_dtype
 from rltrain.settings import Settings
 from rltrain.trainer import TRAINERS, Callbacks, Storage, StorageRequest, Trainer
 
@@ -90,6 +92,27 @@ def check_actions(spec: AlgoSpec, info: SpaceInfo) -> None:
                 "algo=ppo, which passes unbounded dimensions through unscaled")
 
 
+def frame_stack(s: Settings, info: SpaceInfo) -> int:
+    """How many frames each stored observation is rebuilt from (``buffer.frame_stack``; auto:
+    the stack size of a FrameStackObservation in env.wrappers, when the observations are
+    uint8 images stacked on their first axis), 1 for whole observations."""
+    stacked = 1
+    for entry in s.env.wrappers:
+        parsed = wrapper_entry(entry)
+        if parsed is not None and str(parsed[0]).rpartition(".")[2] == "FrameStackObservation":
+            stacked = int(parsed[1].get("stack_size", 1))
+    wanted = s.buffer.frame_stack
+    image = (storage_dtype(info.obs_space) == np.uint8 and layout(info.obs_space) is None
+             and len(info.obs_shape) >= 3)
+    if wanted is None:
+        return stacked if image and stacked > 1 and info.obs_shape[0] == stacked else 1
+    if wanted != 1 and not (image and info.obs_shape[0] == wanted):
+        raise ConfigError(f"buffer.frame_stack={wanted} needs uint8 image observations stacked "
+                          f"{wanted} frames deep on their first axis; {info.env_id}'s are "
+                          f"{info.obs_shape}: use buffer.frame_stack=null (auto) or 1")
+    return wanted
+
+
 def build_algorithm(s: Settings, info: SpaceInfo) -> Algorithm:
     """The registered algorithm for ``s.algo``, with the normalisers ``env.normalize`` asks
     for attached."""
@@ -97,6 +120,11 @@ def build_algorithm(s: Settings, info: SpaceInfo) -> Algorithm:
     check_actions(spec, info)
     algorithm = spec.build(s.algo, info, s.device, s.seed)
     norm = s.env.normalize
+    if norm.obs and raw_tensors(info.obs_space):
+        what = "a Dict" if layout(info.obs_space) is not None else "an image"
+        raise ConfigError(f"env.normalize.obs=true cannot work on {info.env_id}'s observations "
+                          f"({what}: the encoder scales them by the space's bounds); set "
+                          "env.normalize.obs=false")
     obs_norm = ObsNormalizer(info.obs_dim, norm.clip_obs, norm.epsilon) if norm.obs else None
     scaler = None
     if norm.reward:
@@ -119,7 +147,8 @@ def build_parts(s: Settings) -> Parts:
                     f"{limit:,} steps ({source}); set env.max_episode_steps to choose")
     # a test env without a quota of episodes would only idle
     num_test_envs = min(s.env.num_test_envs, s.trainer.test_step_num_episodes)
-    train_envs = make_vector_env(s.env, s.env.num_train_envs) if kind.collects else None
+    train_envs = (make_vector_env(s.env, s.env.num_train_envs, train=True) if kind.collects
+                  else None)
     try:
         test_envs = make_vector_env(s.env, num_test_envs)
     except BaseException:
@@ -133,7 +162,8 @@ def build_parts(s: Settings) -> Parts:
         algorithm = build_algorithm(s, info)
         kind.check(s.trainer, s.algo, s.env.num_train_envs, s.buffer.size)
         storage = kind.storage(s.trainer, StorageRequest(info, s.env.num_train_envs,
-                                                         s.buffer.size, s.dataset, s.trust))
+                                                         s.buffer.size, s.dataset, s.trust,
+                                                         frame_stack(s, info)))
     except BaseException:
         if train_envs is not None:
             train_envs.close()
@@ -211,7 +241,8 @@ def log_build(s: Settings, parts: Parts, trainer: Trainer, run_dir: Path) -> Non
         else "same-step"
     train = f"{s.env.num_train_envs} train / " if parts.train_collector is not None else ""
     log.info(f"env {s.env.id}: {train}{parts.test_collector.num_envs} "
-             f"test envs ({mode} autoreset), obs {info.obs_shape}, actions {actions}, "
+             f"test envs ({mode} autoreset), obs {describe_obs(info.obs_space, info.obs_shape)}, "
+             f"actions {actions}, "
              f"reward threshold {info.reward_threshold}, episodes of at most "
              f"{info.max_episode_steps:,} steps")
     if dataset is not None:

@@ -30,6 +30,7 @@ from rltrain.core import Policy
 from rltrain.data.buffers import ReplayBuffer
 from rltrain.envs import autoreset_mode
 from rltrain.errors import NonFiniteError
+from rltrain.observations import Packer
 from rltrain.stats import Episodes
 
 #: sees each batch of observations before the policy acts on it (observation statistics)
@@ -73,6 +74,8 @@ class Collector:
         self.envs, self.buffer = envs, buffer
         self.on_obs, self.on_step = on_obs, on_step
         self.num_envs = envs.num_envs
+        #: Dict observations become packed rows here (rltrain.observations), once
+        self._packer = Packer(envs.single_observation_space)
         self.next_step_mode = autoreset_mode(envs) is AutoresetMode.NEXT_STEP
         self._obs: np.ndarray | None = None
         # next-step mode: envs whose next step is a reset step
@@ -82,7 +85,8 @@ class Collector:
 
     def reset(self, seed: int | None = None) -> None:
         """Start fresh episodes in every env (seeded if ``seed`` is given)."""
-        self._obs, _ = self.envs.reset(seed=seed)
+        obs, _ = self.envs.reset(seed=seed)
+        self._obs = self._packer(obs)
         self._resetting[:] = False
         self._ep_return[:] = 0.0
         self._ep_length[:] = 0
@@ -166,6 +170,7 @@ class Collector:
         n_done = vector_steps = transitions = 0
         pending: list[tuple] = []  # steps not yet written to the buffer
         step, buffer, num_envs = self.envs.step, self.buffer, self.num_envs
+        packer = self._packer if self._packer.layout is not None else None
         ep_return, ep_length = self._ep_return, self._ep_length
         # next-step mode: how many envs' coming step is a reset step
         n_resetting = int(self._resetting.sum()) if self.next_step_mode else 0
@@ -186,6 +191,8 @@ class Collector:
                     self.on_obs(obs)
                 act = policy(obs)
                 next_obs, rew, terminated, truncated, info = step(act)
+                if packer is not None:
+                    next_obs = packer(next_obs)
                 done = terminated | truncated
                 any_done = bool(done.any())
                 valid = ~self._resetting if n_resetting else None
@@ -194,7 +201,7 @@ class Collector:
                 final_obs = next_obs
                 if any_done and not self.next_step_mode:
                     final_obs = next_obs.copy()
-                    final_obs[done] = np.stack(info["final_obs"][done])
+                    final_obs[done] = self._packer.final(info["final_obs"][done])
                 if buffer is not None:
                     pending.append((obs, act, rew, final_obs, terminated, truncated, valid))
                     if len(pending) == self.WRITE_EVERY:

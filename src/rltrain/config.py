@@ -64,7 +64,10 @@ class EnvConfig:
     #: stored with the run, so eval, export and resume import them too
     imports: list[str] = field(default_factory=list)
     #: gymnasium wrappers (or the user's own), applied in order to every env of the run
-    #: (train, test, eval, video): a dotted class name, or ``{name: ..., kwargs: {...}}``
+    #: (train, test, eval, video): a dotted class name, or ``{name: ..., kwargs: {...}}``.
+    #: An entry ``{name: ..., train_only: true}`` wraps the training envs alone, in its place
+    #: in the order: what shapes learning but must not touch the returns tests and eval
+    #: report (Atari's episodic life and reward sign clipping); it may not change the spaces
     wrappers: list[Any] = field(default_factory=list)
     #: the test score that counts as solved (the trainer's stop_score=auto stops there);
     #: null: the env's registered reward_threshold. Set for envs that register none.
@@ -247,6 +250,10 @@ class OfflineTrainerParams(TrainerParams):
 class ReplayBufferConfig:
     #: capacity in transitions, split evenly into one lane per train env
     size: int = 100_000
+    #: frame-stacked image observations (env.wrappers' FrameStackObservation) stored one frame
+    #: per transition, the stack rebuilt by index: null (auto) when the env stacks frames,
+    #: 1 to store every observation whole
+    frame_stack: int | None = None
 
 
 @dataclass
@@ -442,13 +449,23 @@ def split_id(env_id: str) -> tuple[str | None, str]:
 
 def wrapper_entry(entry: Any) -> tuple[Any, dict[str, Any]] | None:
     """An ``env.wrappers`` entry as (name, kwargs): ``"FlattenObservation"`` or a dotted
-    name, ``{name: ..., kwargs: {...}}`` or Hydra's ``{_target_: ..., key: value}``; None
-    for any other shape. Plain data in, nothing imported."""
+    name, ``{name: ..., kwargs: {...}}`` (with ``train_only: true`` for the training envs
+    alone, see :func:`train_only`) or Hydra's ``{_target_: ..., key: value}``; None for any
+    other shape. Plain data in, nothing imported."""
     if isinstance(entry, str):
         return entry, {}
     if isinstance(entry, Mapping) and "_target_" in entry:
         return entry["_target_"], {k: v for k, v in entry.items() if k != "_target_"}
-    if isinstance(entry, Mapping) and "name" in entry and set(entry) <= {"name", "kwargs"}:
+    if isinstance(entry, Mapping) and "name" in entry and set(entry) <= {"name", "kwargs",
+                                                                        "train_only"}:
         kwargs = entry.get("kwargs") or {}
         return (entry["name"], dict(kwargs)) if isinstance(kwargs, Mapping) else None
     return None
+
+
+def train_only(entry: Any) -> bool | None:
+    """Whether an ``env.wrappers`` entry wraps the training envs alone (``{name: ...,
+    train_only: true}``); None when its ``train_only`` is not a bool."""
+    value = entry.get("train_only", False) if isinstance(entry, Mapping) and (
+        "_target_" not in entry) else False
+    return value if isinstance(value, bool) else None

@@ -122,10 +122,14 @@ class LoadedRun:
     policy: Any = None
 
     def act(self, obs: np.ndarray) -> np.ndarray:
+        """Actions for a batch of observations as a collector passes them (a Dict
+        observation's packed rows are unpacked into one tensor per key)."""
         import torch
 
+        from rltrain.algorithms.base import policy_inputs
+
         with torch.inference_mode():
-            return self.policy(torch.as_tensor(obs)).numpy()
+            return self.policy(*policy_inputs(self.info, obs)).numpy()
 
 
 def load_run(run_dir: Path, weights: str, device: str | None = None, *,

@@ -1,7 +1,8 @@
 """``rltrain-export RUN_DIR``: a run's policy as an ONNX graph, checked against torch.
 
 The graph is the run's deployable policy (``Algorithm.deployable``), whatever the algorithm: a
-batch of raw observations ``obs`` (float32, ``[batch, *obs_shape]``) through the observation
+batch of raw observations ``obs`` (float32 ``[batch, *obs_shape]``; an image as the env gives
+it, uint8; a Dict observation as one input per key, named after it) through the observation
 normaliser (when the run normalised observations), the actor network and its head, to the
 deterministic actions ``action`` the env receives: the argmax for discrete actions (int64,
 ``[batch]``), the actor's output clipped to [-1, 1] and scaled to the env's bounds for
@@ -25,7 +26,6 @@ import gymnasium as gym
 import numpy as np
 
 from rltrain.config import ConfigError
-from rltrain.envs import make_vector_env
 from rltrain.evaluate import (
     TRUST_HELP,
     WEIGHT_FILES,
@@ -36,6 +36,7 @@ from rltrain.evaluate import (
     require,
 )
 from rltrain.files import fresh
+from rltrain.observations import TORCH_DTYPES, layout, raw_tensors
 from rltrain.streams import clip_long_words, os_error_text
 
 OPSET = 17
@@ -47,17 +48,35 @@ NUM_CHECK = 256
 RTOL, ATOL = 1e-4, 1e-5
 
 
+def graph_inputs(info: Any) -> list[tuple[str, tuple[int, ...], np.dtype, gym.Space]]:
+    """The graph's inputs: ``obs`` (float32 vectors; images as the env gives them, uint8), or
+    one input per key of a Dict observation, named after the key, at its stored dtype."""
+    space = info.obs_space
+    packing = layout(space)
+    if packing is None:
+        dtype = np.dtype(np.uint8) if raw_tensors(space) else np.dtype(np.float32)
+        return [("obs", tuple(info.obs_shape), dtype, space)]
+    out = []
+    for key in packing.keys:
+        field = packing.dtype.fields[key][0]  # type: ignore[index]
+        out.append((key, tuple(field.shape), field.base, packing.spaces[key]))
+    return out
+
+
 def export_onnx(loaded: LoadedRun, out: Path) -> None:
     """Write the deterministic actor to ``out`` (atomically), with run metadata."""
     import onnx  # the export extra, checked by main() with a message before this runs
     import torch  # 0.9 s to import, which rltrain-export --help and argument errors skip
 
     actor = loaded.policy.cpu().eval()
-    example = torch.zeros(2, *loaded.info.obs_shape)
+    inputs = graph_inputs(loaded.info)
+    example = tuple(torch.zeros((2, *shape), dtype=TORCH_DTYPES[np.dtype(dtype)])
+                    for _, shape, dtype, _ in inputs)
+    names = [name for name, *_ in inputs]
     kwargs: dict[str, Any] = dict(
-        input_names=["obs"],
+        input_names=names,
         output_names=["action"],
-        dynamic_axes={"obs": {0: "batch"}, "action": {0: "batch"}},
+        dynamic_axes={**{name: {0: "batch"} for name in names}, "action": {0: "batch"}},
         opset_version=OPSET,
     )
     if "dynamo" in inspect.signature(torch.onnx.export).parameters:
@@ -68,7 +87,7 @@ def export_onnx(loaded: LoadedRun, out: Path) -> None:
     with warnings.catch_warnings():
         # "legacy TorchScript-based ONNX export" deprecation notices
         warnings.simplefilter("ignore", DeprecationWarning)
-        torch.onnx.export(actor, (example,), str(tmp), **kwargs)
+        torch.onnx.export(actor, example, str(tmp), **kwargs)
     model = onnx.load(str(tmp))
     s, info = loaded.settings, loaded.info
     meta = {
@@ -78,6 +97,7 @@ def export_onnx(loaded: LoadedRun, out: Path) -> None:
         "weights": loaded.weights,
         "weights_path": str(loaded.weights_path),
         "obs_shape": str(list(info.obs_shape)),
+        "inputs": ", ".join(describe(i) for i in inputs),
         "action": f"Discrete({info.num_actions})" if info.discrete else
                   f"Box{info.action_shape} in [{info.action_low.tolist()}, "
                   f"{info.action_high.tolist()}]",
@@ -88,29 +108,51 @@ def export_onnx(loaded: LoadedRun, out: Path) -> None:
     os.replace(tmp, out)
 
 
-def check_observations(loaded: LoadedRun, n: int = NUM_CHECK, seed: int = 0) -> np.ndarray:
-    """``n`` observations drawn uniformly from the run's observation space (bounds clamped)."""
-    envs = make_vector_env(loaded.settings.env, 1)
-    space = envs.single_observation_space
-    envs.close()
+def describe(graph_input: tuple[str, tuple[int, ...], np.dtype, gym.Space]) -> str:
+    name, shape, dtype, _ = graph_input
+    return f"{name} {np.dtype(dtype).name}[{', '.join(['batch', *map(str, shape)])}]"
+
+
+def _draw(space: gym.Space, shape: tuple[int, ...], dtype: np.dtype, n: int,
+          rng: np.random.Generator) -> np.ndarray:
+    """``n`` values of one input drawn uniformly from its space (bounds clamped)."""
+    if isinstance(space, gym.spaces.Discrete):
+        return rng.integers(space.start, space.start + space.n, size=n).astype(dtype)
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return rng.integers(0, space.nvec, size=(n, *shape)).astype(dtype)
+    if isinstance(space, gym.spaces.MultiBinary):
+        return rng.integers(0, 2, size=(n, *shape)).astype(dtype)
     if not isinstance(space, gym.spaces.Box):
-        raise UserError(f"{loaded.info.env_id} has observation space {space}; the check draws "
-                        "observations from a Box")
+        raise UserError(f"the check cannot draw observations from {space}")
     low = np.clip(np.asarray(space.low, dtype=np.float64), -OBS_BOUND, OBS_BOUND)
     high = np.clip(np.asarray(space.high, dtype=np.float64), -OBS_BOUND, OBS_BOUND)
+    if np.dtype(dtype).kind in "ub":  # images: every integer in the bounds, the env's dtype
+        low, high = (np.broadcast_to(np.asarray(b, dtype=np.float64), shape)
+                     for b in (space.low, space.high))
+        return rng.integers(low.astype(np.int64), high.astype(np.int64) + 1,
+                            size=(n, *shape)).astype(dtype)
+    return rng.uniform(low, high, size=(n, *shape)).astype(dtype)
+
+
+def check_observations(loaded: LoadedRun, n: int = NUM_CHECK, seed: int = 0
+                       ) -> dict[str, np.ndarray]:
+    """``n`` observations drawn uniformly from the run's observation space, per graph input."""
     rng = np.random.default_rng(seed)
-    return rng.uniform(low, high, size=(n, *space.shape)).astype(np.float32)
+    return {name: _draw(space, shape, dtype, n, rng)
+            for name, shape, dtype, space in graph_inputs(loaded.info)}
 
 
-def compare(loaded: LoadedRun, path: Path, obs: np.ndarray) -> tuple[bool, str]:
+def compare(loaded: LoadedRun, path: Path, obs: dict[str, np.ndarray]) -> tuple[bool, str]:
     """Run the ONNX graph with onnxruntime and compare with the torch policy's actions."""
     import onnxruntime as ort  # the export extra, checked by main() with a message first
+    import torch
 
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    got = session.run(["action"], {"obs": obs})[0]
-    want = loaded.act(obs)
+    got = session.run(["action"], obs)[0]
+    with torch.inference_mode():
+        want = loaded.policy(*(torch.from_numpy(a) for a in obs.values())).numpy()
     info = loaded.info
-    n = len(obs)
+    n = len(next(iter(obs.values())))
     if got.shape != want.shape:
         return False, f"action shape {got.shape} from ONNX, {want.shape} from torch"
     if info.discrete:
@@ -186,7 +228,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"exported the {loaded.settings.algo.name} policy for {info.env_id} "
           f"({args.weights} weights, {loaded.weights_path}) to {out} "
           f"(ONNX opset {OPSET}, {out.stat().st_size:,} bytes)")
-    print(f"graph: obs float32[batch, {', '.join(map(str, info.obs_shape))}] -> action {action}")
+    inputs = ", ".join(describe(i) for i in graph_inputs(info))
+    print(f"graph: {inputs} -> action {action}")
     if not ok:
         print(f"rltrain-export: error: onnxruntime check failed on {NUM_CHECK} random "
               f"observations: {detail}", file=sys.stderr)

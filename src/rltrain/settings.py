@@ -105,6 +105,9 @@ def settings(cfg: DictConfig) -> Settings:
     trainer.check()
     if not buffer.size > 0:
         raise ConfigError(f"buffer.size must be > 0, got {buffer.size}")
+    if buffer.frame_stack is not None and not 1 <= buffer.frame_stack <= 255:
+        raise ConfigError(f"buffer.frame_stack must be null (auto) or 1..255, got "
+                          f"{buffer.frame_stack}")
     if logger.progress_interval_s < 0:
         raise ConfigError("logger.progress_interval_s must be >= 0")
     check_loggers(logger)

@@ -51,6 +51,7 @@ from rltrain.data.buffers import ReplayBuffer
 from rltrain.data.samplers import UniformSampler
 from rltrain.errors import NonFiniteError, TrainingError
 from rltrain.loggers import Logger
+from rltrain.observations import storage_dtype
 from rltrain.stats import Best, Episodes, EpochStats, InfoStats, Timing, flatten, mean_stats
 from rltrain.system import available_memory, size_text
 
@@ -67,6 +68,8 @@ class StorageRequest:
     dataset: str | None = None
     #: consent to code the dataset would run (``trust=true``; rltrain.trust)
     trust: bool = False
+    #: frames per observation of a frame-stacked image env (1: none), stored once each
+    frame_stack: int = 1
 
 
 @dataclass(frozen=True)
@@ -83,12 +86,16 @@ class Storage:
 
 
 def replay_buffer(info: SpaceInfo, num_lanes: int, lane_capacity: int, *, circular: bool,
-                  what: str, fix: str) -> ReplayBuffer:
+                  what: str, fix: str, frame_stack: int = 1) -> ReplayBuffer:
     """A buffer of ``num_lanes`` x ``lane_capacity`` transitions, refused by name when it
-    cannot fit in the memory available (``what`` names the setting, ``fix`` says what to do)."""
+    cannot fit in the memory available (``what`` names the setting, ``fix`` says what to do).
+    Observations are stored as :func:`rltrain.observations.storage_dtype` says (images and
+    dicts as uint8), a frame stack one frame per transition when ``frame_stack`` > 1."""
     act_dtype = np.int64 if info.discrete else np.float32
-    per = ReplayBuffer.bytes_per_transition(info.obs_shape, np.float32, info.action_shape,
-                                            act_dtype)
+    obs_dtype = storage_dtype(info.obs_space)
+    stack = {} if frame_stack == 1 else {"frame_stack": frame_stack}
+    per = ReplayBuffer.bytes_per_transition(info.obs_shape, obs_dtype, info.action_shape,
+                                            act_dtype, **stack)
     need = num_lanes * lane_capacity * per
     available = available_memory()
     if available is not None and need > available:
@@ -97,7 +104,7 @@ def replay_buffer(info: SpaceInfo, num_lanes: int, lane_capacity: int, *, circul
                           f"bytes each), but {size_text(available)} is available; {fix}")
     try:
         return ReplayBuffer(num_lanes, lane_capacity, info.obs_shape, info.action_shape,
-                            act_dtype, circular=circular)
+                            act_dtype, obs_dtype=obs_dtype, circular=circular, **stack)
     except MemoryError:
         raise ConfigError(f"{what} needs {size_text(need)} of memory, which could not be "
                           "allocated") from None
@@ -651,7 +658,8 @@ class OffPolicyTrainer(OnlineTrainer):
             raise ConfigError(f"buffer.size={request.buffer_size} is smaller than "
                               f"env.num_train_envs={m}")
         return Storage(replay_buffer(request.info, m, request.buffer_size // m, circular=True,
-                                     what="buffer.size", fix="lower buffer.size"))
+                                     what="buffer.size", fix="lower buffer.size",
+                                     frame_stack=request.frame_stack))
 
     def __init__(self, *args: Any, seed: int = 0, **kwargs: Any) -> None:
         super().__init__(*args, seed=seed, **kwargs)

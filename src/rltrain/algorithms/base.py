@@ -28,6 +28,7 @@ from rltrain.data.returns import nstep_batch
 from rltrain.encoders import Encoder, make_encoder
 from rltrain.noise import ColoredNoise
 from rltrain.normalize import ObsNormalizer, RewardScaler
+from rltrain.observations import layout, raw_tensors
 from rltrain.optim import Adam
 
 
@@ -61,6 +62,8 @@ class Algorithm(nn.Module, ABC):
         #: coloured exploration noise (made on first use: its shape is the number of envs)
         self.noise: ColoredNoise | None = None
         self._noise_seed = seed
+        #: observations reach the encoder as stored (images, dicts), not as float32 vectors
+        self._raw_obs = raw_tensors(info.obs_space)
 
     def encoder(self) -> Encoder:
         """A new observation encoder (``algo.encoder``) for one of this algorithm's networks."""
@@ -149,7 +152,11 @@ class Algorithm(nn.Module, ABC):
         return torch.as_tensor(x, dtype=dtype, device=self.device)
 
     def _obs(self, obs: np.ndarray) -> torch.Tensor:
-        """A batch of observations as the networks take them: normalised."""
+        """A batch of observations as the networks take them: vectors as float32, normalised
+        (when on); images and packed dict observations as they are stored (uint8): the
+        encoder scales and unpacks them on the device (a quarter of the bytes to move)."""
+        if self._raw_obs:
+            return self._tensor(obs, torch.uint8)
         x = self._tensor(obs)
         return x if self.obs_norm is None else self.obs_norm(x)
 
@@ -174,24 +181,47 @@ class DeployedPolicy(nn.Module):
     """Observation normaliser, actor network, head: raw observations ``(batch, *obs_shape)``
     to the actions the env receives. Discrete: the argmax (int64, ``(batch,)``); continuous:
     the actor's output clipped to [-1, 1] and scaled to the env's bounds (float32,
-    ``(batch, *action_shape)``)."""
+    ``(batch, *action_shape)``).
+
+    A vector observation arrives as any numeric dtype (float32 reaches the network), an image
+    as the env gives it (uint8: the encoder scales it); a Dict observation as one tensor per
+    key, in :attr:`keys` order (the ONNX graph's inputs are named after them; see
+    :func:`policy_inputs` for the packed rows buffers hold)."""
 
     def __init__(self, obs_norm: ObsNormalizer | None, actor: nn.Module, info: SpaceInfo) -> None:
         super().__init__()
         self.obs_norm, self.actor = obs_norm, actor
         self.discrete, self.action_shape = info.discrete, tuple(info.action_shape)
+        self.raw = raw_tensors(info.obs_space)
+        packing = layout(info.obs_space)
+        #: a Dict observation's keys: forward() takes one tensor per key, in this order
+        self.keys: tuple[str, ...] | None = None if packing is None else packing.keys
         self.scale = None
         if info.action_low is not None and info.action_high is not None:  # a Box
             self.scale = ActionScale(info.action_low, info.action_high)
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        x = obs.to(torch.float32)
-        if self.obs_norm is not None:
-            x = self.obs_norm(x)
+    def forward(self, *obs: torch.Tensor) -> torch.Tensor:
+        if self.keys is not None:
+            x: Any = dict(zip(self.keys, obs, strict=True))
+        elif self.raw:
+            x = obs[0]
+        else:
+            x = obs[0].to(torch.float32)
+            if self.obs_norm is not None:
+                x = self.obs_norm(x)
         out = self.actor(x)
         if self.scale is None:
             return out.argmax(-1)
         return self.scale(out.reshape(out.shape[0], -1)).reshape(-1, *self.action_shape)
+
+
+def policy_inputs(info: SpaceInfo, obs: np.ndarray) -> tuple[torch.Tensor, ...]:
+    """A batch of stored observations (as a collector passes them) as the deployable policy's
+    inputs: one tensor, or one per key of a Dict observation."""
+    packing = layout(info.obs_space)
+    if packing is None:
+        return (torch.as_tensor(np.asarray(obs)),)
+    return tuple(torch.from_numpy(a) for a in packing.unpack(np.asarray(obs)).values())
 
 
 class OnPolicyAlgorithm(Algorithm):

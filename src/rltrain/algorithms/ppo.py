@@ -23,13 +23,13 @@ from rltrain.core import Progress, SpaceInfo
 from rltrain.data.buffers import Rollout
 from rltrain.data.returns import gae
 from rltrain.nets import CategoricalActor, EncodedMLP, GaussianActor
+from rltrain.observations import raw_tensors
 from rltrain.optim import Adam
 
 
 @dataclass
 class PPOConfig(DiscountedConfig):
-    """Proximal Policy Optimization (Schulman et al. 2017), on-policy. The actor and the
-    critic are separate networks, each with its own encoder."""
+    """Proximal Policy Optimization (Schulman et al. 2017), on-policy."""
 
     name: str = "ppo"
     hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
@@ -51,6 +51,11 @@ class PPOConfig(DiscountedConfig):
     #: initial log standard deviation of the Gaussian policy (continuous actions, in the
     #: normalised action space where the env's bounds are -1 and 1)
     init_log_std: float = 0.0
+    #: one encoder for the actor and the critic, trained by both losses (null: auto, shared
+    #: for image and Dict observations, as the published Atari agents share their CNN (Mnih
+    #: et al. 2016's A3C, Schulman et al. 2017's PPO, CleanRL's ppo_atari); separate for
+    #: vectors, whose flat encoder has no parameters to share)
+    share_encoder: bool | None = None
 
     def check(self) -> None:
         super().check()
@@ -75,13 +80,16 @@ class PPO(OnPolicyAlgorithm):
     def __init__(self, cfg: PPOConfig, info: SpaceInfo, device: torch.device, seed: int) -> None:
         super().__init__(cfg, info, device, seed)
         self.discrete = info.discrete
+        encoder = self.encoder()
+        share = raw_tensors(info.obs_space) if cfg.share_encoder is None else cfg.share_encoder
         if info.discrete:
             self.pi: CategoricalActor | GaussianActor = CategoricalActor(
-                self.encoder(), cfg.hidden_sizes, info.action_dim, cfg.activation)
+                encoder, cfg.hidden_sizes, info.action_dim, cfg.activation)
         else:
-            self.pi = GaussianActor(self.encoder(), cfg.hidden_sizes, info.action_dim,
+            self.pi = GaussianActor(encoder, cfg.hidden_sizes, info.action_dim,
                                     cfg.activation, cfg.init_log_std)
-        self.critic = EncodedMLP(self.encoder(), cfg.hidden_sizes, 1, cfg.activation, 1.0)
+        self.critic = EncodedMLP(encoder if share else self.encoder(), cfg.hidden_sizes, 1,
+                                 cfg.activation, 1.0)
         self.to(device)
         self.optim = Adam(self.parameters(), lr=cfg.lr, eps=1e-5)
 

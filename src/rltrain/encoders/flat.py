@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from rltrain.encoders.registry import Encoder, EncoderSpec, register
+from rltrain.observations import is_image
 
 
 class FlatEncoder(Encoder):
@@ -17,28 +18,24 @@ class FlatEncoder(Encoder):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         # a batch of vectors passes as it is: this sits in front of every network call
+        if obs.dtype != torch.float32:  # a key of a dict observation, stored as it came
+            obs = obs.to(torch.float32)
         return obs if obs.dim() == 2 else obs.reshape(obs.shape[0], -1)
 
 
-def is_image(space: gym.Space) -> bool:
-    """A Box of uint8 with three axes: an image (HWC or CHW)."""
-    return (isinstance(space, gym.spaces.Box) and space.dtype == np.uint8
-            and len(space.shape) == 3)
+def accepts(space: gym.Space) -> bool:
+    return isinstance(space, gym.spaces.Box) and not is_image(space)
 
 
 def images_refused(space: gym.Space) -> str | None:
     if not is_image(space):
         return None
-    return (f"these are image observations (uint8, shape {space.shape}) and rltrain has no image "
-            "encoder yet; the flat one would put an MLP on raw pixels, huge and learning poorly: "
-            "use the env's feature-vector observations (e.g. an Atari '-ram' variant) or a "
-            "wrapper in env.wrappers that turns images into features")
+    return (f"these are image observations ({space.dtype}, shape {space.shape}); the flat "
+            "encoder would put an MLP on raw pixels: use algo.encoder=auto (a CNN)")
 
 
 register(EncoderSpec(
-    name="flat",
-    accepts=lambda space: isinstance(space, gym.spaces.Box) and not is_image(space),
-    build=lambda space: FlatEncoder(tuple(space.shape or ())), priority=0,
-    description="any Box observation but an image, flattened into one vector",
+    name="flat", accepts=accepts, build=lambda space: FlatEncoder(tuple(space.shape or ())),
+    priority=0, description="any Box observation but an image, flattened into one vector",
     refusal=images_refused,
 ))
