@@ -69,11 +69,15 @@ def collect(envs: Any, policy: Policy, *, seed: int, episodes: int | None = None
     episode the cut ends is marked truncated).
 
     The :class:`~rltrain.collector.Collector` steps the envs and writes lanes of an
-    append-only buffer, which is read and cleared every :data:`CHUNK` vector steps.
+    append-only buffer, which is read and cleared every :data:`CHUNK` vector steps. The
+    buffer stores observations as training does (:mod:`rltrain.observations`): images as
+    uint8, Dict observations as the uint8 rows the collector packs them into; the policy
+    sees them so too.
     """
     from rltrain.collector import Collector, episode_quotas
     from rltrain.data.buffers import ReplayBuffer
     from rltrain.data.dataset import ARRAYS
+    from rltrain.observations import storage_dtype, stored_shape
 
     if (episodes is None) == (steps is None):
         raise ValueError("pass exactly one of episodes and steps")
@@ -83,8 +87,9 @@ def collect(envs: Any, policy: Policy, *, seed: int, episodes: int | None = None
     quotas = episode_quotas(n, m)
     obs_space, act_space = envs.single_observation_space, envs.single_action_space
     discrete = not act_space.shape
-    buffer = ReplayBuffer(m, CHUNK, obs_space.shape, act_space.shape,
-                          np.int64 if discrete else np.float32, circular=False)
+    buffer = ReplayBuffer(m, CHUNK, stored_shape(obs_space), act_space.shape,
+                          np.int64 if discrete else np.float32,
+                          obs_dtype=storage_dtype(obs_space), circular=False)
     collector = Collector(envs, buffer)
     collector.reset(seed=seed)
     lanes: list[list[dict[str, np.ndarray]]] = [[] for _ in range(m)]
@@ -239,7 +244,7 @@ def from_policy(args: argparse.Namespace) -> tuple[Any, str]:
             how = "a uniform random policy"
         else:
             def act(obs: np.ndarray) -> np.ndarray:
-                return loaded.act(np.asarray(obs, dtype=np.float32))
+                return loaded.act(np.asarray(obs))
 
             policy = noisy(act, act_space, args.noise, seed) if args.noise else act
             weights = args.weights or "best"

@@ -4,6 +4,10 @@ A :class:`Dataset` holds the transitions of whole episodes one after another (an
 episode ends at a transition that is ``terminated`` or ``truncated``; the last
 transition of a dataset always ends one), the env's own actions, and a ``meta``
 record: the env, its spaces as plain data, the policy that acted, the episode returns.
+Observations are held as rltrain's buffers hold them (:mod:`rltrain.observations`): images
+(uint8 Boxes with three axes) as uint8, Dict observations as uint8 rows packed by their
+:class:`~rltrain.observations.DictLayout`, anything else as float32; in memory and in files
+alike.
 
 Files: rltrain's own ``.h5``/``.hdf5`` (h5py; one HDF5 dataset per array, gzip, meta as a
 JSON string attribute) and ``.npz`` (numpy; meta as a JSON string entry), written
@@ -45,9 +49,10 @@ from rltrain.files import open_new_bytes
 if TYPE_CHECKING:
     from rltrain.data.buffers import ReplayBuffer
 
-# rltrain.actions and the buffers are imported where they are used: they import torch, which
-# reading, writing and merging datasets (rltrain-collect --merge) do without; h5py (0.18 s)
-# only where an HDF5 file is read or written, minari (an extra) only for minari:ID
+# rltrain.actions, the buffers and rltrain.observations are imported where they are used: they
+# import torch, which reading, writing and merging datasets of vectors (rltrain-collect
+# --merge) do without; h5py (0.18 s) only where an HDF5 file is read or written, minari (an
+# extra) only for minari:ID
 
 #: the arrays of a dataset, in file order
 ARRAYS = ("obs", "act", "rew", "next_obs", "terminated", "truncated")
@@ -65,13 +70,14 @@ BOUNDS_TOLERANCE = 1e-6
 class Dataset:
     """Transitions of whole episodes in time order (see the module docstring)."""
 
-    #: (N, *obs_shape) float32
+    #: (N, *stored_shape): float32, or uint8 for images and packed Dict rows (see
+    #: :func:`obs_storage`)
     obs: np.ndarray
     #: (N, *act_shape): the env's own actions (int64 for Discrete, float32 for Box)
     act: np.ndarray
     #: (N,) float32
     rew: np.ndarray
-    #: (N, *obs_shape) float32: the true next observation, also at an episode's end
+    #: (N, *stored_shape), as ``obs``: the true next observation, also at an episode's end
     next_obs: np.ndarray
     #: (N,) bool
     terminated: np.ndarray
@@ -124,49 +130,138 @@ class Dataset:
 
 # --------------------------------------------------------------------------- spaces as data
 def describe_space(space: gym.Space) -> dict[str, Any]:
-    """A Box or Discrete space as plain JSON data (infinite bounds as "inf"/"-inf")."""
+    """A space as plain JSON data: Box (bounds as flat lists of floats, infinite ones as
+    "inf"/"-inf"; an image is a Box of uint8), Discrete, MultiDiscrete, MultiBinary, and a
+    Dict of those (its keys in the space's order, which is the order a Dict observation is
+    packed in; :mod:`rltrain.observations`)."""
+    if isinstance(space, gym.spaces.Dict):
+        parts = []
+        for key, sub in space.spaces.items():
+            refused = ConfigError(f"Dict key {key!r} is a {type(sub).__name__}, which cannot be "
+                                  f"stored in a dataset; {SPACES_HELD}")
+            if not isinstance(key, str) or isinstance(sub, (gym.spaces.Dict, gym.spaces.Tuple)):
+                raise refused
+            try:
+                parts.append([key, describe_space(sub)])
+            except ConfigError:
+                raise refused from None
+        return {"type": "Dict", "spaces": parts}
     if isinstance(space, gym.spaces.Discrete):
-        return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
+        d: dict[str, Any] = {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
+        if space.dtype != np.int64:  # gymnasium's default, left out as before
+            d["dtype"] = np.dtype(space.dtype).name
+        return d
     if isinstance(space, gym.spaces.Box):
         def bounds(a: np.ndarray) -> list[Any]:
             return [float(x) if np.isfinite(x) else ("inf" if x > 0 else "-inf")
                     for x in np.asarray(a, dtype=np.float64).reshape(-1)]
         return {"type": "Box", "shape": list(space.shape), "low": bounds(space.low),
                 "high": bounds(space.high), "dtype": np.dtype(space.dtype).name}
-    raise ConfigError(f"{type(space).__name__} spaces cannot be stored in a dataset; rltrain "
-                      "datasets hold Box and Discrete spaces")
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return {"type": "MultiDiscrete", "nvec": space.nvec.tolist(),
+                "start": space.start.tolist(), "dtype": np.dtype(space.dtype).name}
+    if isinstance(space, gym.spaces.MultiBinary):
+        return {"type": "MultiBinary", "n": np.asarray(space.n).tolist()}
+    raise ConfigError(f"{type(space).__name__} spaces cannot be stored in a dataset; "
+                      f"{SPACES_HELD}")
+
+
+#: what :func:`describe_space` takes, for messages
+SPACES_HELD = ("rltrain datasets hold Box, Discrete, MultiDiscrete and MultiBinary spaces, and "
+               "Dict spaces of those (one level of string keys)")
+
+
+def _dtype(name: Any, kinds: str) -> np.dtype:
+    """A dtype named in a description, one of ``kinds`` (numpy's kind letters) or ValueError:
+    a name is only ever looked up, and object or string dtypes are refused."""
+    if not isinstance(name, str):
+        raise ValueError(f"dtype {name!r} is not a name")
+    dtype = np.dtype(name)
+    if dtype.kind not in kinds or dtype.shape or dtype.names:
+        raise ValueError(f"dtype {name!r} is not one of numpy's kinds {kinds!r}")
+    return dtype
+
+
+def _ints(values: Any, what: str) -> np.ndarray:
+    """A (nested) list of integers, as int64; ValueError otherwise (floats included)."""
+    a = np.array(values, dtype=object)  # a ragged list: an array of lists, refused below
+    flat = a.reshape(-1)
+    if a.ndim < 1 or not all(isinstance(x, int) and not isinstance(x, bool) for x in flat):
+        raise ValueError(f"{what} is not a list of integers")
+    return np.array(flat.tolist(), dtype=np.int64).reshape(a.shape)
 
 
 def space_from_dict(d: Mapping[str, Any]) -> gym.Space:
-    """The gymnasium space that :func:`describe_space` described (ValueError if malformed)."""
+    """The gymnasium space that :func:`describe_space` described (ValueError if malformed).
+    Only data is read: type names are matched against a fixed list, dtypes looked up by name
+    among the numeric ones; nothing is imported or evaluated."""
     try:
-        if d["type"] == "Discrete":
-            return gym.spaces.Discrete(int(d["n"]), start=int(d.get("start", 0)))
-        if d["type"] == "Box":
-            shape = tuple(int(n) for n in d["shape"])
-            dtype = np.dtype(d.get("dtype", "float32"))
-            low, high = (np.array([float(x) for x in d[k]]).reshape(shape)
-                         for k in ("low", "high"))
-            if dtype.kind == "f":  # exact: the bounds were written from this dtype
-                low, high = low.astype(dtype), high.astype(dtype)
-            with warnings.catch_warnings():  # gymnasium's notes on casting integer bounds
-                warnings.simplefilter("ignore")
-                return gym.spaces.Box(low, high, shape, dtype)
-    except (KeyError, TypeError, ValueError, OverflowError) as e:
+        return _space_from_dict(d, nested=False)
+    # AssertionError: gymnasium's own checks (Discrete(0), a MultiDiscrete nvec of 0)
+    except (KeyError, TypeError, ValueError, OverflowError, AssertionError) as e:
         raise ValueError(f"malformed space description ({type(e).__name__}: {e})") from None
-    raise ValueError(f"unknown space type {d.get('type')!r}")
+
+
+def _space_from_dict(d: Mapping[str, Any], nested: bool) -> gym.Space:
+    if not isinstance(d, Mapping):
+        raise TypeError("a space is described by a JSON object")
+    kind = d.get("type")
+    if kind == "Discrete":
+        return gym.spaces.Discrete(int(d["n"]), start=int(d.get("start", 0)),
+                                   dtype=_dtype(d.get("dtype", "int64"), "iu"))
+    if kind == "Box":
+        shape = tuple(int(n) for n in d["shape"])
+        dtype = _dtype(d.get("dtype", "float32"), "fiub")
+        low, high = (np.array([float(x) for x in d[k]]).reshape(shape)
+                     for k in ("low", "high"))
+        if dtype.kind == "f":  # exact: the bounds were written from this dtype
+            low, high = low.astype(dtype), high.astype(dtype)
+        with warnings.catch_warnings():  # gymnasium's notes on casting integer bounds
+            warnings.simplefilter("ignore")
+            return gym.spaces.Box(low, high, shape, dtype)
+    if kind == "MultiDiscrete":
+        nvec = _ints(d["nvec"], "nvec")
+        start = _ints(d["start"], "start") if "start" in d else None
+        return gym.spaces.MultiDiscrete(nvec, dtype=_dtype(d.get("dtype", "int64"), "iu"),
+                                        start=start)
+    if kind == "MultiBinary":
+        n = d["n"]
+        return gym.spaces.MultiBinary(int(n) if isinstance(n, int) else _ints(n, "n"))
+    if kind == "Dict":
+        if nested:
+            raise ValueError("a Dict inside a Dict (rltrain takes one level of keys)")
+        pairs = d["spaces"]
+        if not isinstance(pairs, list) or not pairs:
+            raise ValueError("a Dict needs a non-empty list of [key, space] pairs")
+        keys = []
+        for pair in pairs:
+            if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str)):
+                raise ValueError(f"a Dict entry {str(pair)[:40]} is not a [key, space] pair")
+            keys.append(pair[0])
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"a Dict names a key twice ({keys})")
+        # a list of pairs keeps the order (gymnasium sorts the keys of a plain dict)
+        return gym.spaces.Dict([(key, _space_from_dict(sub, nested=True))
+                                for key, sub in pairs])
+    raise ValueError(f"unknown space type {kind!r}")
 
 
 def space_text(d: Mapping[str, Any]) -> str:
     """A described space in one short line, as gymnasium prints it where it can:
-    ``Discrete(3)``, ``Box(-2.0, 2.0, (1,), float32)``, and per-dimension bounds as lists
-    (the middle of a long one left out)."""
+    ``Discrete(3)``, ``Box(-2.0, 2.0, (1,), float32)``, per-dimension bounds as lists (the
+    middle of a long one left out), a Dict as ``Dict(key: space, ...)`` in its order."""
     try:
         space = space_from_dict(d)
     except ValueError:
         return json.dumps(d)[:80]
+    return _text(space)
+
+
+def _text(space: gym.Space) -> str:
+    if isinstance(space, gym.spaces.Dict):
+        return f"Dict({', '.join(f'{k}: {_text(s)}' for k, s in space.spaces.items())})"
     if not isinstance(space, gym.spaces.Box):
-        return str(space)
+        return " ".join(str(space).split())  # one line (a 2-D MultiDiscrete prints two)
     low, high = space.low.reshape(-1), space.high.reshape(-1)
     if len(low) and (low == low[0]).all() and (high == high[0]).all():
         return str(space)
@@ -179,18 +274,45 @@ def space_text(d: Mapping[str, Any]) -> str:
     return f"Box({values(low)}, {values(high)}, {space.shape}, {space.dtype})"
 
 
+def _bytes_valued(d: Mapping[str, Any]) -> bool:
+    """A Box of uint8 or bool values: stored as bytes where it is an image or a Dict key."""
+    return str(d.get("dtype", "float32")) in ("uint8", "bool")
+
+
 def space_mismatch(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
     """Why two described spaces differ (None if they are the same for rltrain): type, and
     Box shape and bounds (within :data:`BOUNDS_TOLERANCE` where finite), Discrete n and
-    start. The Box dtype does not count: observations are stored as float32 anyway."""
+    start, MultiDiscrete nvec and start, MultiBinary n, a Dict's keys in order and each
+    key's space (the reason then names the key). A Box dtype counts only where it changes
+    how the observations are stored: bytes (uint8, bool) against any other; among the
+    others it does not (they are all stored as float32)."""
     if a.get("type") != b.get("type"):
         return "type"
+    if a["type"] == "Dict":
+        keys_a, keys_b = [k for k, _ in a["spaces"]], [k for k, _ in b["spaces"]]
+        if keys_a != keys_b:
+            # the order is the packing's (Minari's files, for one, keep the keys sorted)
+            return "key order" if sorted(keys_a) == sorted(keys_b) else "keys"
+        for (key, sub_a), (_, sub_b) in zip(a["spaces"], b["spaces"], strict=True):
+            why = space_mismatch(sub_a, sub_b)
+            if why is not None:
+                return f"key {key!r}: {why}"
+        return None
     if a["type"] == "Discrete":
         if (int(a["n"]), int(a.get("start", 0))) != (int(b["n"]), int(b.get("start", 0))):
             return "n or start"
         return None
+    if a["type"] == "MultiDiscrete":
+        same = (np.array_equal(a["nvec"], b["nvec"])
+                and np.array_equal(a.get("start", np.zeros_like(a["nvec"])),
+                                   b.get("start", np.zeros_like(b["nvec"]))))
+        return None if same else "nvec or start"
+    if a["type"] == "MultiBinary":
+        return None if np.array_equal(a["n"], b["n"]) else "n"
     if list(a["shape"]) != list(b["shape"]):
         return "shape"
+    if _bytes_valued(a) != _bytes_valued(b):
+        return "dtype"
     for key in ("low", "high"):
         x = np.array([float(v) for v in a[key]])
         y = np.array([float(v) for v in b[key]])
@@ -209,20 +331,54 @@ def check_spaces(ds: Dataset, obs_space: gym.Space, action_space: gym.Space, env
     Only the spaces decide: a dataset collected on another env id with the same spaces (a
     registered copy, a variant) is accepted.
     """
+    where = ds.meta.get("env_id")
+    origin = f" (collected on {where})" if where and where != env_id else ""
     for what, space, key in (("observation", obs_space, "observation_space"),
                              ("action", action_space, "action_space")):
         mine = ds.meta.get(key)
         try:
             env_d = describe_space(space)
         except ConfigError:
-            raise ConfigError(f"{env_id} has a {type(space).__name__} {what} space; rltrain "
-                              "datasets hold Box and Discrete spaces") from None
-        if not isinstance(mine, Mapping) or space_mismatch(mine, env_d) is not None:
-            theirs = space_text(mine) if isinstance(mine, Mapping) else "none recorded"
-            where = ds.meta.get("env_id")
-            origin = f" (collected on {where})" if where and where != env_id else ""
+            raise ConfigError(f"{env_id} has a {type(space).__name__} {what} space, which "
+                              f"cannot be stored in a dataset; {SPACES_HELD}") from None
+        if not isinstance(mine, Mapping):
+            raise ConfigError(f"dataset {spec}{origin} records no {what} space but {env_id} "
+                              f"has {space_text(env_d)}; collect the dataset on the same env")
+        why = space_mismatch(mine, env_d)
+        if why is not None:
+            theirs = space_text(mine)
+            # a Dict's line is long: say where they part
+            detail = f" (they differ in {why})" if mine.get("type") == "Dict" and \
+                why != "type" else ""
             raise ConfigError(f"dataset {spec}{origin} has {what} space {theirs} but {env_id} has "
-                              f"{space_text(env_d)}; collect the dataset on the same env")
+                              f"{space_text(env_d)}{detail}; collect the dataset on the same env")
+    dtype, shape = obs_storage(obs_space)
+    for name in ("obs", "next_obs"):
+        a = getattr(ds, name)
+        if a.dtype != dtype or a.shape[1:] != shape:
+            raise ConfigError(f"dataset {spec}{origin} holds {name} as {a.dtype} "
+                              f"{a.shape[1:]}, but {env_id}'s observations "
+                              f"({_text(obs_space)}) are stored as {dtype} {shape}; collect "
+                              "the dataset on the same env with rltrain-collect")
+
+
+def obs_storage(space: gym.Space) -> tuple[np.dtype, tuple[int, ...]]:
+    """How a dataset holds observations of ``space``: the dtype and shape of one row, as
+    rltrain's buffers do (:mod:`rltrain.observations`): uint8 for images and packed Dict rows
+    ``(row_bytes,)``, float32 otherwise.
+
+    :raises ConfigError: a Dict space rltrain cannot pack, with its reason.
+    """
+    if isinstance(space, gym.spaces.Box) and np.dtype(space.dtype) not in (np.uint8, np.bool_):
+        # a Box of numbers: float32 in its own shape, known without rltrain.observations,
+        # which imports torch (1 s) that reading, writing and merging vectors do without
+        return np.dtype(np.float32), tuple(space.shape)
+    from rltrain.observations import ObservationSpaceError, storage_dtype, stored_shape
+
+    try:
+        return storage_dtype(space), stored_shape(space)
+    except ObservationSpaceError as e:
+        raise ConfigError(str(e)) from None
 
 
 # --------------------------------------------------------------------------- building
@@ -236,21 +392,40 @@ def new_meta(**fields: Any) -> dict[str, Any]:
 
 def make_dataset(obs: np.ndarray, act: np.ndarray, rew: np.ndarray, next_obs: np.ndarray,
                  terminated: np.ndarray, truncated: np.ndarray, meta: dict[str, Any]) -> Dataset:
-    """A dataset from arrays in time order, with rltrain's dtypes; its last transition is
-    marked truncated if it ends no episode, and ``meta["episode_returns"]`` is set from the
-    arrays (so the two always agree)."""
+    """A dataset from arrays in time order, with rltrain's dtypes (observations as
+    :func:`obs_storage` says for ``meta["observation_space"]``: images and packed Dict rows
+    stay uint8); its last transition is marked truncated if it ends no episode, and
+    ``meta["episode_returns"]`` is set from the arrays (so the two always agree).
+
+    :raises ValueError: observations of a uint8 space that are not all bytes (0..255).
+    """
     discrete = meta["action_space"]["type"] == "Discrete"
+    obs_dtype, _ = obs_storage(space_from_dict(meta["observation_space"]))
     truncated = np.array(truncated, dtype=bool)
     terminated = np.asarray(terminated, dtype=bool)
     if len(truncated) and not (terminated[-1] or truncated[-1]):
         truncated[-1] = True
-    ds = Dataset(obs=np.asarray(obs, dtype=np.float32),
+    ds = Dataset(obs=_as_stored(obs, obs_dtype, "obs"),
                  act=np.asarray(act, dtype=np.int64 if discrete else np.float32),
                  rew=np.asarray(rew, dtype=np.float32),
-                 next_obs=np.asarray(next_obs, dtype=np.float32),
+                 next_obs=_as_stored(next_obs, obs_dtype, "next_obs"),
                  terminated=terminated, truncated=truncated, meta=dict(meta))
     ds.meta["episode_returns"] = [float(r) for r in ds.episode_returns()]
     return ds
+
+
+def _as_stored(a: Any, dtype: np.dtype, name: str) -> np.ndarray:
+    """``a`` in the storage dtype; to uint8 only exactly (an older replay buffer held images
+    as float32 copies of their bytes)."""
+    a = np.asarray(a)
+    if dtype != np.uint8 or a.dtype == np.uint8:
+        return a.astype(dtype, copy=False)
+    with np.errstate(invalid="ignore"):  # NaN: refused below
+        as_bytes = a.astype(np.uint8)
+    if not np.array_equal(as_bytes, a):
+        raise ValueError(f"{name} ({a.dtype}) holds values that are not bytes (0..255), but "
+                         "its observation space is stored as uint8")
+    return as_bytes
 
 
 def concatenate(parts: list[Dataset], meta: dict[str, Any]) -> Dataset:
@@ -501,12 +676,25 @@ def _validated(arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any], spec: 
                   "transition")
     if lengths["rew"] == 0:
         raise bad("holds no transitions")
-    obs_shape = spaces["observation_space"].shape
+    obs_space = spaces["observation_space"]
+    try:
+        obs_dtype, obs_shape = obs_storage(obs_space)
+    except ConfigError as e:
+        raise bad(f"has an observation space rltrain cannot store ({e})") from None
     for name in ("obs", "next_obs"):
         a = arrays[name]
-        if a.shape[1:] != obs_shape or a.dtype.kind not in "fiu":
+        # uint8 storage (images, packed Dict rows) takes bytes (or bools, for an image);
+        # anything else takes numbers, converted to float32
+        fits = a.dtype.kind in "fiu" if obs_dtype != np.uint8 else a.dtype == np.uint8 or (
+            a.dtype == np.bool_ and not isinstance(obs_space, gym.spaces.Dict))
+        if a.shape[1:] != obs_shape or not fits:
+            stored = "" if obs_shape == obs_space.shape and obs_dtype != np.uint8 else \
+                f", stored as {obs_dtype} of shape {obs_shape}"
             raise bad(f"has {name} of shape {a.shape[1:]} and dtype {a.dtype}, but its "
-                      f"observation space is {texts['observation_space']}")
+                      f"observation space is {texts['observation_space']}{stored}")
+        problem = _rows_problem(obs_space, a)
+        if problem is not None:
+            raise bad(f"has {name} {problem}")
     act, act_space = arrays["act"], spaces["action_space"]
     if isinstance(act_space, gym.spaces.Discrete):
         if act.shape[1:] != () or act.dtype.kind not in "iu":
@@ -545,6 +733,43 @@ def _validated(arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any], spec: 
                           "it")
     return make_dataset(arrays["obs"], arrays["act"], arrays["rew"], arrays["next_obs"],
                         arrays["terminated"], arrays["truncated"], meta=dict(meta))
+
+
+def _rows_problem(space: gym.Space, rows: np.ndarray) -> str | None:
+    """What is wrong in the packed rows of a Dict observation, which no dtype check sees: a
+    Discrete, MultiDiscrete or MultiBinary key outside its space (its one-hot encoding would
+    index past its size), or a non-finite number. None if nothing is (or ``space`` is no Dict)."""
+    if not isinstance(space, gym.spaces.Dict):
+        return None
+    from rltrain.observations import DictLayout  # a Dict: torch is needed to train on it
+
+    packing = DictLayout.of(space)
+    records = np.ascontiguousarray(rows).view(packing.dtype).reshape(len(rows))
+    for key in packing.keys:
+        sub = packing.spaces[key]
+        values = records[key].reshape(len(rows), -1)
+        if isinstance(sub, gym.spaces.Box):
+            if values.dtype.kind != "f":
+                continue
+            wrong = ~np.isfinite(values)
+        else:
+            if isinstance(sub, gym.spaces.Discrete):
+                low, high = np.int64(sub.start), np.int64(sub.start + sub.n)
+            elif isinstance(sub, gym.spaces.MultiDiscrete):
+                low = sub.start.reshape(-1).astype(np.int64)
+                high = low + sub.nvec.reshape(-1).astype(np.int64)
+            else:  # MultiBinary
+                low, high = np.int64(0), np.int64(2)
+            wrong = (values < low) | (values >= high)
+        if wrong.any():
+            where = int(np.flatnonzero(wrong.any(axis=1))[0])
+            value = values[where][wrong[where]][0]
+            if isinstance(sub, gym.spaces.Box):
+                return (f"with a non-finite value in key {key!r} (transition {where}); remove "
+                        "or recollect it")
+            return (f"with key {key!r} {value} (transition {where}), outside its space "
+                    f"{_text(sub)}; recollect it")
+    return None
 
 
 def load_dataset(spec: str, *, consent: bool = False) -> Dataset:
@@ -666,17 +891,31 @@ def _load_minari(dataset_id: str, spec: str, consent: bool = False) -> Dataset:
     spaces = {}
     for key, what in (("observation_space", "observation"), ("action_space", "action")):
         space = getattr(data, key)
-        allowed = (gym.spaces.Box,) if key == "observation_space" else (
+        allowed = (gym.spaces.Box, gym.spaces.Dict) if key == "observation_space" else (
             gym.spaces.Box, gym.spaces.Discrete)
         if not isinstance(space, allowed):
-            kinds = "Box" if key == "observation_space" else "Box and Discrete"
+            kinds = "Box and Dict" if key == "observation_space" else "Box and Discrete"
             raise ConfigError(f"{spec} has a {type(space).__name__} {what} space; rltrain "
                               f"reads {kinds} {what}s")
-        spaces[key] = describe_space(space)
+        try:
+            spaces[key] = describe_space(space)
+        except ConfigError as e:
+            raise ConfigError(f"{spec} has a {what} space rltrain cannot read: {e}") from None
+    # a Dict observation: Minari gives each episode's as a dict of arrays; packed into rows
+    # here as the collector packs an env's (rltrain.observations)
+    packing = None
+    if isinstance(data.observation_space, gym.spaces.Dict):
+        from rltrain.observations import DictLayout, ObservationSpaceError
+
+        try:
+            packing = DictLayout.of(data.observation_space)
+        except ObservationSpaceError as e:
+            raise ConfigError(f"{spec}: {e}") from None
     fields: dict[str, list[np.ndarray]] = {name: [] for name in ARRAYS}
     try:
         for ep in data.iterate_episodes():
-            o = np.asarray(ep.observations)
+            o = (np.asarray(ep.observations) if packing is None
+                 else packing.pack(ep.observations))
             t = len(ep.rewards)
             if t == 0:
                 continue
@@ -780,8 +1019,15 @@ def to_buffer(ds: Dataset, *, discrete: bool, action_low: np.ndarray | None,
         act = to_agent(ds.act, action_low, action_high)
     if not len(ds):
         raise ConfigError("the dataset holds no transitions")
-    buffer = ReplayBuffer(1, len(ds), ds.obs.shape[1:], ds.act.shape[1:],
-                          np.int64 if discrete else np.float32, circular=True)
+    # the buffer stores observations as the dataset does (make_dataset: images and Dict rows
+    # uint8), as an online run's buffer stores the env's
+    obs_dtype, obs_shape = obs_storage(space_from_dict(ds.meta["observation_space"]))
+    if ds.obs.dtype != obs_dtype or ds.obs.shape[1:] != obs_shape:
+        raise ValueError(f"dataset obs are {ds.obs.dtype} {ds.obs.shape[1:]}, but its "
+                         f"observation space is stored as {obs_dtype} {obs_shape}")
+    buffer = ReplayBuffer(1, len(ds), obs_shape, ds.act.shape[1:],
+                          np.int64 if discrete else np.float32, obs_dtype=obs_dtype,
+                          circular=True)
     truncated = ds.truncated.copy()
     truncated[-1] |= not ds.terminated[-1]  # the data ends: so does its last episode
     buffer.extend(*(a[:, None] for a in (ds.obs, act, ds.rew, ds.next_obs, ds.terminated,
