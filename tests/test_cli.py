@@ -66,8 +66,11 @@ SMOKE_CASES = [
 ] + [
     # and on an image env and a Dict env (tests/pixel_envs.py), each algorithm on the action
     # space it takes: the CNN and dict encoders, uint8 and packed storage, end to end
-    (name, ["env=gym", f"env.id=pixel_envs:{env_id}",
-            *([] if DISCRETE in spec.actions else ["env.kwargs.continuous=true"])])
+    (name, ["env=gym", f"env.id=pixel_envs:{env_id}", "trainer.batch_size=32",
+            *([] if DISCRETE in spec.actions else ["env.kwargs.continuous=true"]),
+            # a CNN's gradient steps are dear on a CPU: a quarter as many for the actor-critics
+            *(["trainer.update_step_num_gradient_steps_per_sample=0.25"]
+              if DISCRETE not in spec.actions else [])])
     for env_id in (PIXELS_ID, DICT_ID)
     for name, spec in sorted(ALGORITHMS.items())
     if "offline" not in spec.trainers

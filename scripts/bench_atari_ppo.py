@@ -1,0 +1,99 @@
+"""PPO on Atari: env steps per second of rltrain against Stable-Baselines3, same settings.
+
+    .venv/bin/python scripts/bench_atari_ppo.py [--game Pong] [--steps 8192] [--device cpu]
+
+Both train PPO with CleanRL's ppo_atari settings (8 envs x 128 steps, 4 passes in minibatches
+of 256, the Nature CNN shared by actor and critic; rltrain's conf/tuned/ppo_atari.yaml, SB3's
+CnnPolicy) on ``ALE/<game>-v5`` with the same protocol: sticky actions 0.25, frame skip 4 with
+max-pooling, 84x84 grey, 4 frames stacked, no-op starts, FIRE on reset, a lost life ends the
+training episode, rewards clipped (rltrain: env/atari.yaml; SB3: its AtariWrapper over the
+same v5 env made with frameskip=1, then VecFrameStack(4)), gymnasium's sync vector envs, one
+torch thread each, one after the other in fresh processes. The figure is training throughput:
+env steps over the seconds spent collecting and updating (rltrain's summary.json timing;
+SB3's ``learn()`` wall time, which has no test step), and the ratio rltrain / SB3.
+
+Needs the atari and bench extras: pip install -e ".[atari,bench]".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RLTRAIN = Path(sys.executable).parent / "rltrain"
+
+SB3 = """
+import sys, time, json
+import gymnasium as gym, ale_py, torch
+from stable_baselines3 import PPO
+from stable_baselines3.common.atari_wrappers import AtariWrapper
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.vec_env import VecFrameStack
+gym.register_envs(ale_py)
+game, steps, device = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+torch.set_num_threads(1)
+env = make_vec_env(f"ALE/{game}-v5", n_envs=8, seed=0, wrapper_class=AtariWrapper,
+                   env_kwargs=dict(frameskip=1, repeat_action_probability=0.25))
+env = VecFrameStack(env, 4)
+model = PPO("CnnPolicy", env, n_steps=128, batch_size=256, n_epochs=4, learning_rate=2.5e-4,
+            clip_range=0.1, ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5, gamma=0.99,
+            gae_lambda=0.95, device=device, seed=0, verbose=0)
+start = time.perf_counter()
+model.learn(total_timesteps=steps)
+print(json.dumps({"steps": model.num_timesteps, "seconds": time.perf_counter() - start}))
+"""
+
+
+def rltrain(game: str, steps: int, device: str) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        run = Path(tmp) / "run"
+        cmd = [str(RLTRAIN), "algo=ppo", "env=atari", f"env.id=ALE/{game}-v5", f"device={device}",
+               "trainer.max_epochs=1", f"trainer.epoch_num_steps={steps}",
+               "trainer.test_step_num_episodes=1", "env.num_test_envs=1",
+               "logger.progress_bar=false", "logger.tensorboard=false", f"hydra.run.dir={run}"]
+        res = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp)
+        if res.returncode != 0:
+            raise SystemExit(f"rltrain failed: {res.stderr[-2000:]}")
+        summary = json.loads((run / "summary.json").read_text())
+        timing = summary["timing"]
+        return {"steps": summary["env_step"],
+                "seconds": timing["collect"] + timing["update"]}
+
+
+def sb3(game: str, steps: int, device: str) -> dict[str, float]:
+    res = subprocess.run([sys.executable, "-c", SB3, game, str(steps), device],
+                         capture_output=True, text=True,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    if res.returncode != 0:
+        raise SystemExit(f"SB3 failed: {res.stderr[-2000:]}")
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--game", default="Pong")
+    p.add_argument("--steps", type=int, default=8192)
+    p.add_argument("--device", default="cpu")
+    args = p.parse_args()
+    rows = {}
+    for name, fn in (("rltrain", rltrain), ("sb3", sb3)):
+        t0 = time.perf_counter()
+        r = fn(args.game, args.steps, args.device)
+        rows[name] = r
+        print(f"{name:8s} {r['steps']:>8,} env steps in {r['seconds']:7.1f} s training "
+              f"= {r['steps'] / r['seconds']:7.1f} steps/s  ({time.perf_counter() - t0:.0f} s "
+              "with start-up and tests)", flush=True)
+    ratio = (rows["rltrain"]["steps"] / rows["rltrain"]["seconds"]) / (
+        rows["sb3"]["steps"] / rows["sb3"]["seconds"])
+    print(f"rltrain / SB3 throughput: {ratio:.2f}x on ALE/{args.game}-v5, {args.device}")
+
+
+if __name__ == "__main__":
+    main()
