@@ -72,6 +72,10 @@ class EncodedMLP(MLP):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return super().forward(self.encoder.forward(obs))
 
+    def head(self, features: torch.Tensor) -> torch.Tensor:
+        """The layers on the encoder's output, already computed (a shared encoder)."""
+        return super().forward(features)
+
 
 def _init(layer: nn.Linear, gain: float) -> nn.Linear:
     nn.init.orthogonal_(layer.weight, gain)
@@ -123,11 +127,14 @@ class CategoricalActor(Actor):
     def sample(self, obs: torch.Tensor) -> torch.Tensor:
         return sample_categorical(self.outputs(obs))
 
-    def log_prob_entropy(self, obs: torch.Tensor, act: torch.Tensor
+    def log_prob_entropy(self, obs: torch.Tensor, act: torch.Tensor, *,
+                         features: torch.Tensor | None = None
                          ) -> tuple[torch.Tensor, torch.Tensor]:
         """log pi(a|s) and the entropy at s, written out rather than through
-        torch.distributions (whose bookkeeping costs more than this maths at these sizes)."""
-        logp_all = self.outputs(obs).log_softmax(-1)
+        torch.distributions (whose bookkeeping costs more than this maths at these sizes).
+        ``features``: the encoder's output for ``obs``, already computed (a shared encoder)."""
+        out = self.outputs(obs) if features is None else self.net.forward(features)
+        logp_all = out.log_softmax(-1)
         logp = logp_all.gather(-1, act.unsqueeze(-1)).squeeze(-1)
         return logp, -(logp_all.exp() * logp_all).sum(-1)
 
@@ -148,9 +155,10 @@ class GaussianActor(Actor):
         mean = self.outputs(obs)
         return torch.normal(mean, self.log_std.exp().expand_as(mean))
 
-    def log_prob_entropy(self, obs: torch.Tensor, act: torch.Tensor
+    def log_prob_entropy(self, obs: torch.Tensor, act: torch.Tensor, *,
+                         features: torch.Tensor | None = None
                          ) -> tuple[torch.Tensor, torch.Tensor]:
-        mean = self.outputs(obs)
+        mean = self.outputs(obs) if features is None else self.net.forward(features)
         log_std = self.log_std.expand_as(mean)
         logp = diagonal_gaussian_log_prob(act.reshape(mean.shape), mean, log_std)
         return logp, (0.5 + _HALF_LOG_2PI + log_std).sum(-1)

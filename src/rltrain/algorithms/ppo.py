@@ -90,6 +90,8 @@ class PPO(OnPolicyAlgorithm):
                                     cfg.activation, cfg.init_log_std)
         self.critic = EncodedMLP(encoder if share else self.encoder(), cfg.hidden_sizes, 1,
                                  cfg.activation, 1.0)
+        #: the actor and the critic read one encoder: a minibatch encodes its observations once
+        self.shared = share
         self.to(device)
         self.optim = Adam(self.parameters(), lr=cfg.lr, eps=1e-5)
 
@@ -123,7 +125,10 @@ class PPO(OnPolicyAlgorithm):
             # observation, so truncated episodes bootstrap from their true final state.
             both = self._obs(np.concatenate([rollout.obs, rollout.next_obs]).reshape(
                 2 * lanes * t, *rollout.obs.shape[2:]))
-            values, next_values = self.value(both).cpu().numpy().reshape(2, lanes, t)
+            features = self.pi.encoder(both) if self.shared else None
+            v_both = (self.value(both) if features is None
+                      else self.critic.head(features).squeeze(-1))
+            values, next_values = v_both.cpu().numpy().reshape(2, lanes, t)
         adv = gae(self._rew(rollout.rew), values, next_values, rollout.terminated, rollout.dones,
                   rollout.valid, cfg.gamma, cfg.gae_lambda)
         valid = rollout.valid
@@ -134,7 +139,12 @@ class PPO(OnPolicyAlgorithm):
         old_v = self._tensor(values[valid])
         ret = adv_t + old_v
         with torch.no_grad():
-            old_logp, _ = self.pi.log_prob_entropy(obs, act)
+            if features is None:
+                old_logp, _ = self.pi.log_prob_entropy(obs, act)
+            else:  # the valid slots' features, already computed above
+                mask = torch.from_numpy(valid.reshape(-1)).to(self.device)
+                old_logp, _ = self.pi.log_prob_entropy(
+                    obs, act, features=features[: lanes * t][mask])
 
         lr = cfg.lr * (1.0 - progress.fraction) if cfg.lr_annealing else cfg.lr
         self.optim.lr = lr
@@ -167,13 +177,18 @@ class PPO(OnPolicyAlgorithm):
         cfg = self.cfg
         if cfg.normalize_advantage and len(adv) > 1:
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-        logp, entropy_all = self.pi.log_prob_entropy(obs, act)
+        if self.shared:  # one pass of the encoder for both losses (its gradient sums both)
+            features = self.pi.encoder(obs)
+            logp, entropy_all = self.pi.log_prob_entropy(obs, act, features=features)
+            v = self.critic.head(features).squeeze(-1)
+        else:
+            logp, entropy_all = self.pi.log_prob_entropy(obs, act)
+            v = self.value(obs)
         logratio = logp - old_logp
         ratio = logratio.exp()
         pg_loss = torch.max(
             -adv * ratio, -adv * ratio.clamp(1.0 - cfg.clip_ratio, 1.0 + cfg.clip_ratio)
         ).mean()
-        v = self.value(obs)
         if cfg.value_clip is None:
             v_loss = 0.5 * (v - ret).pow(2).mean()
         else:
