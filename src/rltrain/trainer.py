@@ -772,7 +772,8 @@ class OfflineTrainer(Trainer):
                 f"({len(data):,} transitions in {spec}): lower trainer.batch_size or collect "
                 "more data")
         buffer = datasets.to_buffer(data, discrete=info.discrete, action_low=info.action_low,
-                                    action_high=info.action_high)
+                                    action_high=info.action_high,
+                                    frame_stack=request.frame_stack)
         returns = np.asarray(data.episode_returns(), dtype=np.float64)
         facts = {**datasets.dataset_fingerprint(spec), "transitions": len(data),
                  "episodes": int(returns.size),

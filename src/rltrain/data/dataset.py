@@ -991,8 +991,12 @@ def dataset_fingerprint(spec: str) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- buffers
 def to_buffer(ds: Dataset, *, discrete: bool, action_low: np.ndarray | None,
-              action_high: np.ndarray | None) -> ReplayBuffer:
+              action_high: np.ndarray | None, frame_stack: int = 1) -> ReplayBuffer:
     """A one-lane replay buffer holding ``ds`` in order, for offline training.
+
+    With ``frame_stack`` > 1 (a frame-stacked image env), the buffer stores a frame per
+    transition when the rows are consecutive frame stacks, as the buffer checks on writing;
+    rows that are not (a dataset merged from pieces cut mid-episode) are stored whole.
 
     Continuous actions are mapped into the algorithm's normalised space with
     :func:`rltrain.actions.to_agent`; discrete ones are stored as they are (int64). Each
@@ -1025,14 +1029,21 @@ def to_buffer(ds: Dataset, *, discrete: bool, action_low: np.ndarray | None,
     if ds.obs.dtype != obs_dtype or ds.obs.shape[1:] != obs_shape:
         raise ValueError(f"dataset obs are {ds.obs.dtype} {ds.obs.shape[1:]}, but its "
                          f"observation space is stored as {obs_dtype} {obs_shape}")
-    buffer = ReplayBuffer(1, len(ds), obs_shape, ds.act.shape[1:],
-                          np.int64 if discrete else np.float32, obs_dtype=obs_dtype,
-                          circular=True)
     truncated = ds.truncated.copy()
     truncated[-1] |= not ds.terminated[-1]  # the data ends: so does its last episode
-    buffer.extend(*(a[:, None] for a in (ds.obs, act, ds.rew, ds.next_obs, ds.terminated,
-                                         truncated)))
-    return buffer
+    for stack in dict.fromkeys((frame_stack, 1)):
+        buffer = ReplayBuffer(1, len(ds), obs_shape, ds.act.shape[1:],
+                              np.int64 if discrete else np.float32, obs_dtype=obs_dtype,
+                              circular=True, frame_stack=stack)
+        try:
+            buffer.extend(*(a[:, None] for a in (ds.obs, act, ds.rew, ds.next_obs,
+                                                 ds.terminated, truncated)))
+        except ValueError:  # not consecutive frame stacks: store the observations whole
+            if stack == 1:
+                raise
+            continue
+        return buffer
+    raise AssertionError("unreachable: frame_stack=1 stores any observation")
 
 
 def from_replay_buffer(state: Mapping[str, Any], *, discrete: bool,
