@@ -1,9 +1,8 @@
 """Exact resume on the image and Dict envs, through the real CLI: SIGTERM mid-epoch, then
 ``rltrain resume=DIR``, equal to an unbroken run (epochs.jsonl, time fields aside). MiniGrid
-(a Dict observation, PPO) and MinAtar (an image, DQN) in the default suite; Atari (PPO on Pong,
-DQN on Breakout with frame-stacked storage, the emulator's state through ALE's cloneState) and
-CarRacing (Box2D, which says it is not exact) behind ``slow``: a Nature CNN trains slowly on a
-CPU."""
+(a Dict observation, PPO) in the default suite; MinAtar (an image, DQN), Atari (PPO on Pong, DQN
+on Breakout with frame-stacked storage, the emulator's state through ALE's cloneState) and
+CarRacing (Box2D, which says it is not exact) behind ``slow``: CNNs train slowly on a CPU."""
 
 from __future__ import annotations
 
@@ -39,7 +38,7 @@ RUNS = {
                   "trainer.update_step_num_gradient_steps_per_sample=0.05",
                   "trainer.test_step_num_episodes=1", "env.num_test_envs=1"],
 }
-SLOW = {"atari-ppo", "atari-dqn"}
+SLOW = {"minatar-dqn", "atari-ppo", "atari-dqn"}
 
 
 def case(name: str):
