@@ -119,18 +119,16 @@ def _draw(space: gym.Space, shape: tuple[int, ...], dtype: np.dtype, n: int,
     if isinstance(space, gym.spaces.Discrete):
         return rng.integers(space.start, space.start + space.n, size=n).astype(dtype)
     if isinstance(space, gym.spaces.MultiDiscrete):
-        return rng.integers(0, space.nvec, size=(n, *shape)).astype(dtype)
+        return rng.integers(space.start, space.start + space.nvec, size=(n, *shape)).astype(dtype)
     if isinstance(space, gym.spaces.MultiBinary):
         return rng.integers(0, 2, size=(n, *shape)).astype(dtype)
     if not isinstance(space, gym.spaces.Box):
         raise UserError(f"the check cannot draw observations from {space}")
+    if np.dtype(dtype).kind in "ub":  # images: every integer in the bounds, the env's dtype
+        low, high = (np.broadcast_to(b, shape).astype(np.int64) for b in (space.low, space.high))
+        return rng.integers(low, high + 1, size=(n, *shape)).astype(dtype)
     low = np.clip(np.asarray(space.low, dtype=np.float64), -OBS_BOUND, OBS_BOUND)
     high = np.clip(np.asarray(space.high, dtype=np.float64), -OBS_BOUND, OBS_BOUND)
-    if np.dtype(dtype).kind in "ub":  # images: every integer in the bounds, the env's dtype
-        low, high = (np.broadcast_to(np.asarray(b, dtype=np.float64), shape)
-                     for b in (space.low, space.high))
-        return rng.integers(low.astype(np.int64), high.astype(np.int64) + 1,
-                            size=(n, *shape)).astype(dtype)
     return rng.uniform(low, high, size=(n, *shape)).astype(dtype)
 
 

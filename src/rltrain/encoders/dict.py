@@ -77,17 +77,8 @@ class DictEncoder(Encoder):
         return torch.cat([self.encoders[k](parts[k]) for k in self.keys], dim=1)
 
 
-def accepts(space: gym.Space) -> bool:
-    if not isinstance(space, gym.spaces.Dict):
-        return False
-    try:
-        DictLayout.of(space)
-    except ObservationSpaceError:
-        return False
-    return True
-
-
 def refusal(space: gym.Space) -> str | None:
+    """Why a Dict cannot be encoded (a key rltrain cannot store), or None."""
     if not isinstance(space, gym.spaces.Dict):
         return None
     try:
@@ -95,6 +86,10 @@ def refusal(space: gym.Space) -> str | None:
     except ObservationSpaceError as e:
         return str(e)
     return None
+
+
+def accepts(space: gym.Space) -> bool:
+    return isinstance(space, gym.spaces.Dict) and refusal(space) is None
 
 
 register(EncoderSpec(
