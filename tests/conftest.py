@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
@@ -31,6 +32,10 @@ BIN = Path(sys.executable).parent
 RLTRAIN = BIN / "rltrain"
 TESTS = Path(__file__).resolve().parent
 CONF = TESTS.parent / "conf"
+
+# in-process tests use one torch thread, as every rltrain run does by default (torch_threads=1):
+# the suite runs one worker per core, and two threads per worker would only contend
+torch.set_num_threads(1)
 
 # rltrain's commands start from a pre-warmed interpreter (tests/prewarmed.py: torch imported
 # once per test process, not once per run); RLTRAIN_TEST_FRESH_PROCESSES=1 turns it off

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rltrain.actions import ScaleActions
+from rltrain.actions import ScaleActions, ShiftActions
 from rltrain.algorithms import ALGORITHMS, CONTINUOUS, DISCRETE, Algorithm, AlgoSpec
 from rltrain.algorithms import get as algorithm_spec
 from rltrain.collector import Collector
@@ -32,6 +32,7 @@ from rltrain.envs import (
     space_info,
 )
 from rltrain.loggers import ConsoleLogger, JsonlLogger, Logger, LoggerContext, build_loggers
+from rltrain.masking import is_masked, mask_space_problem
 from rltrain.normalize import ObsNormalizer, RewardScaler
 from rltrain.observations import describe as describe_obs
 from rltrain.observations import layout, raw_tensors, storage_dtype
@@ -68,7 +69,7 @@ def seed_everything(seed: int) -> None:
 
 def check_actions(spec: AlgoSpec, info: SpaceInfo) -> None:
     """Refuse an action space the algorithm cannot act in, naming what would work."""
-    kind = DISCRETE if info.discrete else CONTINUOUS
+    kind = info.action_kind
     if kind not in spec.actions:
         # what would work here: the same kind of training (online or offline), this action space
         def from_data(algo: AlgoSpec) -> bool:
@@ -76,10 +77,18 @@ def check_actions(spec: AlgoSpec, info: SpaceInfo) -> None:
 
         fits = sorted(name for name, other in ALGORITHMS.items() if kind in other.actions
                       and from_data(other) == from_data(spec))
-        space = (f"discrete actions (Discrete({info.num_actions}))" if info.discrete else
+        space = (f"discrete actions (Discrete({info.num_actions}))" if kind == DISCRETE else
+                 f"multidiscrete actions ({info.actions_text})" if kind != CONTINUOUS else
                  f"continuous actions (Box, shape {info.action_shape})")
         raise ConfigError(f"algo={spec.name} needs {' or '.join(spec.actions)} actions, but "
                           f"{info.env_id} has {space}; use algo={' or algo='.join(fits)}")
+    problem = mask_space_problem(info.obs_space, info.num_actions)
+    if problem is not None:
+        raise ConfigError(f"{info.env_id}: {problem}")
+    if is_masked(info.obs_space) and not spec.masks:
+        able = sorted(name for name, other in ALGORITHMS.items() if other.masks)
+        raise ConfigError(f"{info.env_id}'s observations carry an action mask, which "
+                          f"algo={spec.name} would ignore; use algo={' or algo='.join(able)}")
     if spec.bounded_actions and not info.discrete:
         assert info.action_low is not None and info.action_high is not None
         bounded = np.isfinite(info.action_low) & np.isfinite(info.action_high)
@@ -174,6 +183,9 @@ def build_parts(s: Settings) -> Parts:
     if not info.discrete:  # the algorithm acts in [-1, 1]; the envs scale to their bounds
         test_envs = ScaleActions(test_envs)
         train_envs = None if train_envs is None else ScaleActions(train_envs)
+    elif info.action_start is not None:  # the algorithm's indices start at 0, the env's not
+        test_envs = ShiftActions(test_envs)
+        train_envs = None if train_envs is None else ShiftActions(train_envs)
     train_collector = None
     if train_envs is not None:
         # the observers of training collection: the normalisers' statistics, updated here only
@@ -207,7 +219,8 @@ def build_trainer(s: Settings, parts: Parts, *, loggers: list[Logger] | None = N
         parts.algorithm, s.trainer, parts.storage.buffer, parts.test_collector,
         train_collector=parts.train_collector, reward_threshold=parts.info.reward_threshold,
         loggers=loggers or [], callbacks=callbacks or Callbacks(), seed=s.seed,
-        test_seed=parts.test_seed)
+        test_seed=parts.test_seed,
+        **({"replay": s.buffer} if TRAINERS[s.trainer.name].keeps_replay_buffer else {}))
 
 
 def run_loggers(s: Settings, run_dir: Path, *, config: dict[str, Any],
@@ -236,7 +249,7 @@ def run_loggers(s: Settings, run_dir: Path, *, config: dict[str, Any],
 def log_build(s: Settings, parts: Parts, trainer: Trainer, run_dir: Path) -> None:
     """What was built, in rltrain.log and on the console."""
     info, dataset = parts.info, parts.storage.dataset
-    actions = f"Discrete({info.num_actions})" if info.discrete else f"Box{info.action_shape}"
+    actions = info.actions_text
     mode = "next-step" if (parts.train_collector or parts.test_collector).next_step_mode \
         else "same-step"
     train = f"{s.env.num_train_envs} train / " if parts.train_collector is not None else ""

@@ -12,6 +12,14 @@ from ``truncated`` and that reads gymnasium's autoreset semantics:
   an episode returns the reset observation and puts the final one in
   ``info["final_obs"]``; that final observation is what a truncated transition
   bootstraps from.
+
+A recurrent policy (:class:`rltrain.recurrent.RecurrentPolicy`: observations and each env's
+state in, actions and next states out) is the one kind of policy the collector treats apart,
+and it decides that once per collection: it keeps each env's state (its *memory*) between
+steps and collections, resets it where an observation starts an episode (after a done in
+same-step mode, after the reset step in next-step mode), saves it with the episodes in flight,
+and tells an empty rollout lane the state its first transition is acted on with. Every other
+policy is called as it always was: the step loop's only addition is one boolean test.
 """
 
 from __future__ import annotations
@@ -30,7 +38,10 @@ from rltrain.core import Policy
 from rltrain.data.buffers import ReplayBuffer
 from rltrain.envs import autoreset_mode
 from rltrain.errors import NonFiniteError
-from rltrain.observations import Packer
+from rltrain.masking import KEY as MASK_KEY
+from rltrain.masking import is_masked
+from rltrain.observations import Packer, layout
+from rltrain.recurrent import RecurrentPolicy, reset_where
 from rltrain.stats import Episodes
 
 #: sees each batch of observations before the policy acts on it (observation statistics)
@@ -45,10 +56,20 @@ class CollectionStopped(Exception):
 
 
 def random_policy(envs: VectorEnv, seed: int) -> Policy:
-    """Uniformly random actions from the env's own (seeded) action space."""
+    """Uniformly random actions from the env's own (seeded) action space; with an action
+    mask in the observations (rltrain.masking), uniform over each env's allowed actions."""
     space = envs.action_space
     space.seed(seed)
-    return lambda obs: space.sample()
+    packing = layout(envs.single_observation_space)
+    if not is_masked(envs.single_observation_space) or packing is None:
+        return lambda obs: space.sample()
+
+    def allowed_only(obs: np.ndarray) -> np.ndarray:
+        mask = packing.unpack(obs)[MASK_KEY].reshape(len(obs), -1).astype(np.int8)
+        mask[~mask.any(-1)] = 1  # a state that allows nothing: any action
+        return space.sample(mask=tuple(mask))
+
+    return allowed_only
 
 
 def episode_quotas(n_episodes: int, num_envs: int) -> np.ndarray:
@@ -82,12 +103,18 @@ class Collector:
         self._resetting = np.zeros(self.num_envs, dtype=bool)
         self._ep_return = np.zeros(self.num_envs, dtype=np.float64)
         self._ep_length = np.zeros(self.num_envs, dtype=np.int64)
+        #: a recurrent policy's state of each env (None: no recurrent policy acted yet, or
+        #: since the last reset) and which envs' current observation starts an episode
+        self._memory: torch.Tensor | None = None
+        self._starts = np.ones(self.num_envs, dtype=bool)
 
     def reset(self, seed: int | None = None) -> None:
         """Start fresh episodes in every env (seeded if ``seed`` is given)."""
         obs, _ = self.envs.reset(seed=seed)
         self._obs = self._packer(obs)
         self._resetting[:] = False
+        self._memory = None
+        self._starts[:] = True
         self._ep_return[:] = 0.0
         self._ep_length[:] = 0
 
@@ -100,6 +127,10 @@ class Collector:
             "resetting": torch.from_numpy(self._resetting.copy()),
             "ep_return": torch.from_numpy(self._ep_return.copy()),
             "ep_length": torch.from_numpy(self._ep_length.copy()),
+            # a recurrent policy's memory of the episodes in flight (an inference-mode
+            # tensor becomes a plain one by the copy)
+            "memory": None if self._memory is None else self._memory.detach().cpu().clone(),
+            "starts": torch.from_numpy(self._starts.copy()),
             "envs": snap.state,
             "not_captured": list(snap.not_captured),
         }
@@ -117,7 +148,33 @@ class Collector:
         self._resetting = state["resetting"].numpy().copy()
         self._ep_return = state["ep_return"].numpy().copy()
         self._ep_length = state["ep_length"].numpy().copy()
+        memory = state.get("memory")  # absent from checkpoints written before recurrent
+        self._memory = None if memory is None else memory.clone()
+        if "starts" in state:
+            self._starts = state["starts"].numpy().copy()
         return []
+
+    def _remembering(self, policy: RecurrentPolicy) -> Policy:
+        """``policy`` as a plain one that acts with this collector's memory of each env and
+        keeps the next states; the buffer (if any) is told the state each of its empty lanes'
+        first transition is acted on with. Under inference mode (collect() enters it)."""
+        if self._memory is None:
+            self._memory = policy.initial_state(self.num_envs)
+        elif self._memory.shape != (self.num_envs, policy.state_size):
+            raise ValueError(f"the collector holds states of shape {tuple(self._memory.shape)}"
+                             f", but the policy's are {policy.state_size} wide; reset() first")
+        if self.buffer is not None:
+            # next-step mode: an env whose coming step is a reset step stores its first
+            # transition on the step after, which starts an episode
+            first = self._starts | self._resetting if self.next_step_mode else self._starts
+            self.buffer.set_start_state(reset_where(self._memory, first).cpu().numpy())
+
+        def act(obs: np.ndarray) -> np.ndarray:
+            assert self._memory is not None  # made above
+            actions, self._memory = policy.step(obs, reset_where(self._memory, self._starts))
+            return actions
+
+        return act
 
     #: steps are written to the buffer in blocks of this many (one array operation per
     #: field per block instead of per step); the arrays a vector env returns are fresh each
@@ -176,6 +233,9 @@ class Collector:
         n_resetting = int(self._resetting.sum()) if self.next_step_mode else 0
         # policies act under inference mode, entered once here (see Algorithm.policy)
         with torch.inference_mode():
+            recurrent = False
+            if isinstance(policy, RecurrentPolicy):
+                policy, recurrent = self._remembering(policy), True
             while True:
                 if max_vector_steps is not None and vector_steps >= max_vector_steps:
                     break
@@ -228,6 +288,9 @@ class Collector:
                     n_done += len(ended)
                     ep_return[done_idx] = 0.0
                     ep_length[done_idx] = 0
+                if recurrent:  # whose observation now starts an episode: after a done, or
+                    # (next-step mode) after the reset step that was just taken
+                    self._starts = self._resetting if self.next_step_mode else done
                 if self.next_step_mode:
                     self._resetting = done
                     n_resetting = len(done_idx) if any_done else 0

@@ -100,6 +100,10 @@ class AlgoConfig:
         """Checks against the run's planned number of gradient steps (e.g. a target network
         that would never be updated)."""
 
+    def check_minibatch(self, batch_size: int | None) -> None:
+        """Checks against an on-policy run's minibatch size (``trainer.batch_size``; None: the
+        whole rollout), e.g. a minibatch too small for one of the algorithm's sequences."""
+
 
 #: the activations a network may use (rltrain.nets maps each name to its function)
 ACTIVATION_NAMES = ("tanh", "relu")
@@ -254,6 +258,15 @@ class ReplayBufferConfig:
     #: per transition, the stack rebuilt by index: null (auto) when the env stacks frames,
     #: 1 to store every observation whole
     frame_stack: int | None = None
+    #: which stored transitions a batch holds: uniform, or prioritized (proportional
+    #: prioritised replay, Schaul et al. 2016: ``buffer=prioritized``)
+    sampler: str = "uniform"
+    #: prioritized: how strongly priorities skew the draws (0: uniform)
+    priority_alpha: float = 0.6
+    #: prioritized: the importance-sampling exponent at the start, raised linearly to 1
+    priority_beta: float = 0.4
+    #: prioritized: added to each |TD error|, so no transition has zero probability
+    priority_eps: float = 1e-6
 
 
 @dataclass

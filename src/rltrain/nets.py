@@ -17,6 +17,7 @@ from torch import nn
 
 from rltrain.config import ACTIVATION_NAMES
 from rltrain.encoders import Encoder
+from rltrain.masking import ActionMask
 
 ACTIVATIONS = {"tanh": torch.tanh, "relu": torch.relu}
 assert tuple(ACTIVATIONS) == ACTIVATION_NAMES  # the schemas' check names the same ones
@@ -119,13 +120,24 @@ class Actor(nn.Module):
 
 
 class CategoricalActor(Actor):
-    """Discrete actions: logits over the actions."""
+    """Discrete actions: logits over the actions. With an action ``mask``
+    (:mod:`rltrain.masking`), read from the observation, a disallowed action's logit is the
+    lowest float: it is never sampled nor the argmax, and has probability 0."""
+
+    def __init__(self, encoder: Encoder, hidden_sizes: Sequence[int], out_dim: int,
+                 activation: str, mask: ActionMask | None = None) -> None:
+        super().__init__(encoder, hidden_sizes, out_dim, activation)
+        self.mask = mask
+
+    def logits(self, obs: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
+        out = self.outputs(obs) if features is None else self.net.forward(features)
+        return out if self.mask is None else self.mask(out, obs)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.outputs(obs)
+        return self.logits(obs)
 
     def sample(self, obs: torch.Tensor) -> torch.Tensor:
-        return sample_categorical(self.outputs(obs))
+        return sample_categorical(self.logits(obs))
 
     def log_prob_entropy(self, obs: torch.Tensor, act: torch.Tensor, *,
                          features: torch.Tensor | None = None
@@ -133,8 +145,7 @@ class CategoricalActor(Actor):
         """log pi(a|s) and the entropy at s, written out rather than through
         torch.distributions (whose bookkeeping costs more than this maths at these sizes).
         ``features``: the encoder's output for ``obs``, already computed (a shared encoder)."""
-        out = self.outputs(obs) if features is None else self.net.forward(features)
-        logp_all = out.log_softmax(-1)
+        logp_all = self.logits(obs, features).log_softmax(-1)
         logp = logp_all.gather(-1, act.unsqueeze(-1)).squeeze(-1)
         return logp, -(logp_all.exp() * logp_all).sum(-1)
 
@@ -235,6 +246,67 @@ class DeterministicActor(Actor):
         return torch.tanh(self.outputs(obs))
 
 
+class MultiCategoricalActor(Actor):
+    """MultiDiscrete and MultiBinary actions: one categorical distribution per action entry,
+    the entries independent given the state, so log pi(a|s) is the sum of the entries'
+    log-probabilities and the entropy the sum of their entropies. One output layer gives the
+    logits of all entries side by side (``sum(nvec)`` of them, entry after entry, as the
+    action's entries lie in C order).
+
+    :meth:`forward` returns them as ``(batch, *action_shape, max(nvec))``, an entry with fewer
+    values padded with the lowest float (never the argmax, probability 0): its argmax over
+    the last axis is the deterministic action, as a :class:`CategoricalActor`'s is, and every
+    op is a fixed gather, so the ONNX graph needs no loop over entries."""
+
+    def __init__(self, encoder: Encoder, hidden_sizes: Sequence[int], nvec: Sequence[int],
+                 activation: str, action_shape: Sequence[int] = ()) -> None:
+        super().__init__(encoder, hidden_sizes, sum(nvec), activation)
+        self.nvec = tuple(int(n) for n in nvec)
+        self.action_shape = tuple(action_shape) or (len(self.nvec),)
+        if int(np.prod(self.action_shape)) != len(self.nvec):
+            raise ValueError(f"{len(self.nvec)} entries cannot have shape {self.action_shape}")
+        self.width = max(self.nvec)
+        #: every entry has as many values (MultiBinary): the logits only need a reshape
+        self.uniform = len(set(self.nvec)) == 1
+        counts = np.asarray(self.nvec)
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        values = np.arange(self.width)
+        # for each (entry, value): the column of its logit; padding reads column 0 and is
+        # then overwritten (a gather and a where: ONNX's Pad would add a reversed slice)
+        real = values < counts[:, None]
+        index = np.where(real, starts[:, None] + values, 0)
+        self.index: torch.Tensor
+        self.padding: torch.Tensor
+        self.register_buffer("index", torch.as_tensor(index.reshape(-1)), persistent=False)
+        self.register_buffer("padding", torch.as_tensor(~real.reshape(-1)), persistent=False)
+
+    def logits(self, obs: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
+        """``(batch, *action_shape, max(nvec))``; ``features``: the encoder's output for
+        ``obs``, already computed (a shared encoder)."""
+        out = self.outputs(obs) if features is None else self.net.forward(features)
+        if not self.uniform:
+            out = out[..., self.index].masked_fill(self.padding, torch.finfo(out.dtype).min)
+        return out.reshape(*out.shape[:-1], *self.action_shape, self.width)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.logits(obs)
+
+    def sample(self, obs: torch.Tensor) -> torch.Tensor:
+        """An action ``(batch, *action_shape)``, each entry drawn from its own logits."""
+        return sample_categorical(self.logits(obs))
+
+    def log_prob_entropy(self, obs: torch.Tensor, act: torch.Tensor, *,
+                         features: torch.Tensor | None = None
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
+        """log pi(a|s) of the actions ``act`` (``(batch, *action_shape)``, int64) and the
+        entropy at s, each summed over the entries."""
+        logp_all = self.logits(obs, features).log_softmax(-1)
+        logp = logp_all.gather(-1, act.reshape(logp_all.shape[:-1]).unsqueeze(-1))
+        # a padded value's probability is exactly 0 and its log finite: it adds 0
+        entropy = -(logp_all.exp() * logp_all).sum(-1)
+        return logp.reshape(len(logp), -1).sum(-1), entropy.reshape(len(entropy), -1).sum(-1)
+
+
 # --------------------------------------------------------------------------- critics
 class QCritics(nn.Module):
     """``n`` independent Q(s, a) networks evaluated as one: each layer is a batched matrix
@@ -268,3 +340,38 @@ class QCritics(nn.Module):
             if i < last:
                 x = self._act(x)
         return x.squeeze(-1)
+
+
+class DiscreteQCritics(nn.Module):
+    """``n`` independent Q(s, .) networks over ``num_actions`` discrete actions, evaluated as
+    one (discrete SAC's twin critics): ``forward(obs)`` returns ``(n, batch, num_actions)``,
+    every action's value from every member, so a soft value can take the policy's whole
+    expectation over actions instead of a sampled one. As in :class:`QCritics`, each layer is
+    one batched matrix product over the members, which share one encoder."""
+
+    def __init__(self, encoder: Encoder, num_actions: int, hidden_sizes: Sequence[int],
+                 activation: str, n: int = 2) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.n = n
+        sizes = [encoder.out_dim, *hidden_sizes, num_actions]
+        self.weights = nn.ParameterList()
+        self.biases = nn.ParameterList()
+        for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
+            gain = 1.0 if i == len(sizes) - 2 else np.sqrt(2)
+            w = torch.empty(n, a, b)
+            for k in range(n):  # orthogonal per member, as nn.Linear layers would be
+                nn.init.orthogonal_(w[k].T, gain)
+            self.weights.append(nn.Parameter(w))
+            self.biases.append(nn.Parameter(torch.zeros(n, 1, b)))
+        self._act = ACTIVATIONS[activation]
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        x = self.encoder.forward(obs)
+        x = x.expand(self.n, *x.shape)
+        last = len(self.weights) - 1
+        for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
+            x = torch.baddbmm(b, x, w)
+            if i < last:
+                x = self._act(x)
+        return x

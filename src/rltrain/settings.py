@@ -108,6 +108,7 @@ def settings(cfg: DictConfig) -> Settings:
     if buffer.frame_stack is not None and not 1 <= buffer.frame_stack <= 255:
         raise ConfigError(f"buffer.frame_stack must be null (auto) or 1..255, got "
                           f"{buffer.frame_stack}")
+    check_replay(buffer)
     if logger.progress_interval_s < 0:
         raise ConfigError("logger.progress_interval_s must be >= 0")
     check_loggers(logger)
@@ -128,6 +129,31 @@ def settings(cfg: DictConfig) -> Settings:
                  trust=bool(cfg.get("trust", False)))
     check_pairing(s)
     return s
+
+
+SAMPLERS = ("uniform", "prioritized")
+
+
+def check_replay(buffer: ReplayBufferConfig) -> None:
+    """The sampler is a known one, and its settings are in range; a prioritised setting
+    given with the uniform sampler is refused (it would be ignored)."""
+    if buffer.sampler not in SAMPLERS:
+        raise ConfigError(f"buffer.sampler={buffer.sampler!r} is not a sampler; use "
+                          f"{' or '.join(SAMPLERS)} (buffer=prioritized selects the latter)")
+    defaults = ReplayBufferConfig()
+    if buffer.sampler == "uniform":
+        for key in ("priority_alpha", "priority_beta", "priority_eps"):
+            if getattr(buffer, key) != getattr(defaults, key):
+                raise ConfigError(f"buffer.{key} is for prioritised replay, and this run "
+                                  "samples uniformly: add buffer=prioritized, or drop it")
+        return
+    if not 0 <= buffer.priority_alpha <= 1:
+        raise ConfigError(f"buffer.priority_alpha must be in [0, 1], got "
+                          f"{buffer.priority_alpha}")
+    if not 0 <= buffer.priority_beta <= 1:
+        raise ConfigError(f"buffer.priority_beta must be in [0, 1], got {buffer.priority_beta}")
+    if not buffer.priority_eps > 0:
+        raise ConfigError(f"buffer.priority_eps must be > 0, got {buffer.priority_eps}")
 
 
 def check_pairing(s: Settings) -> None:
@@ -151,6 +177,16 @@ def check_pairing(s: Settings) -> None:
         raise ConfigError(
             f"dataset= is for the offline algorithms ({', '.join(names)}); algo={s.algo.name} "
             "learns online from its env: drop dataset= or choose an offline algo")
+    if s.buffer.sampler == "prioritized":
+        able = sorted(n for n, spec in ALGORITHMS.items() if spec.prioritized)
+        if name != "offpolicy":
+            raise ConfigError(
+                f"buffer=prioritized replays what an online off-policy run collected, and "
+                f"algo={s.algo.name} runs with trainer={name}: drop buffer=prioritized")
+        if not ALGORITHMS[s.algo.name].prioritized:
+            raise ConfigError(
+                f"buffer=prioritized: algo={s.algo.name} does not weight its loss by "
+                f"importance or report priorities; the algorithms that do: {', '.join(able)}")
     if s.env.normalize.reward:
         if s.learns_offline:
             raise ConfigError(

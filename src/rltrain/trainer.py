@@ -42,13 +42,14 @@ from rltrain.config import (
     OffPolicyTrainerParams,
     OnlineTrainerParams,
     OnPolicyTrainerParams,
+    ReplayBufferConfig,
     TrainerParams,
     env_steps_per_collection,
 )
 from rltrain.core import Policy, Progress, SpaceInfo
 from rltrain.data import dataset as datasets
 from rltrain.data.buffers import ReplayBuffer
-from rltrain.data.samplers import UniformSampler
+from rltrain.data.samplers import PrioritizedSampler, UniformSampler, make_sampler
 from rltrain.errors import NonFiniteError, TrainingError
 from rltrain.loggers import Logger
 from rltrain.observations import storage_dtype
@@ -580,6 +581,11 @@ class OnPolicyTrainer(OnlineTrainer):
     algorithm: OnPolicyAlgorithm
 
     @classmethod
+    def check(cls, params: OnPolicyTrainerParams, algo: AlgoConfig, num_train_envs: int,
+              buffer_size: int) -> None:
+        algo.check_minibatch(params.batch_size)
+
+    @classmethod
     def storage(cls, params: OnPolicyTrainerParams, request: StorageRequest) -> Storage:
         """Append-only lanes holding one collection step's rollout."""
         m, info = request.num_train_envs, request.info
@@ -661,9 +667,11 @@ class OffPolicyTrainer(OnlineTrainer):
                                      what="buffer.size", fix="lower buffer.size",
                                      frame_stack=request.frame_stack))
 
-    def __init__(self, *args: Any, seed: int = 0, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, seed: int = 0, replay: ReplayBufferConfig | None = None,
+                 **kwargs: Any) -> None:
+        """:param replay: the ``buffer`` group, which names the sampler (uniform when None)."""
         super().__init__(*args, seed=seed, **kwargs)
-        self.sampler = UniformSampler(seed)
+        self.sampler = make_sampler(replay or ReplayBufferConfig(), seed)
         #: the random warm-up's actions: uniform in the env's own (seeded) action space
         self.random_policy = random_policy(self.train_collector.envs, seed)
 
@@ -730,11 +738,21 @@ class OffPolicyTrainer(OnlineTrainer):
 
 
 def learn_from_a_batch(algorithm: OffPolicyAlgorithm, buffer: ReplayBuffer,
-                       sampler: UniformSampler, batch_size: int, progress: Progress
-                       ) -> UpdateReport:
-    """Sample transitions, make the algorithm's batch of them (its returns), update."""
+                       sampler: UniformSampler | PrioritizedSampler, batch_size: int,
+                       progress: Progress) -> UpdateReport:
+    """Sample transitions, make the algorithm's batch of them (its returns), update; a
+    prioritised sampler weighs the batch and is given the priorities the update reports."""
     lanes, positions = sampler.sample(buffer, batch_size)
-    return algorithm.update(algorithm.batch(buffer, lanes, positions), progress=progress)
+    batch = algorithm.batch(buffer, lanes, positions)
+    weights = sampler.weights(lanes, positions, progress.fraction)
+    if weights is None:
+        return algorithm.update(batch, progress=progress)
+    report = algorithm.update(replace(batch, weights=weights), progress=progress)
+    if report.priorities is None:  # the settings refuse such a pairing before training
+        raise TrainingError(f"{type(algorithm).__name__} reported no priorities for "
+                            "prioritised replay")
+    sampler.update(lanes, positions, report.priorities.detach().cpu().numpy())
+    return report
 
 
 class OfflineTrainer(Trainer):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -26,10 +26,11 @@ from rltrain.core import Policy, Progress, SpaceInfo
 from rltrain.data.buffers import Batch, ReplayBuffer, Rollout
 from rltrain.data.returns import nstep_batch
 from rltrain.encoders import Encoder, make_encoder
+from rltrain.masking import action_mask
 from rltrain.noise import ColoredNoise
 from rltrain.normalize import ObsNormalizer, RewardScaler
 from rltrain.observations import layout, raw_tensors
-from rltrain.optim import Adam
+from rltrain.optim import FlatOptimizer
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,10 @@ class UpdateReport:
 
     stats: Any
     gradient_steps: int = 1
+    #: per-sample priorities for the batch learnt from (``(batch,)``, non-negative, detached:
+    #: |TD error| or a per-sample loss), which a prioritised sampler stores; None from an
+    #: algorithm that does not report them (the registry's ``prioritized`` says which do)
+    priorities: torch.Tensor | None = None
 
 
 class Algorithm(nn.Module, ABC):
@@ -64,6 +69,9 @@ class Algorithm(nn.Module, ABC):
         self._noise_seed = seed
         #: observations reach the encoder as stored (images, dicts), not as float32 vectors
         self._raw_obs = raw_tensors(info.obs_space)
+        #: the actions the env allows, read from each observation (None: all, always)
+        self.action_mask = (action_mask(info.obs_space, info.num_actions) if info.discrete
+                            else None)
 
     def encoder(self) -> Encoder:
         """A new observation encoder (``algo.encoder``) for one of this algorithm's networks."""
@@ -101,7 +109,7 @@ class Algorithm(nn.Module, ABC):
         return DeployedPolicy(self.obs_norm, self.actor(), self.info)
 
     @abstractmethod
-    def optimizers(self) -> dict[str, Adam]: ...
+    def optimizers(self) -> Mapping[str, FlatOptimizer]: ...
 
     def nonfinite_parameter(self) -> str | None:
         """The name of a parameter holding NaN or inf, or None. One reduction per optimiser
@@ -164,6 +172,11 @@ class Algorithm(nn.Module, ABC):
         """Rewards as the losses take them: scaled (training only)."""
         return rew if self.reward_scaler is None else self.reward_scaler.scale(rew)
 
+    def batch_weights(self, batch: Batch) -> torch.Tensor | None:
+        """The batch's importance-sampling weights on the device (prioritised replay), or
+        None under uniform sampling: pass them to :func:`weighted_mean`."""
+        return None if batch.weights is None else self._tensor(batch.weights)
+
     def tensors(self, batch: Batch) -> tuple[torch.Tensor, ...]:
         """A sampled batch as the losses take it: ``(obs, act, rew, discount, next_obs)``, the
         observations normalised, the rewards scaled, discrete actions as indices (long),
@@ -179,8 +192,10 @@ class Algorithm(nn.Module, ABC):
 
 class DeployedPolicy(nn.Module):
     """Observation normaliser, actor network, head: raw observations ``(batch, *obs_shape)``
-    to the actions the env receives. Discrete: the argmax (int64, ``(batch,)``); continuous:
-    the actor's output clipped to [-1, 1] and scaled to the env's bounds (float32,
+    to the actions the env receives. Discrete: the argmax (int64, ``(batch,)``); MultiDiscrete
+    and MultiBinary: the argmax of each entry (int64, ``(batch, *action_shape)``; the actor
+    gives ``(batch, *action_shape, n)`` logits), plus the space's ``start`` where it is not 0;
+    continuous: the actor's output clipped to [-1, 1] and scaled to the env's bounds (float32,
     ``(batch, *action_shape)``).
 
     A vector observation arrives as any numeric dtype (float32 reaches the network), an image
@@ -199,20 +214,67 @@ class DeployedPolicy(nn.Module):
         self.scale = None
         if info.action_low is not None and info.action_high is not None:  # a Box
             self.scale = ActionScale(info.action_low, info.action_high)
+        #: the actions allowed in each observation (rltrain.masking), or None
+        self.mask = (action_mask(info.obs_space, info.num_actions)
+                     if info.num_actions is not None else None)
+        #: integer actions whose values do not start at 0: the env's value of index 0
+        self.start: torch.Tensor | None
+        self.register_buffer("start", None if info.action_start is None
+                             else torch.as_tensor(info.action_start), persistent=False)
 
     def forward(self, *obs: torch.Tensor) -> torch.Tensor:
+        x = self._inputs(obs)
+        return self._head(self._masked(self.actor(x), x))
+
+    def _masked(self, out: torch.Tensor, x: Any) -> torch.Tensor:
+        """The actor's per-action outputs with the observation's action mask applied (where
+        the env has one): whatever the actor is, the argmax is an allowed action."""
+        return out if self.mask is None else self.mask(out, x)
+
+    def _inputs(self, obs: tuple[torch.Tensor, ...]) -> Any:
+        """The observation tensors as the actor takes them."""
         if self.keys is not None:
-            x: Any = dict(zip(self.keys, obs, strict=True))
-        elif self.raw:
-            x = obs[0]
-        else:
-            x = obs[0].to(torch.float32)
-            if self.obs_norm is not None:
-                x = self.obs_norm(x)
-        out = self.actor(x)
+            return dict(zip(self.keys, obs, strict=True))
+        if self.raw:
+            return obs[0]
+        x = obs[0].to(torch.float32)
+        return x if self.obs_norm is None else self.obs_norm(x)
+
+    def _head(self, out: torch.Tensor) -> torch.Tensor:
+        """The actor's output as the env's actions."""
         if self.scale is None:
-            return out.argmax(-1)
+            act = out.argmax(-1)
+            return act if self.start is None else act + self.start
         return self.scale(out.reshape(out.shape[0], -1)).reshape(-1, *self.action_shape)
+
+
+class RecurrentDeployedPolicy(DeployedPolicy):
+    """A deployable policy with memory (rltrain.recurrent): its ``actor`` maps (observations,
+    state) to (output, next state), the state one row per observation, zeros at an episode's
+    start. :meth:`step` takes the observations then the state's parts (:attr:`state_names`,
+    each ``(batch, state_size)``: an LSTM's ``h`` and ``c``, a GRU's ``h``) and returns the
+    actions then the next state's parts: the ONNX graph's inputs and outputs. :meth:`forward`
+    is an episode's first step (the actions from the initial state), so that code that knows
+    nothing of memory still gets what the policy does there."""
+
+    def __init__(self, obs_norm: ObsNormalizer | None, actor: nn.Module, info: SpaceInfo,
+                 state_names: tuple[str, ...], state_size: int) -> None:
+        super().__init__(obs_norm, actor, info)
+        self.state_names, self.state_size = state_names, state_size
+
+    def initial_state(self, batch: int, device: torch.device | str = "cpu"
+                      ) -> tuple[torch.Tensor, ...]:
+        return tuple(torch.zeros(batch, self.state_size, device=device)
+                     for _ in self.state_names)
+
+    def step(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        n = len(self.state_names)
+        x = self._inputs(inputs[:-n])
+        out, state = self.actor(x, torch.cat(inputs[-n:], -1))
+        return (self._head(self._masked(out, x)), *state.split(self.state_size, -1))
+
+    def forward(self, *obs: torch.Tensor) -> torch.Tensor:
+        return self.step(*obs, *self.initial_state(len(obs[0]), obs[0].device))[0]
 
 
 def policy_inputs(info: SpaceInfo, obs: np.ndarray) -> tuple[torch.Tensor, ...]:
@@ -254,6 +316,13 @@ class TDAlgorithm(OffPolicyAlgorithm):
         return nstep_batch(buffer, lanes, positions, self.cfg.n_step, self.cfg.gamma)
 
 
+def weighted_mean(x: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
+    """The mean of per-sample losses ``x`` (batch along the last axis), each weighted by its
+    importance-sampling weight (Schaul et al. 2016); the plain mean, the same ops as
+    ``x.mean(-1)``, when ``weights`` is None (uniform sampling keeps its numbers bit for bit)."""
+    return x.mean(-1) if weights is None else (x * weights).mean(-1)
+
+
 def number(x: torch.Tensor | None) -> float | None:
     """A stat's value for its record: a Python float, or None when it was not measured."""
     return None if x is None else float(x.detach())
@@ -277,7 +346,16 @@ def squared_td_error(q: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return (q - target).pow(2).mean(1).sum()
 
 
-def clip_and_step(loss: torch.Tensor, optimizer: Adam, max_norm: float | None) -> None:
+def td_priorities(td_error: torch.Tensor) -> torch.Tensor:
+    """Prioritised replay's priority of each sample from its TD errors ``(critics, batch)``:
+    |Q_i - target| averaged over the critics, detached. Every critic learns from the sample,
+    so each one's error counts; the mean of absolute values (not the absolute value of the
+    mean) lets twin critics that err in opposite directions add up rather than cancel."""
+    return td_error.detach().abs().mean(0)
+
+
+def clip_and_step(loss: torch.Tensor, optimizer: FlatOptimizer, max_norm: float | None
+                  ) -> None:
     optimizer.zero_grad()
     loss.backward()
     if max_norm is not None:

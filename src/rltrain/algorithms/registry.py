@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rltrain.config import AlgoConfig, ConfigError
+from rltrain.core import CONTINUOUS, DISCRETE, MULTIDISCRETE
 
 if TYPE_CHECKING:
     import torch
@@ -25,8 +26,9 @@ if TYPE_CHECKING:
     #: what the registry builds an algorithm with: ``build(cfg, info, device, seed)``
     Builder = Callable[[Any, SpaceInfo, torch.device, int], Algorithm]
 
-#: action space kinds an algorithm may accept
-DISCRETE, CONTINUOUS = "discrete", "continuous"
+#: action space kinds an algorithm may accept (``SpaceInfo.action_kind`` says an env's):
+#: Discrete; MultiDiscrete or MultiBinary; Box
+ACTION_KINDS = (DISCRETE, MULTIDISCRETE, CONTINUOUS)
 
 
 @dataclass(frozen=True)
@@ -43,7 +45,8 @@ class AlgoSpec:
     build: Builder
     #: the trainers it can run with ("onpolicy", "offpolicy", "offline"); its YAML picks one
     trainers: tuple[str, ...]
-    #: the action spaces it accepts: DISCRETE and/or CONTINUOUS (a Box)
+    #: the action spaces it accepts: DISCRETE, MULTIDISCRETE (MultiDiscrete, MultiBinary)
+    #: and/or CONTINUOUS (a Box)
     actions: tuple[str, ...]
     #: update stats the console's epoch line shows, in order: (stat name, short label)
     console: tuple[tuple[str, str], ...] = ()
@@ -51,6 +54,12 @@ class AlgoSpec:
     bounded_actions: bool = False
     #: the paper, for the docs' algorithm table (docs/hooks.py)
     paper: str = ""
+    #: its update weights each sample's loss by ``batch.weights`` and reports per-sample
+    #: priorities (``UpdateReport.priorities``): it can learn from ``buffer=prioritized``
+    prioritized: bool = False
+    #: it applies action masks (rltrain.masking) wherever it picks or values actions: a
+    #: masked env is refused for the others
+    masks: bool = False
 
 
 ALGORITHMS: dict[str, AlgoSpec] = {}
@@ -62,9 +71,9 @@ def register(spec: AlgoSpec) -> AlgoSpec:
         raise ValueError(f"two algorithms are registered as {spec.name!r}")
     if spec.config.name != spec.name:  # the dataclass default of the schema's name field
         raise ValueError(f"{spec.config.__name__}.name must default to {spec.name!r}")
-    unknown = set(spec.actions) - {DISCRETE, CONTINUOUS}
+    unknown = set(spec.actions) - set(ACTION_KINDS)
     if unknown or not spec.actions:
-        raise ValueError(f"{spec.name}: actions must be among {DISCRETE}, {CONTINUOUS}")
+        raise ValueError(f"{spec.name}: actions must be among {', '.join(ACTION_KINDS)}")
     ALGORITHMS[spec.name] = spec
     return spec
 

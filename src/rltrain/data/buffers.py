@@ -81,6 +81,9 @@ class Batch:
     #: (lane, position) of each sampled transition, for priority updates
     lanes: np.ndarray
     positions: np.ndarray
+    #: importance-sampling weights (float32, ``(batch,)``) when the sampler is prioritised
+    #: (:class:`rltrain.data.samplers.PrioritizedSampler`); None under uniform sampling
+    weights: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,9 @@ class Rollout:
     terminated: np.ndarray
     truncated: np.ndarray
     valid: np.ndarray
+    #: a recurrent policy's state ``(num_lanes, state_size)`` on each lane's first transition:
+    #: what the policy acted on it with (rltrain.recurrent); None for a policy without memory
+    start_state: np.ndarray | None = None
 
     @property
     def dones(self) -> np.ndarray:
@@ -270,9 +276,13 @@ class ReplayBuffer:
         #: next write position and number of stored transitions, per lane
         self.ptr = np.zeros(num_lanes, dtype=np.int64)
         self.size = np.zeros(num_lanes, dtype=np.int64)
+        #: transitions ever written per lane (a prioritised sampler finds the new ones by it)
+        self.added = np.zeros(num_lanes, dtype=np.int64)
         #: the next observation of each lane's newest transition (meaningful if size > 0)
         self.pending = np.zeros((num_lanes, *self.obs_shape), dtype=obs_dtype)
         self._asides = np.zeros((num_lanes, 0, *self.obs_shape), dtype=obs_dtype)
+        #: a recurrent policy's state on each lane's first transition (:meth:`set_start_state`)
+        self.start_state: np.ndarray | None = None
         #: per lane: the serial number of its next aside; no live aside's is below floor
         self._aside_head = np.zeros(num_lanes, dtype=np.int64)
         self._aside_floor = np.zeros(num_lanes, dtype=np.int64)
@@ -344,6 +354,7 @@ class ReplayBuffer:
         refs[refs != 0] = 0  # keep the invariant; writing only those maps no new page
         self.ptr[:] = 0
         self.size[:] = 0
+        self.added[:] = 0
         self._aside_floor[:] = self._aside_head
         self._lockstep = True
 
@@ -352,6 +363,20 @@ class ReplayBuffer:
         return np.where(self.size == self.lane_capacity, self.ptr % self.lane_capacity, 0)
 
     # ------------------------------------------------------------------ writing
+    def set_start_state(self, state: np.ndarray) -> None:
+        """For each lane that holds no transition yet, the state ``(num_lanes, state_size)`` a
+        recurrent policy acts on the lane's next (its first) transition with; lanes that hold
+        transitions keep theirs. :meth:`rollout` hands it on: an on-policy update replays each
+        lane's sequence from it (rltrain.recurrent)."""
+        state = np.asarray(state, dtype=np.float32)
+        if self.start_state is None or self.start_state.shape != state.shape:
+            if self.start_state is not None and (self.size > 0).any():
+                raise ValueError(f"start state of shape {state.shape}, but the lanes' states "
+                                 f"are {self.start_state.shape}")
+            self.start_state = np.zeros_like(state)
+        empty = self.size == 0
+        self.start_state[empty] = state[empty]
+
     def add(
         self,
         obs: np.ndarray,
@@ -452,6 +477,7 @@ class ReplayBuffer:
             np.maximum(self._touched, start + steps, out=self._touched)
             self.ptr[:] = start + steps if start + steps < cap or not self.circular else 0
             np.minimum(self.size + steps, cap, out=self.size)
+            self.added += steps
             return
         if valid is None:
             counts = np.arange(1, steps + 1)[:, None]
@@ -511,6 +537,7 @@ class ReplayBuffer:
         # lanes write their slots in order from 0: those below the highest ever written
         np.maximum(self._touched, np.minimum(self.ptr + added, cap), out=self._touched)
         self.ptr += added
+        self.added += added
         if self.circular:
             self.ptr %= cap
         np.minimum(self.size + added, cap, out=self.size)
@@ -856,6 +883,7 @@ class ReplayBuffer:
             terminated=self.terminated[:, :t],
             truncated=self.truncated[:, :t],
             valid=valid,
+            start_state=None if self.start_state is None else self.start_state.copy(),
         )
 
     # ------------------------------------------------------------------ state
@@ -894,8 +922,8 @@ class ReplayBuffer:
                          np.arange(self.num_lanes)[:, None], earlier)]}
         state.update(frame_stack=np.array(self.frame_stack),
                      lane_capacity=np.array(self.lane_capacity), ptr=self.ptr.copy(),
-                     size=self.size.copy(), aside_rows=np.flatnonzero(has), asides=asides,
-                     pending=pending)
+                     size=self.size.copy(), added=self.added.copy(),
+                     aside_rows=np.flatnonzero(has), asides=asides, pending=pending)
         return {k: torch.from_numpy(v) for k, v in state.items()}  # fresh arrays
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -957,6 +985,12 @@ class ReplayBuffer:
             self._flat["frame_index"][rows] = self._frame_index_of(lanes, k - 1 + age, s["back"])
             self._count_frames(0)
         self.pending[...] = s["pending"]
+        # states written before the counter existed: what is stored is what was written
+        added = _numpy(state["added"]) if "added" in state else s["size"]
+        if added.shape != self.added.shape or (added < s["size"]).any():
+            raise ValueError(f"buffer added: {added.tolist()} does not fit size "
+                             f"{s['size'].tolist()} (one count per lane, at least its size)")
+        self.added[:] = added
         aside_lanes = lanes[s["aside_rows"]]
         count = np.bincount(aside_lanes, minlength=self.num_lanes)
         # serials 0.. per lane, in a ring just large enough (it grows when written to)
