@@ -1,7 +1,10 @@
 """DDPG (rltrain.algorithms.ddpg): Gaussian exploration clipped to the box, a noiseless target,
-the deterministic policy gradient step, and stats left unmeasured on delayed steps."""
+the deterministic policy gradient step, stats left unmeasured on delayed steps, and prioritised
+replay's weights and priorities."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -77,3 +80,32 @@ def test_delayed_steps_measure_no_actor_loss():
         updated = not torch.equal(actor, ddpg.actor_optim.flat)
         assert updated == (step % 3 == 0) == (stats.actor_loss is not None), step
         assert stats.critic_loss is not None and stats.q_mean is not None
+
+
+def test_importance_weights_weight_the_critic_loss_and_priorities_are_td_errors():
+    """With a hand-made weights vector the critic's loss is mean_b w_b (Q - target)^2; the
+    priorities are |Q - target| per sample; weights all 1 are the unweighted update, bit for
+    bit."""
+    batch = random_batch(BOX, seed=2)
+    n = len(batch.rew)
+    weights = np.linspace(0.1, 2.0, n).astype(np.float32)
+    obs, act, rew, discount, next_obs = (torch.from_numpy(x) for x in (
+        batch.obs, batch.act, batch.rew, batch.discount, batch.next_obs))
+    runs = []
+    for w in (weights, None, np.ones(n, np.float32)):
+        torch.manual_seed(8)
+        ddpg = DDPG(DDPGConfig(**SMALL), BOX, CPU, 0)
+        with torch.no_grad():
+            target = rew + discount * ddpg.critic_target(next_obs, ddpg.pi_target(next_obs))[0]
+            td_error = ddpg.critic(obs, act)[0] - target
+        report = ddpg.update(dataclasses.replace(batch, weights=w), progress=progress(0))
+        assert report.priorities is not None and report.priorities.shape == (n,)
+        torch.testing.assert_close(report.priorities, td_error.abs())
+        runs.append((report, ddpg.state_dict()))
+    (weighted, _), (plain, state), (ones, state_ones) = runs
+    expected = float((torch.from_numpy(weights) * td_error.pow(2)).mean())
+    assert weighted.stats.critic_loss == pytest.approx(expected, rel=1e-6)
+    assert plain.stats.critic_loss == pytest.approx(float(td_error.pow(2).mean()), rel=1e-6)
+    assert weighted.stats.critic_loss != pytest.approx(plain.stats.critic_loss, rel=1e-3)
+    assert plain.stats == ones.stats and torch.equal(plain.priorities, ones.priorities)
+    assert all(torch.equal(state[k], state_ones[k]) for k in state)

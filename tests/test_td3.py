@@ -1,8 +1,12 @@
-"""TD3 (rltrain.algorithms.td3): target policy smoothing, clipped double Q, and delayed actor and
-target updates whose skipped steps measure no actor loss."""
+"""TD3 (rltrain.algorithms.td3): target policy smoothing, clipped double Q, delayed actor and
+target updates whose skipped steps measure no actor loss, and prioritised replay's weights and
+priorities."""
 
 from __future__ import annotations
 
+import dataclasses
+
+import numpy as np
 import pytest
 import torch
 
@@ -42,10 +46,53 @@ def test_critics_regress_onto_the_smaller_target_at_a_smoothed_action():
             next_obs, td3.pi_target(next_obs)).min(0).values
         assert float((q - unsmoothed).pow(2).mean(1).sum()) != pytest.approx(expected)
     torch.manual_seed(9)
-    loss, values = td3.critic_step(obs, act, rew, discount, next_obs)
+    loss, values, priorities = td3.critic_step(obs, act, rew, discount, next_obs)
     assert float(loss.detach()) == pytest.approx(expected, rel=1e-6)
     torch.testing.assert_close(values.detach(), q)
     assert values.shape == (2, len(obs))
+    # prioritised replay: each sample's |TD error|, averaged over the twin critics
+    assert priorities.shape == (len(obs),) and not priorities.requires_grad
+    torch.testing.assert_close(priorities, (q - target).abs().mean(0))
+
+
+def test_importance_weights_weight_each_sample_of_the_critics_loss():
+    """critic_step with a hand-made weights vector: sum_i mean_b w_b (Q_i - target)^2."""
+    torch.manual_seed(3)
+    td3 = TD3(TD3Config(**SMALL), BOX, CPU, 0)
+    batch = random_batch(BOX, seed=4)
+    obs, act, rew, discount, next_obs = (torch.from_numpy(x) for x in (
+        batch.obs, batch.act, batch.rew, batch.discount, batch.next_obs))
+    weights = torch.linspace(0.1, 2.0, len(obs))
+    torch.manual_seed(9)
+    with torch.no_grad():
+        next_act = smoothed(td3.pi_target(next_obs), 0.2, 0.5)
+        target = rew + discount * td3.critic_target(next_obs, next_act).min(0).values
+        td_error = td3.critic(obs, act) - target
+    torch.manual_seed(9)
+    loss, _, priorities = td3.critic_step(obs, act, rew, discount, next_obs, weights)
+    assert float(loss.detach()) == pytest.approx(
+        float((weights * td_error.pow(2)).mean(1).sum()), rel=1e-6)
+    assert float(loss.detach()) != pytest.approx(float(td_error.pow(2).mean(1).sum()), rel=1e-3)
+    torch.testing.assert_close(priorities, td_error.abs().mean(0))
+
+
+def test_update_passes_the_batch_weights_and_reports_priorities():
+    """update() weights by the batch's weights: all 1 is the unweighted update bit for bit;
+    other weights change the critics' step; the priorities come back either way."""
+    batch = random_batch(BOX, seed=5)
+    n = len(batch.rew)
+    runs = []
+    for weights in (None, np.ones(n, np.float32), np.linspace(0.1, 2, n).astype(np.float32)):
+        torch.manual_seed(7)
+        td3 = TD3(TD3Config(**SMALL), BOX, CPU, 0)
+        report = td3.update(dataclasses.replace(batch, weights=weights), progress=progress(0))
+        assert report.priorities is not None and report.priorities.shape == (n,)
+        runs.append((report, td3.critic_optim.flat.clone()))
+    (plain, flat), (ones, flat_ones), (weighted, flat_weighted) = runs
+    assert plain.stats == ones.stats and torch.equal(plain.priorities, ones.priorities)
+    assert torch.equal(flat, flat_ones)
+    assert weighted.stats.critic_loss != plain.stats.critic_loss
+    assert not torch.equal(flat, flat_weighted)
 
 
 def test_delays_actor_and_target_updates():

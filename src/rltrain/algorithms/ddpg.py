@@ -21,7 +21,8 @@ from rltrain.algorithms.base import (
     clip_and_step,
     frozen,
     number,
-    squared_td_error,
+    td_priorities,
+    weighted_mean,
 )
 from rltrain.algorithms.registry import CONTINUOUS, AlgoSpec, register
 from rltrain.config import (
@@ -127,18 +128,21 @@ class DDPG(TDAlgorithm):
     def update(self, batch: Batch, *, progress: Progress) -> UpdateReport:
         cfg = self.cfg
         obs, act, rew, discount, next_obs = self.tensors(batch)
-        # critic: regress onto r + discount * Q'(s', pi'(s')), both targets
+        # critic: regress onto r + discount * Q'(s', pi'(s')), both targets, each sample's
+        # squared error weighted by its importance-sampling weight (prioritised replay)
         with torch.no_grad():
             target = rew + discount * self.critic_target(next_obs, self.pi_target(next_obs))[0]
         q = self.critic(obs, act)
-        critic_loss = squared_td_error(q, target)
+        td_error = q - target
+        critic_loss = weighted_mean(td_error.pow(2), self.batch_weights(batch)).sum()
         clip_and_step(critic_loss, self.critic_optim, cfg.max_grad_norm)
         # actor (and targets), every policy_delay gradient steps
         actor_loss = None
         if progress.gradient_step % cfg.policy_delay == 0:
             actor_loss = self.actor_step(obs)
         return UpdateReport(DDPGStats(float(critic_loss.detach()), number(actor_loss),
-                                      float(q.detach().mean())))
+                                      float(q.detach().mean())),
+                            priorities=td_priorities(td_error))
 
 
 register(AlgoSpec(
@@ -146,4 +150,5 @@ register(AlgoSpec(
     console=(("critic_loss", "q_loss"), ("actor_loss", "pi"), ("q_mean", "q")),
     bounded_actions=True,
     paper="Lillicrap et al. 2016, arXiv:1509.02971",
+    prioritized=True,
 ))

@@ -23,7 +23,8 @@ from rltrain.algorithms.base import (
     clip_and_step,
     frozen,
     number,
-    squared_td_error,
+    td_priorities,
+    weighted_mean,
 )
 from rltrain.algorithms.registry import CONTINUOUS, AlgoSpec, register
 from rltrain.config import TDConfig, check_noise_beta, check_positive, check_unit_interval
@@ -122,16 +123,20 @@ class SAC(TDAlgorithm):
     def update(self, batch: Batch, *, progress: Progress) -> UpdateReport:
         cfg = self.cfg
         obs, act, rew, discount, next_obs = self.tensors(batch)
+        weights = self.batch_weights(batch)
         alpha = self.log_alpha.detach().exp()
-        # critics: regress both onto the soft TD target
+        # critics: regress both onto the soft TD target, each sample's squared error weighted
+        # by its importance-sampling weight (prioritised replay; none under uniform sampling)
         target = self.td_target(rew, discount, next_obs, alpha, entropy_bonus=True)
         q = self.critic(obs, act)
-        critic_loss = squared_td_error(q, target)
+        td_error = q - target
+        critic_loss = weighted_mean(td_error.pow(2), weights).sum()
         clip_and_step(critic_loss, self.critic_optim, cfg.max_grad_norm)
         actor_loss, alpha_loss, entropy = self.policy_and_targets(obs, alpha, progress)
         return UpdateReport(SACStats(float(critic_loss.detach()), number(actor_loss),
                                      number(alpha_loss), float(alpha), number(entropy),
-                                     float(q.detach().mean())))
+                                     float(q.detach().mean())),
+                            priorities=td_priorities(td_error))
 
     def td_target(self, rew: torch.Tensor, discount: torch.Tensor, next_obs: torch.Tensor,
                   alpha: torch.Tensor, *, entropy_bonus: bool) -> torch.Tensor:
@@ -176,4 +181,5 @@ register(AlgoSpec(
              ("entropy", "ent")),
     bounded_actions=True,
     paper="Haarnoja et al. 2018, arXiv:1812.05905",
+    prioritized=True,
 ))

@@ -13,7 +13,13 @@ from dataclasses import dataclass
 
 import torch
 
-from rltrain.algorithms.base import UpdateReport, clip_and_step, number, squared_td_error
+from rltrain.algorithms.base import (
+    UpdateReport,
+    clip_and_step,
+    number,
+    td_priorities,
+    weighted_mean,
+)
 from rltrain.algorithms.ddpg import DDPG, DDPGConfig, DDPGStats
 from rltrain.algorithms.registry import CONTINUOUS, AlgoSpec, register
 from rltrain.config import check_positive
@@ -51,28 +57,34 @@ class TD3(DDPG):
     num_critics = 2
 
     def critic_step(self, obs: torch.Tensor, act: torch.Tensor, rew: torch.Tensor,
-                    discount: torch.Tensor, next_obs: torch.Tensor
-                    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Both critics regress onto r + discount * min_i Q'_i(s', smoothed pi'(s')); returns
-        the critics' loss and their values at the batch's actions, ``(2, batch)``."""
+                    discount: torch.Tensor, next_obs: torch.Tensor,
+                    weights: torch.Tensor | None = None
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Both critics regress onto r + discount * min_i Q'_i(s', smoothed pi'(s')), each
+        sample's squared error weighted by ``weights`` (prioritised replay; None: the plain
+        mean); returns the critics' loss, their values at the batch's actions, ``(2, batch)``,
+        and each sample's priority (:func:`td_priorities`), ``(batch,)``."""
         cfg = self.cfg
         with torch.no_grad():
             next_act = smoothed(self.pi_target(next_obs), cfg.target_noise, cfg.target_noise_clip)
             target = rew + discount * self.critic_target(next_obs, next_act).min(0).values
         q = self.critic(obs, act)
-        critic_loss = squared_td_error(q, target)
+        td_error = q - target
+        critic_loss = weighted_mean(td_error.pow(2), weights).sum()
         clip_and_step(critic_loss, self.critic_optim, cfg.max_grad_norm)
-        return critic_loss, q
+        return critic_loss, q, td_priorities(td_error)
 
     def update(self, batch: Batch, *, progress: Progress) -> UpdateReport:
         obs, act, rew, discount, next_obs = self.tensors(batch)
-        critic_loss, q = self.critic_step(obs, act, rew, discount, next_obs)
+        critic_loss, q, priorities = self.critic_step(obs, act, rew, discount, next_obs,
+                                                      self.batch_weights(batch))
         # delayed policy updates: the actor (DDPG's loss) and the targets, every policy_delay
         actor_loss = None
         if progress.gradient_step % self.cfg.policy_delay == 0:
             actor_loss = self.actor_step(obs)
         return UpdateReport(DDPGStats(float(critic_loss.detach()), number(actor_loss),
-                                      float(q.detach().mean())))
+                                      float(q.detach().mean())),
+                            priorities=priorities)
 
 
 register(AlgoSpec(
@@ -80,4 +92,5 @@ register(AlgoSpec(
     console=(("critic_loss", "q_loss"), ("actor_loss", "pi"), ("q_mean", "q")),
     bounded_actions=True,
     paper="Fujimoto et al. 2018, arXiv:1802.09477",
+    prioritized=True,
 ))

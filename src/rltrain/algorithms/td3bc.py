@@ -60,7 +60,7 @@ class TD3BC(TD3):
     def update(self, batch: Batch, *, progress: Progress) -> UpdateReport:
         cfg = self.cfg
         obs, act, rew, discount, next_obs = self.tensors(batch)
-        critic_loss, q = self.critic_step(obs, act, rew, discount, next_obs)  # TD3's critics
+        critic_loss, q, _ = self.critic_step(obs, act, rew, discount, next_obs)  # TD3's critics
         # the actor, every policy_delay gradient steps: TD3's objective scaled by lambda, plus
         # behaviour cloning; then the targets follow
         actor_loss = bc_mse = lmbda = None
