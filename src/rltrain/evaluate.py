@@ -121,15 +121,48 @@ class LoadedRun:
     #: raw observations -> the actions the env receives (``Algorithm.deployable()``), loaded
     policy: Any = None
 
+    @property
+    def recurrent(self) -> bool:
+        """The policy has memory (rltrain.algorithms.base.RecurrentDeployedPolicy): it acts
+        on each env's state too, which :meth:`acting` threads through the episodes."""
+        from rltrain.algorithms.base import RecurrentDeployedPolicy
+
+        return isinstance(self.policy, RecurrentDeployedPolicy)
+
     def act(self, obs: np.ndarray) -> np.ndarray:
         """Actions for a batch of observations as a collector passes them (a Dict
-        observation's packed rows are unpacked into one tensor per key)."""
+        observation's packed rows are unpacked into one tensor per key). A policy with memory
+        cannot act on observations alone: :meth:`acting` gives what a collector steps it with."""
         import torch
 
         from rltrain.algorithms.base import policy_inputs
 
+        if self.recurrent:
+            raise UserError(f"the {self.settings.algo.name} policy has memory: it acts on each "
+                            "env's state as well as its observation, which this command does "
+                            "not keep; rltrain-eval and rltrain-export run it")
         with torch.inference_mode():
             return self.policy(*policy_inputs(self.info, obs)).numpy()
+
+    def acting(self) -> Any:
+        """The policy as a collector steps envs with it (rltrain.core.Policy): :meth:`act`, or
+        for a policy with memory a rltrain.recurrent.RecurrentPolicy over its ``step`` (the
+        collector keeps each env's state, zeros at each episode's start)."""
+        if not self.recurrent:
+            return self.act
+        import torch
+
+        from rltrain.algorithms.base import policy_inputs
+        from rltrain.recurrent import RecurrentPolicy
+
+        policy, info = self.policy, self.info
+        size, parts = policy.state_size, len(policy.state_names)
+
+        def step(obs: np.ndarray, state: torch.Tensor) -> tuple[np.ndarray, torch.Tensor]:
+            action, *after = policy.step(*policy_inputs(info, obs), *state.split(size, -1))
+            return action.numpy(), torch.cat(after, -1)
+
+        return RecurrentPolicy(step, size * parts)
 
 
 def load_run(run_dir: Path, weights: str, device: str | None = None, *,
@@ -271,7 +304,7 @@ def evaluate(loaded: LoadedRun, episodes: int, seed: int, video: Path | None = N
     try:
         collector = Collector(envs)
         collector.reset(seed=seed)
-        return collector.collect(loaded.act, n_episodes=episodes, quota=True)
+        return collector.collect(loaded.acting(), n_episodes=episodes, quota=True)
     finally:
         with warnings.catch_warnings():
             # after a failed render, RecordVideo notes that it had no frames to save

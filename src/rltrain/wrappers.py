@@ -1,5 +1,5 @@
 """The env wrappers rltrain ships where gymnasium has none: Atari's training-time ones, MiniGrid's
-observation, and MinAtar's registration.
+observation, the velocity-masked classic-control envs, and MinAtar's registration.
 
 Name them in an env file's ``wrappers``: ``rltrain.wrappers.FireReset``, or
 ``{name: rltrain.wrappers.EpisodicLife, train_only: true}`` for the training envs alone. Each
@@ -13,6 +13,8 @@ resume.
   game (Machado et al. 2018, "Revisiting the Arcade Learning Environment", section 5).
 - :class:`FireReset` presses FIRE where the game waits for it (Breakout's serve), in every env.
 - :class:`MiniGridObservation` makes MiniGrid's observation one rltrain stores and encodes.
+- :class:`MaskVelocity` drops the velocities from a classic-control observation (RL-Zoo3's
+  ``NoVel`` envs): a partially observable env that a policy with memory can still solve.
 - Importing this module registers MinAtar's gymnasium ids (:func:`register_minatar`).
 
 MinAtar and MiniGrid are optional (rltrain's extras): this module imports neither at its top,
@@ -175,6 +177,58 @@ class MiniGridObservation(gym.ObservationWrapper):
 
     def observation(self, observation: dict[str, Any]) -> dict[str, Any]:
         return {"image": observation["image"], "direction": int(observation["direction"])}
+
+
+#: the velocity entries of each env's observation that :class:`MaskVelocity` drops by default:
+#: RL-Zoo3's table (``rl_zoo3.wrappers.MaskVelocityWrapper``), by the env's id without version
+VELOCITIES: dict[str, tuple[int, ...]] = {
+    "CartPole": (1, 3),  # cart velocity, pole angular velocity
+    "MountainCar": (1,),
+    "MountainCarContinuous": (1,),
+    "Pendulum": (2,),  # angular velocity
+    "LunarLander": (2, 3, 5),  # horizontal, vertical and angular velocity
+    "LunarLanderContinuous": (2, 3, 5),
+}
+
+
+class MaskVelocity(gym.ObservationWrapper):
+    """A classic-control env without its velocities: the observation keeps every entry but
+    those (a Box of the remaining entries, their bounds kept), as RL-Zoo3's ``NoVel`` envs
+    (CartPoleNoVel-v1, PendulumNoVel-v1, ...) hide them, so that no single observation tells
+    how the system moves and a policy needs memory (``algo=ppo_lstm``).
+
+    RL-Zoo3's wrapper multiplies the velocities by zero and keeps the shape; this one drops
+    them, so that no network input is a constant (which an observation normaliser would divide
+    by a zero spread). ``indices`` names the dropped entries; by default they are looked up in
+    :data:`VELOCITIES` by the env's id (``CartPole-v1`` -> ``CartPole``)."""
+
+    def __init__(self, env: gym.Env, indices: list[int] | None = None) -> None:
+        super().__init__(env)
+        space = env.observation_space
+        if not (isinstance(space, gym.spaces.Box) and len(space.shape) == 1):
+            raise gym.error.Error(f"MaskVelocity needs a vector (1-D Box) observation, got "
+                                  f"{space}")
+        if indices is None:
+            spec = env.unwrapped.spec
+            name = "" if spec is None else spec.id.rpartition("/")[2].rpartition("-v")[0]
+            if name not in VELOCITIES:
+                raise gym.error.Error(
+                    f"MaskVelocity knows the velocities of {', '.join(VELOCITIES)}, not of "
+                    f"{spec.id if spec else 'this env'}: name them, e.g. "
+                    "{name: rltrain.wrappers.MaskVelocity, kwargs: {indices: [1, 3]}}")
+            indices = list(VELOCITIES[name])
+        n = space.shape[0]
+        dropped = sorted({int(i) for i in indices})
+        if not dropped or dropped[0] < 0 or dropped[-1] >= n or len(dropped) == n:
+            raise gym.error.Error(f"MaskVelocity indices {list(indices)} must name some, not "
+                                  f"all, of the observation's {n} entries (0 to {n - 1})")
+        #: the entries the observation keeps, in order
+        self.kept = np.array([i for i in range(n) if i not in dropped], dtype=np.int64)
+        self.observation_space = gym.spaces.Box(space.low[self.kept], space.high[self.kept],
+                                                dtype=space.dtype)
+
+    def observation(self, observation: np.ndarray) -> np.ndarray:
+        return observation[self.kept]
 
 
 #: MinAtar's games: gymnasium id name -> the game's module in minatar.environments
