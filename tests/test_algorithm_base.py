@@ -29,7 +29,7 @@ from rltrain.algorithms import ALGORITHMS, Algorithm, TDAlgorithm, UpdateReport
 from rltrain.data.returns import nstep_batch
 
 #: the algorithms that do not learn by temporal differences
-NOT_TD = ("bc", "ppo")
+NOT_TD = ("bc", "ppo", "ppo_lstm", "a2c", "reinforce")
 TD = [(n, i) for n, i in ALGORITHM_SPACES if n not in NOT_TD]
 TD_IDS = [id_ for (n, _), id_ in zip(ALGORITHM_SPACES, ALGORITHM_SPACE_IDS, strict=True)
           if n not in NOT_TD]

@@ -140,8 +140,8 @@ def test_check_actions_names_the_algorithms_that_fit():
     with pytest.raises(ConfigError) as e:
         check_actions(get("dqn"), BOX)
     assert str(e.value) == ("algo=dqn needs discrete actions, but test has continuous actions "
-                            "(Box, shape (2,)); use algo=ddpg or algo=ppo or algo=sac or "
-                            "algo=td3")
+                            "(Box, shape (2,)); use algo=a2c or algo=ddpg or algo=ppo or "
+                            "algo=ppo_lstm or algo=reinforce or algo=sac or algo=td3")
     with pytest.raises(ConfigError) as e:
         check_actions(get("td3bc"), DISC)
     # the same kind of training: an offline algorithm is pointed to offline ones

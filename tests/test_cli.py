@@ -9,9 +9,10 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from action_envs import MULTIBINARY_ID, MULTIDISCRETE_ID
 from conftest import BIN, read_jsonl
 from pixel_envs import DICT_ID, PIXELS_ID
-from rltrain.algorithms import ALGORITHMS, DISCRETE
+from rltrain.algorithms import ALGORITHMS, DISCRETE, MULTIDISCRETE
 
 EPOCH_KEYS = {"epoch", "env_step", "gradient_step", "time", "train", "test", "update", "best",
               "timing"}
@@ -74,6 +75,13 @@ SMOKE_CASES = [
     for env_id in (PIXELS_ID, DICT_ID)
     for name, spec in sorted(ALGORITHMS.items())
     if "offline" not in spec.trainers
+] + [
+    # and on MultiDiscrete and MultiBinary actions (tests/action_envs.py), each online
+    # algorithm that takes them
+    (name, ["env=gym", f"env.id=action_envs:{env_id}"])
+    for env_id in (MULTIDISCRETE_ID, MULTIBINARY_ID)
+    for name, spec in sorted(ALGORITHMS.items())
+    if MULTIDISCRETE in spec.actions and "offline" not in spec.trainers
 ] + [
     ("ppo", ["env=pendulum", "env.normalize.obs=true", "env.normalize.reward=true"]),
     ("dqn", ["env=gym", "env.id=Acrobot-v1", "env.num_train_envs=2"]),

@@ -20,7 +20,8 @@ from rltrain.config import ConfigError, DiscountedConfig, NetworkConfig, TDConfi
 
 #: which shared schema each algorithm's extends: behaviour cloning learns no values, PPO no
 #: TD targets
-BASES = {"bc": NetworkConfig, "ppo": DiscountedConfig}
+BASES = {"bc": NetworkConfig, "ppo": DiscountedConfig, "ppo_lstm": DiscountedConfig,
+         "a2c": DiscountedConfig, "reinforce": DiscountedConfig}
 
 
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))

@@ -12,6 +12,12 @@ outside the env's space. The replay buffer stores the normalised action the algo
 :class:`ScaleActions`; the deployable policy ends in :class:`ActionScale`, the same arithmetic
 in torch (multiply, then add, each rounded once, as numpy does), so eval reproduces the test
 step exactly.
+
+Integer actions (Discrete, MultiDiscrete, MultiBinary) are indices 0 to n - 1 of each entry
+for the algorithms and the buffers. An env whose values start elsewhere (gymnasium's
+``start``) gets ``start + a``: train and test envs through :class:`ShiftActions`, the
+deployable policy by adding :func:`integer_start` after its argmax; datasets, which hold the
+env's values, are shifted back when a buffer is made from them.
 """
 
 from __future__ import annotations
@@ -87,3 +93,35 @@ class ActionScale(nn.Module):
     def forward(self, a: torch.Tensor) -> torch.Tensor:
         a = torch.minimum(torch.maximum(a, self.lo), self.hi) * self.scale + self.offset
         return torch.minimum(torch.maximum(a, self.low), self.high)
+
+
+def integer_start(space: gym.Space) -> np.ndarray | None:
+    """The env's value of action 0 in each entry of an integer action space (int64, shape
+    ``space.shape``), or None when it is 0 everywhere (or the space is not an integer one)."""
+    if isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
+        start = np.broadcast_to(np.asarray(space.start, dtype=np.int64), space.shape or ())
+        return np.array(start) if start.any() else None
+    return None
+
+
+class ShiftActions(VectorActionWrapper):
+    """The vector env seen by the algorithm when its integer actions do not start at 0: the
+    algorithm's indices in, ``start + index`` to the env."""
+
+    def __init__(self, env: VectorEnv) -> None:
+        super().__init__(env)
+        space = env.single_action_space
+        start = integer_start(space)
+        if start is None:
+            raise ValueError(f"{space} starts at 0: there is nothing to shift")
+        self.start = start
+        if isinstance(space, gym.spaces.Discrete):
+            self.single_action_space: gym.Space = gym.spaces.Discrete(int(space.n))
+        else:
+            assert isinstance(space, gym.spaces.MultiDiscrete)
+            self.single_action_space = gym.spaces.MultiDiscrete(space.nvec, space.dtype)
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space,
+                                                         env.num_envs)
+
+    def actions(self, actions: np.ndarray) -> np.ndarray:
+        return np.asarray(actions, dtype=np.int64) + self.start

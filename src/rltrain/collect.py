@@ -74,6 +74,8 @@ def collect(envs: Any, policy: Policy, *, seed: int, episodes: int | None = None
     uint8, Dict observations as the uint8 rows the collector packs them into; the policy
     sees them so too.
     """
+    import gymnasium as gym
+
     from rltrain.collector import Collector, episode_quotas
     from rltrain.data.buffers import ReplayBuffer
     from rltrain.data.dataset import ARRAYS
@@ -86,7 +88,7 @@ def collect(envs: Any, policy: Policy, *, seed: int, episodes: int | None = None
     assert n is not None  # exactly one of the two is given (checked above)
     quotas = episode_quotas(n, m)
     obs_space, act_space = envs.single_observation_space, envs.single_action_space
-    discrete = not act_space.shape
+    discrete = not isinstance(act_space, gym.spaces.Box)  # Discrete, MultiDiscrete, MultiBinary
     buffer = ReplayBuffer(m, CHUNK, stored_shape(obs_space), act_space.shape,
                           np.int64 if discrete else np.float32,
                           obs_dtype=storage_dtype(obs_space), circular=False)
@@ -128,9 +130,12 @@ def collect(envs: Any, policy: Policy, *, seed: int, episodes: int | None = None
 
 def noisy(act: Policy, space: Any, noise: float, seed: int) -> Policy:
     """``act`` with exploration noise: Gaussian of std ``noise`` x half the action range,
-    clipped to the bounds (Box), or epsilon-greedy with epsilon ``noise`` (Discrete)."""
+    clipped to the bounds (Box), or epsilon-greedy with epsilon ``noise`` (Discrete; each
+    action of MultiDiscrete and MultiBinary ones is replaced whole)."""
+    import gymnasium as gym
+
     rng = np.random.default_rng(seed)
-    if not space.shape:  # Discrete
+    if isinstance(space, gym.spaces.Discrete):
         start, n = int(space.start), int(space.n)
 
         def epsilon_greedy(obs: np.ndarray) -> np.ndarray:
@@ -138,6 +143,18 @@ def noisy(act: Policy, space: Any, noise: float, seed: int) -> Policy:
             explore = rng.random(len(a)) < noise
             return np.where(explore, rng.integers(start, start + n, size=len(a)), a)
         return epsilon_greedy
+    if isinstance(space, (gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)):
+        if isinstance(space, gym.spaces.MultiDiscrete):
+            low = np.asarray(space.start, dtype=np.int64)
+            high = low + space.nvec
+        else:
+            low, high = np.zeros(space.shape, np.int64), np.full(space.shape, 2)
+
+        def epsilon_greedy_whole(obs: np.ndarray) -> np.ndarray:
+            a = np.asarray(act(obs))
+            explore = (rng.random(len(a)) < noise).reshape(-1, *[1] * (a.ndim - 1))
+            return np.where(explore, rng.integers(low, high, size=a.shape), a)
+        return epsilon_greedy_whole
     from rltrain.actions import scaling
 
     _, half_range, _, _ = scaling(space.low, space.high)  # 1 where a bound is infinite

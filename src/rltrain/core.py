@@ -22,15 +22,24 @@ DEFAULT_MAX_EPISODE_STEPS = 10_000
 #: observations (num_envs, *obs_shape) in, actions (num_envs, *action_shape) out
 Policy = Callable[[np.ndarray], np.ndarray]
 
+#: the kinds of action space an algorithm may accept (its registry entry lists them):
+#: Discrete; MultiDiscrete or MultiBinary (a vector of independent discrete choices); Box
+DISCRETE, MULTIDISCRETE, CONTINUOUS = "discrete", "multidiscrete", "continuous"
+
 
 @dataclass(frozen=True)
 class SpaceInfo:
-    """What the networks need from the env: computed, never written in YAML."""
+    """What the networks need from the env: computed, never written in YAML.
+
+    Integer actions (Discrete, MultiDiscrete, MultiBinary) are what the networks index: 0 to
+    n - 1 in each entry. Where the env's values start elsewhere (a ``start`` of Discrete or
+    MultiDiscrete), :attr:`action_start` is added on the way to the env
+    (:class:`rltrain.actions.ShiftActions`, the deployable policy's head)."""
 
     obs_shape: tuple[int, ...]
-    #: number of discrete actions, or None for a Box action space
+    #: number of actions of a Discrete space, or None (MultiDiscrete, MultiBinary, Box)
     num_actions: int | None
-    #: shape of one action (() for discrete)
+    #: shape of one action (() for Discrete)
     action_shape: tuple[int, ...]
     action_low: np.ndarray | None
     action_high: np.ndarray | None
@@ -43,10 +52,36 @@ class SpaceInfo:
     obs_space: Any = None
     #: the env's single action space (a gymnasium space; a dataset is checked against it)
     action_space: Any = None
+    #: MultiDiscrete and MultiBinary: the number of values of each action entry, the entries
+    #: in C order (MultiBinary: all 2); None for Discrete and Box
+    nvec: tuple[int, ...] | None = None
+    #: integer actions: the env's value of each entry's action 0 (shape ``action_shape``,
+    #: int64); None when every entry starts at 0, as nearly every env's do
+    action_start: np.ndarray | None = None
 
     @property
     def discrete(self) -> bool:
-        return self.num_actions is not None
+        """Integer actions (Discrete, MultiDiscrete, MultiBinary): stored as int64 indices,
+        chosen by an argmax, never scaled."""
+        return self.num_actions is not None or self.nvec is not None
+
+    @property
+    def action_kind(self) -> str:
+        """:data:`DISCRETE`, :data:`MULTIDISCRETE` or :data:`CONTINUOUS`: what an algorithm's
+        registry entry must accept."""
+        if self.nvec is not None:
+            return MULTIDISCRETE
+        return DISCRETE if self.num_actions is not None else CONTINUOUS
+
+    @property
+    def actions_text(self) -> str:
+        """The action space in a few words, for logs and messages."""
+        if self.num_actions is not None:
+            return f"Discrete({self.num_actions})"
+        if self.nvec is not None:
+            return (" ".join(str(self.action_space).split()) if self.action_space is not None
+                    else f"MultiDiscrete({list(self.nvec)})")
+        return f"Box{self.action_shape}"
 
     @property
     def obs_dim(self) -> int:
@@ -54,7 +89,13 @@ class SpaceInfo:
 
     @property
     def action_dim(self) -> int:
-        return self.num_actions if self.num_actions is not None else int(np.prod(self.action_shape))
+        """Discrete: the number of actions; MultiDiscrete, MultiBinary: the number of logits of
+        a policy over them (the sum of :attr:`nvec`); Box: the number of action entries."""
+        if self.num_actions is not None:
+            return self.num_actions
+        if self.nvec is not None:
+            return sum(self.nvec)
+        return int(np.prod(self.action_shape))
 
 
 @dataclass(frozen=True)

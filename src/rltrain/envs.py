@@ -21,6 +21,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
 
+from rltrain.actions import integer_start
 from rltrain.config import ConfigError, EnvConfig, split_id, train_only, wrapper_entry
 from rltrain.core import DEFAULT_MAX_EPISODE_STEPS, SpaceInfo
 from rltrain.observations import ObservationSpaceError, layout, stored_shape
@@ -348,14 +349,24 @@ def space_info(envs: VectorEnv, env_id: str, max_steps: int = DEFAULT_MAX_EPISOD
     # whether a network can take the observations is the encoders' question (images: no encoder
     # yet; rltrain.encoders.registry.choose refuses them, naming why)
     shape: tuple[int, ...]
+    nvec: tuple[int, ...] | None = None
     if isinstance(act_space, gym.spaces.Discrete):
         num_actions, shape, low, high = int(act_space.n), (), None, None
     elif isinstance(act_space, gym.spaces.Box):
         num_actions, shape = None, act_space.shape
         low, high = act_space.low.astype(np.float32), act_space.high.astype(np.float32)
+    elif isinstance(act_space, (gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)):
+        num_actions, shape, low, high = None, tuple(act_space.shape), None, None
+        counts = (act_space.nvec if isinstance(act_space, gym.spaces.MultiDiscrete)
+                  else np.full(shape, 2))
+        nvec = tuple(int(n) for n in np.asarray(counts).reshape(-1))
+        if not nvec:
+            raise ConfigError(f"{env_id} has action space {act_space}, which has no entries")
     else:
         raise ConfigError(
-            f"{env_id} has action space {act_space}; rltrain supports Discrete and Box actions"
+            f"{env_id} has action space {act_space}; rltrain supports Discrete, MultiDiscrete, "
+            "MultiBinary and Box actions (a Tuple or Dict of them: flatten it into one with a "
+            "wrapper listed in env.wrappers)"
         )
     return SpaceInfo(
         obs_shape=stored_shape(obs_space),
@@ -369,4 +380,6 @@ def space_info(envs: VectorEnv, env_id: str, max_steps: int = DEFAULT_MAX_EPISOD
         max_episode_steps=max_steps,
         obs_space=obs_space,
         action_space=act_space,
+        nvec=nvec,
+        action_start=integer_start(act_space),
     )

@@ -1,4 +1,4 @@
-"""Adam for the small networks of RL, over one flat buffer of parameters.
+"""Adam and RMSprop for the small networks of RL, over one flat buffer of parameters.
 
 Why not ``torch.optim.Adam``: its ``step()`` imports ``torch._dynamo`` on first
 use (about 0.9 s, half of rltrain's start-up on a laptop CPU) and wraps each step in
@@ -11,7 +11,10 @@ two flat tensors (each parameter is a view into them), and all of that is 12 ker
 
 The update is the same arithmetic as torch's Adam (Kingma & Ba 2015, with bias
 correction) and the clipping the same as ``torch.nn.utils.clip_grad_norm_``;
-``tests/test_optim.py`` checks that both give the same parameters.
+``tests/test_optim.py`` checks that both give the same parameters. RMSprop (Tieleman &
+Hinton 2012, lecture 6.5; the optimiser of A3C and of Stable-Baselines3's A2C) is torch's
+``RMSprop`` arithmetic (epsilon outside the square root, no momentum, not centred), checked
+the same way.
 """
 
 from __future__ import annotations
@@ -45,22 +48,23 @@ def soft_update(target: torch.Tensor, source: torch.Tensor, tau: float) -> None:
     target.lerp_(source, tau)
 
 
-class Adam:
-    """Adam over a fixed list of parameters. ``lr`` may be changed between steps.
+class FlatOptimizer:
+    """An optimiser over a fixed list of parameters held in one flat buffer; ``lr`` may be
+    changed between steps. Subclasses write :meth:`step` and their state.
 
     Construction moves the parameters into a flat buffer (their values are unchanged), so
     create the optimiser after moving the module to its device, and zero gradients with
     :meth:`zero_grad` (not ``module.zero_grad()``).
     """
 
-    def __init__(self, params: Iterable[torch.nn.Parameter], lr: float,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
+    def __init__(self, params: Iterable[torch.nn.Parameter], lr: float) -> None:
         self.params = [p for p in params if p.requires_grad]
+        name = type(self).__name__
         if not self.params:
-            raise ValueError("Adam needs at least one parameter that requires grad")
+            raise ValueError(f"{name} needs at least one parameter that requires grad")
         if len({(p.device, p.dtype) for p in self.params}) > 1:
-            raise ValueError("Adam's parameters must share one device and dtype")
-        self.lr, self.betas, self.eps = lr, betas, eps
+            raise ValueError(f"{name}'s parameters must share one device and dtype")
+        self.lr = lr
         self.steps = 0
         self.flat = flatten_parameters(self.params)
         self.grad = torch.zeros_like(self.flat)
@@ -70,8 +74,6 @@ class Adam:
             n = p.numel()
             self._grad_views.append(self.grad[offset : offset + n].view_as(p))
             offset += n
-        self.exp_avg = torch.zeros_like(self.flat)
-        self.exp_avg_sq = torch.zeros_like(self.flat)
         self.zero_grad()
 
     def zero_grad(self) -> None:
@@ -89,6 +91,38 @@ class Adam:
         self.grad.mul_((max_norm / (norm + 1e-6)).clamp_(max=1.0))
         return norm
 
+    def step(self) -> None:
+        raise NotImplementedError
+
+    #: the names of the flat statistics buffers the state holds, each shaped as the parameters
+    _buffers: tuple[str, ...] = ()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"lr": self.lr, "steps": self.steps,
+                **{name: getattr(self, name) for name in self._buffers}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for name in self._buffers:
+            if state[name].shape != self.flat.shape:
+                raise ValueError(f"optimizer state {name} has shape {tuple(state[name].shape)}, "
+                                 f"the parameters {tuple(self.flat.shape)}")
+        self.lr, self.steps = state["lr"], state["steps"]
+        for name in self._buffers:
+            getattr(self, name).copy_(state[name])
+
+
+class Adam(FlatOptimizer):
+    """Adam (Kingma & Ba 2015) with bias correction, as torch's."""
+
+    _buffers = ("exp_avg", "exp_avg_sq")
+
+    def __init__(self, params: Iterable[torch.nn.Parameter], lr: float,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
+        super().__init__(params, lr)
+        self.betas, self.eps = betas, eps
+        self.exp_avg = torch.zeros_like(self.flat)
+        self.exp_avg_sq = torch.zeros_like(self.flat)
+
     @torch.no_grad()
     def step(self) -> None:
         beta1, beta2 = self.betas
@@ -100,15 +134,25 @@ class Adam:
         denom = self.exp_avg_sq.sqrt().div_(math.sqrt(1.0 - beta2**self.steps)).add_(self.eps)
         self.flat.addcdiv_(self.exp_avg, denom, value=-step_size)
 
-    def state_dict(self) -> dict[str, Any]:
-        return {"lr": self.lr, "steps": self.steps, "exp_avg": self.exp_avg,
-                "exp_avg_sq": self.exp_avg_sq}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        for name in ("exp_avg", "exp_avg_sq"):
-            if state[name].shape != self.flat.shape:
-                raise ValueError(f"optimizer state {name} has shape {tuple(state[name].shape)}, "
-                                 f"the parameters {tuple(self.flat.shape)}")
-        self.lr, self.steps = state["lr"], state["steps"]
-        self.exp_avg.copy_(state["exp_avg"])
-        self.exp_avg_sq.copy_(state["exp_avg_sq"])
+class RMSprop(FlatOptimizer):
+    """RMSprop as torch's (and Stable-Baselines3's A2C) runs it: a running mean of squared
+    gradients with decay ``alpha``, no bias correction (its first steps are large: the mean
+    starts at 0), and ``eps`` added to the root, outside it. TensorFlow's variant, which the
+    original A2C used, adds eps inside the root and starts the mean at 1; at eps = 1e-5 the
+    two differ mainly in those first steps."""
+
+    _buffers = ("square_avg",)
+
+    def __init__(self, params: Iterable[torch.nn.Parameter], lr: float, alpha: float = 0.99,
+                 eps: float = 1e-8) -> None:
+        super().__init__(params, lr)
+        self.alpha, self.eps = alpha, eps
+        self.square_avg = torch.zeros_like(self.flat)
+
+    @torch.no_grad()
+    def step(self) -> None:
+        self.steps += 1
+        grad = self.grad
+        self.square_avg.mul_(self.alpha).addcmul_(grad, grad, value=1.0 - self.alpha)
+        self.flat.addcdiv_(grad, self.square_avg.sqrt().add_(self.eps), value=-self.lr)

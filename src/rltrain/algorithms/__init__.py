@@ -8,10 +8,19 @@ from rltrain.algorithms.base import (
     TDAlgorithm,
     UpdateReport,
 )
-from rltrain.algorithms.registry import ALGORITHMS, CONTINUOUS, DISCRETE, AlgoSpec, get, register
+from rltrain.algorithms.registry import (
+    ALGORITHMS,
+    CONTINUOUS,
+    DISCRETE,
+    MULTIDISCRETE,
+    AlgoSpec,
+    get,
+    register,
+)
 from rltrain.modules import import_members
 
 import_members(__name__, __path__, skip=("base", "registry"))
 
-__all__ = ["ALGORITHMS", "CONTINUOUS", "DISCRETE", "AlgoSpec", "Algorithm", "OffPolicyAlgorithm",
-           "OnPolicyAlgorithm", "TDAlgorithm", "UpdateReport", "get", "register"]
+__all__ = ["ALGORITHMS", "CONTINUOUS", "DISCRETE", "MULTIDISCRETE", "AlgoSpec", "Algorithm",
+           "OffPolicyAlgorithm", "OnPolicyAlgorithm", "TDAlgorithm", "UpdateReport", "get",
+           "register"]

@@ -3,9 +3,10 @@ Autonomous Navigation" (Neural Computation 3(1):88-97), the baseline of the offl
 literature (e.g. Fu et al. 2020, D4RL, arXiv:2004.07219; Fujimoto & Gu 2021, arXiv:2106.06860).
 
 Supervised learning of the dataset's actions from its states, no rewards: discrete actions by
-cross-entropy on a categorical actor's logits, continuous ones by the mean squared error of a
-deterministic tanh actor's action against the data action, in the normalised space of
-:mod:`rltrain.actions` (where the env's bounds are -1 and 1). Offline only.
+cross-entropy on a categorical actor's logits (MultiDiscrete and MultiBinary ones: the sum of
+each entry's cross-entropy, one categorical per entry), continuous ones by the mean squared
+error of a deterministic tanh actor's action against the data action, in the normalised space
+of :mod:`rltrain.actions` (where the env's bounds are -1 and 1). Offline only.
 """
 
 from __future__ import annotations
@@ -18,12 +19,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from rltrain.algorithms.base import OffPolicyAlgorithm, UpdateReport, clip_and_step
-from rltrain.algorithms.registry import CONTINUOUS, DISCRETE, AlgoSpec, register
+from rltrain.algorithms.registry import CONTINUOUS, DISCRETE, MULTIDISCRETE, AlgoSpec, register
 from rltrain.config import NetworkConfig, check_positive
 from rltrain.core import Progress, SpaceInfo
 from rltrain.data.buffers import Batch, ReplayBuffer
 from rltrain.data.returns import nstep_batch
-from rltrain.nets import CategoricalActor, DeterministicActor
+from rltrain.nets import CategoricalActor, DeterministicActor, MultiCategoricalActor
 from rltrain.optim import Adam
 
 
@@ -50,9 +51,10 @@ class BCStats:
 
 @dataclass(frozen=True)
 class DiscreteBCStats:
-    #: cross-entropy of the data actions under the actor's logits
+    #: cross-entropy of the data actions under the actor's logits (summed over the entries of
+    #: MultiDiscrete and MultiBinary actions)
     loss: float
-    #: fraction of the batch where the actor's argmax is the data action
+    #: fraction of the batch where the actor's argmax is the data action (every entry of it)
     accuracy: float
 
 
@@ -62,9 +64,13 @@ class BC(OffPolicyAlgorithm):
     def __init__(self, cfg: BCConfig, info: SpaceInfo, device: torch.device, seed: int) -> None:
         super().__init__(cfg, info, device, seed)
         self.discrete = info.discrete
-        if info.discrete:
-            self.pi: CategoricalActor | DeterministicActor = CategoricalActor(
-                self.encoder(), cfg.hidden_sizes, info.action_dim, cfg.activation)
+        self.pi: CategoricalActor | MultiCategoricalActor | DeterministicActor
+        if info.nvec is not None:
+            self.pi = MultiCategoricalActor(self.encoder(), cfg.hidden_sizes, info.nvec,
+                                            cfg.activation, info.action_shape)
+        elif info.discrete:
+            self.pi = CategoricalActor(self.encoder(), cfg.hidden_sizes, info.action_dim,
+                                       cfg.activation)
         else:
             self.pi = DeterministicActor(self.encoder(), cfg.hidden_sizes, info.action_dim,
                                          cfg.activation)
@@ -81,7 +87,7 @@ class BC(OffPolicyAlgorithm):
         """The cloned policy's action; a discrete one samples its logits unless deterministic
         (a continuous one has no noise to add)."""
         x = self._obs(obs)
-        if isinstance(self.pi, CategoricalActor):
+        if isinstance(self.pi, (CategoricalActor, MultiCategoricalActor)):
             act = self.pi(x).argmax(-1) if deterministic else self.pi.sample(x)
             return act.cpu().numpy()
         return self.pi(x).reshape(len(obs), *self.info.action_shape).cpu().numpy()
@@ -92,6 +98,15 @@ class BC(OffPolicyAlgorithm):
 
     def update(self, batch: Batch, *, progress: Progress) -> UpdateReport:
         obs = self._obs(batch.obs)
+        if isinstance(self.pi, MultiCategoricalActor):
+            act = self._tensor(batch.act, torch.long)
+            logp, _ = self.pi.log_prob_entropy(obs, act)
+            loss = -logp.mean()
+            clip_and_step(loss, self.optim, self.cfg.max_grad_norm)
+            with torch.no_grad():
+                hit = self.pi(obs).argmax(-1) == act.reshape(len(act), *self.pi.action_shape)
+                accuracy = hit.reshape(len(hit), -1).all(-1).float().mean()
+            return UpdateReport(DiscreteBCStats(float(loss.detach()), float(accuracy)))
         if self.discrete:
             act = self._tensor(batch.act, torch.long)
             logits = self.pi(obs)
@@ -106,7 +121,8 @@ class BC(OffPolicyAlgorithm):
 
 
 register(AlgoSpec(
-    name="bc", config=BCConfig, build=BC, trainers=("offline",), actions=(DISCRETE, CONTINUOUS),
+    name="bc", config=BCConfig, build=BC, trainers=("offline",),
+    actions=(DISCRETE, MULTIDISCRETE, CONTINUOUS),
     console=(("loss", "loss"),),  # accuracy (discrete only) is in the records
     bounded_actions=True,
     paper="Pomerleau 1991, Neural Computation 3(1):88-97",

@@ -17,12 +17,12 @@ import torch
 from torch import nn
 
 from rltrain.algorithms.base import OnPolicyAlgorithm, UpdateReport, clip_and_step
-from rltrain.algorithms.registry import CONTINUOUS, DISCRETE, AlgoSpec, register
+from rltrain.algorithms.registry import CONTINUOUS, DISCRETE, MULTIDISCRETE, AlgoSpec, register
 from rltrain.config import DiscountedConfig, check_positive, check_unit_interval
 from rltrain.core import Progress, SpaceInfo
 from rltrain.data.buffers import Rollout
 from rltrain.data.returns import gae
-from rltrain.nets import CategoricalActor, EncodedMLP, GaussianActor
+from rltrain.nets import CategoricalActor, EncodedMLP, GaussianActor, MultiCategoricalActor
 from rltrain.observations import raw_tensors
 from rltrain.optim import Adam
 
@@ -82,9 +82,13 @@ class PPO(OnPolicyAlgorithm):
         self.discrete = info.discrete
         encoder = self.encoder()
         share = raw_tensors(info.obs_space) if cfg.share_encoder is None else cfg.share_encoder
-        if info.discrete:
-            self.pi: CategoricalActor | GaussianActor = CategoricalActor(
-                encoder, cfg.hidden_sizes, info.action_dim, cfg.activation)
+        self.pi: CategoricalActor | MultiCategoricalActor | GaussianActor
+        if info.nvec is not None:  # MultiDiscrete, MultiBinary: a categorical per entry
+            self.pi = MultiCategoricalActor(encoder, cfg.hidden_sizes, info.nvec,
+                                            cfg.activation, info.action_shape)
+        elif info.discrete:
+            self.pi = CategoricalActor(
+                encoder, cfg.hidden_sizes, info.action_dim, cfg.activation, self.action_mask)
         else:
             self.pi = GaussianActor(encoder, cfg.hidden_sizes, info.action_dim,
                                     cfg.activation, cfg.init_log_std)
@@ -174,9 +178,6 @@ class PPO(OnPolicyAlgorithm):
         old_v: torch.Tensor,
         old_logp: torch.Tensor,
     ) -> torch.Tensor:
-        cfg = self.cfg
-        if cfg.normalize_advantage and len(adv) > 1:
-            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
         if self.shared:  # one pass of the encoder for both losses (its gradient sums both)
             features = self.pi.encoder(obs)
             logp, entropy_all = self.pi.log_prob_entropy(obs, act, features=features)
@@ -184,6 +185,24 @@ class PPO(OnPolicyAlgorithm):
         else:
             logp, entropy_all = self.pi.log_prob_entropy(obs, act)
             v = self.value(obs)
+        return self._clipped_step(logp, entropy_all, v, adv, ret, old_v, old_logp)
+
+    def _clipped_step(
+        self,
+        logp: torch.Tensor,
+        entropy_all: torch.Tensor,
+        v: torch.Tensor,
+        adv: torch.Tensor,
+        ret: torch.Tensor,
+        old_v: torch.Tensor,
+        old_logp: torch.Tensor,
+    ) -> torch.Tensor:
+        """The losses of one minibatch from the policy's log-probabilities, entropies and
+        values at its samples, one optimiser step, and the minibatch's stats. Recurrent PPO
+        (ppo_lstm) gets those from replayed sequences and shares the rest from here."""
+        cfg = self.cfg
+        if cfg.normalize_advantage and len(adv) > 1:
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
         logratio = logp - old_logp
         ratio = logratio.exp()
         pg_loss = torch.max(
@@ -206,7 +225,7 @@ class PPO(OnPolicyAlgorithm):
 
 register(AlgoSpec(
     name="ppo", config=PPOConfig, build=PPO, trainers=("onpolicy",),
-    actions=(DISCRETE, CONTINUOUS),
+    actions=(DISCRETE, MULTIDISCRETE, CONTINUOUS),
     console=(("pg_loss", "pg"), ("v_loss", "vf"), ("entropy", "ent"), ("approx_kl", "kl")),
-    paper="Schulman et al. 2017, arXiv:1707.06347",
+    paper="Schulman et al. 2017, arXiv:1707.06347", masks=True,
 ))

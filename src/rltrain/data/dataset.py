@@ -56,6 +56,8 @@ if TYPE_CHECKING:
 
 #: the arrays of a dataset, in file order
 ARRAYS = ("obs", "act", "rew", "next_obs", "terminated", "truncated")
+#: action spaces whose actions are integers (stored as int64)
+INTEGER_ACTIONS = ("Discrete", "MultiDiscrete", "MultiBinary")
 #: the file suffixes rltrain reads and writes
 SUFFIXES = (".h5", ".hdf5", ".npz")
 FORMAT = "rltrain-dataset"
@@ -399,7 +401,7 @@ def make_dataset(obs: np.ndarray, act: np.ndarray, rew: np.ndarray, next_obs: np
 
     :raises ValueError: observations of a uint8 space that are not all bytes (0..255).
     """
-    discrete = meta["action_space"]["type"] == "Discrete"
+    discrete = meta["action_space"]["type"] in INTEGER_ACTIONS
     obs_dtype, _ = obs_storage(space_from_dict(meta["observation_space"]))
     truncated = np.array(truncated, dtype=bool)
     terminated = np.asarray(terminated, dtype=bool)
@@ -999,7 +1001,8 @@ def to_buffer(ds: Dataset, *, discrete: bool, action_low: np.ndarray | None,
     rows that are not (a dataset merged from pieces cut mid-episode) are stored whole.
 
     Continuous actions are mapped into the algorithm's normalised space with
-    :func:`rltrain.actions.to_agent`; discrete ones are stored as they are (int64). Each
+    :func:`rltrain.actions.to_agent`; integer ones (Discrete, MultiDiscrete, MultiBinary) are
+    stored as int64 indices from 0 (the space's ``start`` taken off, where it has one). Each
     observation is stored once: the next observation of a transition is the next row's,
     except where the dataset says otherwise (an episode's end; rows that are not
     consecutive), which the buffer keeps aside, so batches see exactly ``ds.next_obs``. The
@@ -1007,16 +1010,19 @@ def to_buffer(ds: Dataset, *, discrete: bool, action_low: np.ndarray | None,
     truncated``, which :func:`make_dataset` guarantees at the end of every episode, the
     dataset's last included.
     """
-    from rltrain.actions import to_agent
+    from rltrain.actions import integer_start, to_agent
     from rltrain.data.buffers import ReplayBuffer
 
-    is_discrete = ds.meta.get("action_space", {}).get("type") == "Discrete"
+    is_discrete = ds.meta.get("action_space", {}).get("type") in INTEGER_ACTIONS
     if is_discrete != discrete:
         kind = "discrete" if is_discrete else "continuous"
         raise ConfigError(f"dataset has {kind} actions, but the algorithm was built for "
                           f"{'discrete' if discrete else 'continuous'} ones")
     if discrete:
         act = ds.act.astype(np.int64)
+        start = integer_start(space_from_dict(ds.meta["action_space"]))
+        if start is not None:
+            act = act - start
     elif action_low is None or action_high is None:
         raise ValueError("continuous actions need action_low and action_high")
     else:
@@ -1054,7 +1060,7 @@ def from_replay_buffer(state: Mapping[str, Any], *, discrete: bool,
     one after another, each in time order (oldest first), its last transition marked
     truncated when the episode was still running. Continuous actions go back to the env's
     space with :func:`rltrain.actions.to_env` (the buffer holds the algorithm's normalised
-    actions).
+    actions), integer ones get the action space's ``start`` back (``meta["action_space"]``).
 
     The first episode of a lane that has wrapped around is a tail: its start was
     overwritten.
@@ -1062,7 +1068,7 @@ def from_replay_buffer(state: Mapping[str, Any], *, discrete: bool,
     :raises ConfigError: the buffer is empty. ValueError: its state is damaged (the field
         named; the caller names the checkpoint).
     """
-    from rltrain.actions import to_env
+    from rltrain.actions import integer_start, to_env
     from rltrain.data.buffers import stored_transitions
 
     out = stored_transitions(state)
@@ -1079,5 +1085,9 @@ def from_replay_buffer(state: Mapping[str, Any], *, discrete: bool,
         if action_low is None or action_high is None:
             raise ValueError("continuous actions need action_low and action_high")
         out["act"] = to_env(out["act"], action_low, action_high)
+    else:
+        start = integer_start(space_from_dict(meta["action_space"]))
+        if start is not None:
+            out["act"] = out["act"] + start
     return make_dataset(out["obs"], out["act"], out["rew"], out["next_obs"], out["terminated"],
                         out["truncated"], meta=meta)
