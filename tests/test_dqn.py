@@ -1,15 +1,20 @@
 """DQN (rltrain.algorithms.dqn): the double-Q target, the Huber loss, the target network's
-copies and the epsilon schedule, each against a hand computation."""
+copies and the epsilon schedule, each against a hand computation; prioritised replay's weights
+and priorities; the dueling and noisy options."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
-from algo_helpers import CPU, DISC, SMALL, progress, random_batch
+from algo_helpers import CPU, DISC, SMALL, bandit_learns, progress, random_batch
+from rltrain.algorithms import ALGORITHMS
 from rltrain.algorithms.dqn import DQN, DQNConfig
+from rltrain.config import ConfigError
 from rltrain.core import Progress
 from rltrain.data.buffers import Batch
 
@@ -82,3 +87,61 @@ def test_epsilon_anneals_linearly_then_stays():
     explored = dqn.act(obs, deterministic=False, progress=Progress(0, 0, 0.25))
     # 55% of the actions are uniform, a third of which happen to be the greedy one
     assert (explored != greedy).mean() == pytest.approx(0.55 * 2 / 3, abs=0.04)
+
+
+def test_importance_weights_weight_the_huber_loss_and_priorities_are_td_errors():
+    """With a hand-made weights vector the loss is mean_b w_b Huber(Q - target); priorities are
+    |Q - target|; weights all 1 are the unweighted update, bit for bit."""
+    batch = random_batch(DISC, seed=4)
+    n = len(batch.rew)
+    weights = np.linspace(0.1, 2.0, n).astype(np.float32)
+    obs, act, rew, discount, next_obs = tensors(batch)
+    runs = []
+    for w in (weights, None, np.ones(n, np.float32)):
+        torch.manual_seed(5)
+        dqn = detuned(DQN(DQNConfig(**SMALL), DISC, CPU, 0))
+        with torch.no_grad():
+            q_sa = dqn.q(obs)[torch.arange(n), act]
+            target = dqn.td_target(rew, discount, next_obs)
+        report = dqn.update(dataclasses.replace(batch, weights=w), progress=progress(0))
+        assert report.priorities is not None and not report.priorities.requires_grad
+        torch.testing.assert_close(report.priorities, (q_sa - target).abs())
+        runs.append((report, dqn.state_dict()))
+    (weighted, _), (plain, state), (ones, state_ones) = runs
+    huber = F.smooth_l1_loss(q_sa, target, reduction="none")
+    assert weighted.stats.loss == pytest.approx(float((torch.from_numpy(weights) * huber).mean()),
+                                                rel=1e-6)
+    assert plain.stats.loss == pytest.approx(float(huber.mean()), rel=1e-6)
+    assert plain.stats == ones.stats and torch.equal(plain.priorities, ones.priorities)
+    assert all(torch.equal(state[k], state_ones[k]) for k in state)
+    assert ALGORITHMS["dqn"].prioritized
+
+
+@pytest.mark.parametrize(("dueling", "noisy"), [(True, False), (False, True), (True, True)])
+def test_dueling_and_noisy_dqn_learn_a_bandit(dueling, noisy):
+    """Both options train: on a one-step problem (action 1 pays 1, action 0 pays 0, action 2
+    never taken) the greedy policy picks action 1."""
+    torch.manual_seed(6)
+    dqn = DQN(DQNConfig(dueling=dueling, noisy=noisy, lr=3e-3, **SMALL), DISC, CPU, 0)
+    acts = bandit_learns(dqn, DISC, steps=300, seed=0)
+    assert (acts == 1).mean() > 0.9
+
+
+def test_noisy_dqn_draws_weight_noise_when_exploring_only():
+    torch.manual_seed(7)
+    dqn = DQN(DQNConfig(noisy=True, eps_start=0.0, eps_end=0.0, **SMALL), DISC, CPU, 0)
+    assert dqn.weight_noise is not None
+    state = dqn.weight_noise.get_state()
+    obs = np.random.default_rng(8).normal(size=(512, 3)).astype(np.float32)
+    greedy = dqn.act(obs, deterministic=True, progress=Progress(0, 0, 0.5))
+    assert torch.equal(dqn.weight_noise.get_state(), state)  # testing leaves the stream alone
+    explored = dqn.act(obs, deterministic=False, progress=Progress(0, 0, 0.5))
+    assert not torch.equal(dqn.weight_noise.get_state(), state)
+    assert (explored != greedy).any()  # epsilon 0: only the weight noise can differ
+
+
+def test_options_are_refused_by_name():
+    with pytest.raises(ConfigError, match=r"algo.noisy_sigma0 must be > 0, got -0.5"):
+        DQNConfig(noisy_sigma0=-0.5).check()
+    with pytest.raises(ConfigError, match=r"algo.adam_eps must be > 0"):
+        DQNConfig(adam_eps=0.0).check()

@@ -1,0 +1,45 @@
+"""Learning checks of the value-based family (slow; CI skips them): the tuned configs of
+QR-DQN, C51 and Rainbow reach RL-Zoo3's published results (DLR-RM/rl-baselines3-zoo,
+benchmark.md: one run each, mean +- std of the final policy's episodes) within the same env
+steps, for every seed, through the CLI.
+
+Each bar is the benchmark's mean less one standard deviation, reached by the best epoch's test
+(10 deterministic episodes): QR-DQN CartPole-v1 500 +- 0 at 50k, Acrobot-v1 -69.1 +- 10.0 at
+100k, MountainCar-v0 -106.0 +- 15.5 at 120k; C51 and Rainbow have no RL-Zoo entry:
+CartPole-v1's reward threshold, 475, within the DQN check's 100k. DQN on MountainCar-v0 has no
+tuned file: RL-Zoo3's settings (-100.8 +- 9.9 at 120k there) stayed at -200 for seeds 0-2
+here, so rltrain ships no claim for the pair.
+
+Run with: .venv/bin/python -m pytest -m slow tests/test_learning_value.py
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+#: (algo, env): (the score to reach, the env-step budget)
+BARS = {
+    ("qrdqn", "cartpole"): (500.0, 50_000),
+    ("qrdqn", "acrobot"): (-69.1 - 10.0, 100_000),
+    ("qrdqn", "mountaincar"): (-106.0 - 15.5, 120_000),
+    ("c51", "cartpole"): (475.0, 100_000),
+    ("rainbow", "cartpole"): (475.0, 100_000),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize(("algo", "env"), list(BARS), ids=[f"{a}-{e}" for a, e in BARS])
+def test_tuned_config_reaches_rl_zoos_result(cli, tmp_path, algo, env, seed):
+    """The run stops as soon as a test reaches the bar (stop_score), so the env steps it took
+    are the steps to the bar; the tuned config plans no more than the budget."""
+    bar, budget = BARS[algo, env]
+    run_dir = tmp_path / "run"
+    res = cli(f"algo={algo}", f"env={env}", f"seed={seed}", f"trainer.stop_score={bar}",
+              f"hydra.run.dir={run_dir}", "logger.tensorboard=false", timeout=3600)
+    assert res.returncode == 0, res.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["best_score"] >= bar, summary
+    assert summary["env_step"] <= budget, summary
