@@ -52,7 +52,7 @@ complete -p rltrain || echo "uninstalled"
     lines = res.stdout.splitlines()
     assert re.fullmatch(r"complete .*-F hydra_bash_completion rltrain", lines[0]), lines
     replies = [line for line in lines if line.startswith("reply:")]
-    assert replies[0].split()[1:] == ["algo=ddpg", "algo=dqn"]
+    assert replies[0].split()[1:] == ["algo=ddpg", "algo=discrete_sac", "algo=dqn"]
     assert replies[1].split()[1:] == ["trainer.max_epochs="]
     # the keys the user sets, not the groups rltrain composes itself (schema, tuned)
     assert "seed=" in replies[2].split() and "schema" not in replies[2]
@@ -69,13 +69,13 @@ def test_zsh_completion_installs_on_its_own_and_completes(tmp_path):
     # loads them. compgen -F runs the function as zsh's completion system does on TAB.
     res = shell("zsh", """eval "$(rltrain -sc install=zsh)"
 complete -p
-export COMP_LINE="rltrain env=pen"; COMP_POINT=${#COMP_LINE}; COMP_CWORD=1
-words=(rltrain env=pen); CURRENT=2
-compgen -o nospace -o default -F hydra_bash_completion -- env=pen
+export COMP_LINE="rltrain env=halfch"; COMP_POINT=${#COMP_LINE}; COMP_CWORD=1
+words=(rltrain env=halfch); CURRENT=2
+compgen -o nospace -o default -F hydra_bash_completion -- env=halfch
 """, tmp_path)
     assert res.returncode == 0, res.stderr
     assert "complete -o nospace -o default -F hydra_bash_completion rltrain" in res.stdout
-    assert res.stdout.splitlines()[-1] == "env=pendulum"
+    assert res.stdout.splitlines()[-1] == "env=halfcheetah"
     assert "Traceback" not in res.stderr
 
 
