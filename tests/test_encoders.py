@@ -179,7 +179,12 @@ def test_settings_refuse_an_unknown_encoder_by_name():
 def networks(algorithm: torch.nn.Module) -> list[torch.nn.Module]:
     """The networks that start with an encoder: actors, critics, value and Q-networks (the
     target copies included)."""
-    return [m for m in algorithm.modules() if isinstance(m, (Actor, QCritics, EncodedMLP))]
+    nets = [m for m in algorithm.modules()
+            if not isinstance(m, Encoder) and isinstance(getattr(m, "encoder", None), Encoder)]
+    # the outermost only: a recurrent network's head reads the core's features through an
+    # encoder of its own, which is part of that network, not another one
+    return [n for n in nets
+            if not any(n is not o and any(n is m for m in o.modules()) for o in nets)]
 
 
 @pytest.mark.parametrize(("name", "info"), ALGORITHM_SPACES, ids=ALGORITHM_SPACE_IDS)
@@ -194,9 +199,11 @@ def test_an_algorithm_built_with_a_named_encoder_uses_it_in_every_network(dummy_
     in_actor = [net for net in nets if any(net is m for m in algorithm.actor().modules())]
     assert len(in_actor) == 1 and len(nets) >= 1 + (name != "bc")
     assert all(type(net.encoder) is DoublingEncoder for net in nets), nets
-    encoders = [m for m in algorithm.modules() if isinstance(m, Encoder)]
-    assert len({id(e) for e in encoders}) == len(nets)  # one each, none shared between nets
-    assert all(type(e) is DoublingEncoder for e in encoders)
+    # one each, none shared between nets, and no other observation encoder anywhere (a
+    # recurrent head's encoder of the core's features is not one)
+    encoders = [m for m in algorithm.modules() if isinstance(m, DoublingEncoder)]
+    assert len({id(e) for e in encoders}) == len(nets)
+    assert not any(isinstance(m, FlatEncoder) for m in algorithm.modules())
     obs = np.zeros((4, 2, 3), np.float32)
     act = algorithm.act(obs, deterministic=True, progress=progress(0))
     assert act.shape == (4, *info.action_shape)

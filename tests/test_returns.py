@@ -408,6 +408,9 @@ def test_sampler_and_nstep_batch_equal_the_previous_release_sample(n, seed):
         got = nstep_batch(buf, *UniformSampler(seed + block).sample(buf, 256), n, 0.97)
         for field in dataclasses.fields(Batch):
             x, y = getattr(want, field.name), getattr(got, field.name)
+            if field.name == "weights":  # uniform draws carry none
+                assert x is None and y is None
+                continue
             assert x.dtype == y.dtype and x.shape == y.shape, field.name
             assert x.tobytes() == y.tobytes(), (block, field.name)
     assert (buf.size == 16).any() and (buf.size < 16).any()
