@@ -110,8 +110,8 @@ def test_default_run_dir_layout(cli, tmp_path):
 def test_help_lists_groups_and_options(cli):
     res = cli("--help")
     assert res.returncode == 0
-    for text in ("usage: rltrain", "algo:", "dqn, iql, ppo", "env:", "cartpole, cartpole_novel, gym",
-                 "experiment:", "smoke"):
+    for text in ("usage: rltrain", "algo:", "dqn, iql, ppo", "env:",
+                 "cartpole, cartpole_novel, gym", "experiment:", "smoke"):
         assert text in res.stdout
 
 

@@ -33,7 +33,6 @@ from rltrain.encoders import ENCODERS, Encoder, EncoderSpec, make_encoder, regis
 from rltrain.encoders.flat import FlatEncoder
 from rltrain.encoders.registry import choose
 from rltrain.nets import (
-    Actor,
     CategoricalActor,
     DeterministicActor,
     EncodedMLP,
