@@ -24,15 +24,14 @@ what PPO's clipped objective is for.
 
 from __future__ import annotations
 
-import math
 from abc import abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
-from torch import nn
 
-from rltrain.algorithms.base import OnPolicyAlgorithm, UpdateReport, clip_and_step
+from rltrain.algorithms.actor_critic import ActorCritic, ActorCriticConfig, explained_variance
+from rltrain.algorithms.base import UpdateReport, clip_and_step
 from rltrain.algorithms.registry import (
     CONTINUOUS,
     DISCRETE,
@@ -40,57 +39,34 @@ from rltrain.algorithms.registry import (
     AlgoSpec,
     register,
 )
-from rltrain.config import ConfigError, DiscountedConfig, check_positive, check_unit_interval
+from rltrain.config import ConfigError, check_positive, check_unit_interval
 from rltrain.core import Progress, SpaceInfo
 from rltrain.data.buffers import Rollout
 from rltrain.data.returns import gae
-from rltrain.encoders import Encoder
-from rltrain.masking import ActionMask
-from rltrain.nets import CategoricalActor, EncodedMLP, GaussianActor, MultiCategoricalActor
-from rltrain.observations import raw_tensors
 from rltrain.optim import Adam, FlatOptimizer, RMSprop
 
 OPTIMIZERS = ("rmsprop", "adam")
 
 
 @dataclass
-class PolicyGradientConfig(DiscountedConfig):
+class PolicyGradientConfig(ActorCriticConfig):
     """What A2C and REINFORCE share: an actor, a state-value critic, one optimiser for both."""
 
-    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
-    activation: str = "tanh"
     lr: float = 7e-4
-    #: anneal the learning rate linearly to 0 over the planned env steps (RL-Zoo3's lin_)
-    lr_annealing: bool = False
-    ent_coef: float = 0.0
-    vf_coef: float = 0.5
-    #: clip the global gradient norm (null: no clipping)
-    max_grad_norm: float | None = 0.5
-    #: normalise the advantages of each gradient step to mean 0 and standard deviation 1
-    normalize_advantage: bool = False
     #: rmsprop (A3C's and SB3's A2C's) or adam
     optimizer: str = "rmsprop"
     #: RMSprop's decay of the mean squared gradient
     rmsprop_alpha: float = 0.99
     #: the optimiser's epsilon (SB3's A2C: 1e-5)
     eps: float = 1e-5
-    #: initial log standard deviation of the Gaussian policy (continuous actions, in the
-    #: normalised action space where the env's bounds are -1 and 1)
-    init_log_std: float = 0.0
-    #: one encoder for the actor and the critic (null: auto, shared for image and Dict
-    #: observations, as A3C shares its CNN; separate for vectors), as PPO's
-    share_encoder: bool | None = None
 
     def check(self) -> None:
         super().check()
-        check_positive(self, "algo", "lr", "max_grad_norm", "eps")
+        check_positive(self, "algo", "eps")
         check_unit_interval(self, "algo", "rmsprop_alpha")
         if self.optimizer not in OPTIMIZERS:
             raise ConfigError(f"algo.optimizer must be {' or '.join(OPTIMIZERS)}, got "
                               f"{self.optimizer!r}")
-        for name in ("ent_coef", "vf_coef"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"algo.{name} must be >= 0, got {getattr(self, name)}")
 
 
 @dataclass
@@ -118,24 +94,7 @@ class A2CStats:
     lr: float
 
 
-Actor = CategoricalActor | MultiCategoricalActor | GaussianActor
-
-
-def policy_actor(info: SpaceInfo, cfg: PolicyGradientConfig, encoder: Encoder,
-                 mask: ActionMask | None = None) -> Actor:
-    """The stochastic policy for the env's actions: a categorical over Discrete actions (with
-    the observation's action ``mask``, if any), one per entry of MultiDiscrete and MultiBinary
-    ones, a diagonal Gaussian over a Box."""
-    if info.nvec is not None:
-        return MultiCategoricalActor(encoder, cfg.hidden_sizes, info.nvec, cfg.activation,
-                                     info.action_shape)
-    if info.discrete:
-        return CategoricalActor(encoder, cfg.hidden_sizes, info.action_dim, cfg.activation, mask)
-    return GaussianActor(encoder, cfg.hidden_sizes, info.action_dim, cfg.activation,
-                         cfg.init_log_std)
-
-
-class PolicyGradient(OnPolicyAlgorithm):
+class PolicyGradient(ActorCritic):
     """An actor and a state-value critic learnt by the policy gradient with advantages
     (the critic as the baseline), one loss, one optimiser. Subclasses say how the advantages
     are estimated (:meth:`advantages`)."""
@@ -145,36 +104,13 @@ class PolicyGradient(OnPolicyAlgorithm):
     def __init__(self, cfg: PolicyGradientConfig, info: SpaceInfo, device: torch.device,
                  seed: int) -> None:
         super().__init__(cfg, info, device, seed)
-        self.discrete = info.discrete
-        encoder = self.encoder()
-        share = raw_tensors(info.obs_space) if cfg.share_encoder is None else cfg.share_encoder
-        self.pi = policy_actor(info, cfg, encoder, self.action_mask)
-        self.critic = EncodedMLP(encoder if share else self.encoder(), cfg.hidden_sizes, 1,
-                                 cfg.activation, 1.0)
-        #: the actor and the critic read one encoder: a step encodes its observations once
-        self.shared = share
         self.to(device)
         self.optim: FlatOptimizer = (
             RMSprop(self.parameters(), lr=cfg.lr, alpha=cfg.rmsprop_alpha, eps=cfg.eps)
             if cfg.optimizer == "rmsprop" else Adam(self.parameters(), lr=cfg.lr, eps=cfg.eps))
 
-    def actor(self) -> nn.Module:
-        return self.pi
-
     def optimizers(self) -> dict[str, FlatOptimizer]:
         return {"optim": self.optim}
-
-    def _act(self, obs: np.ndarray, *, deterministic: bool, progress: Progress) -> np.ndarray:
-        x = self._obs(obs)
-        if deterministic:
-            out = self.pi.forward(x)
-            act = out.argmax(-1) if self.discrete else out
-        else:
-            act = self.pi.sample(x)
-        return act.reshape(len(obs), *self.info.action_shape).cpu().numpy()
-
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.critic(obs).squeeze(-1)
 
     @abstractmethod
     def advantages(self, rollout: Rollout, rewards: np.ndarray, values: np.ndarray,
@@ -192,14 +128,7 @@ class PolicyGradient(OnPolicyAlgorithm):
         self, rollout: Rollout, *, batch_size: int | None, repetitions: int, progress: Progress
     ) -> UpdateReport:
         cfg = self.cfg
-        lanes, t = rollout.valid.shape
-        with torch.no_grad():
-            # V(s) and V(s') of every slot at once; s' is each transition's own next
-            # observation, so an episode cut by its time limit bootstraps from its true last
-            # state
-            both = self._obs(np.concatenate([rollout.obs, rollout.next_obs]).reshape(
-                2 * lanes * t, *rollout.obs.shape[2:]))
-            values, next_values = self.value(both).cpu().numpy().reshape(2, lanes, t)
+        values, next_values, _ = self.rollout_values(rollout)
         adv, learn = self.advantages(rollout, self._rew(rollout.rew), values, next_values)
         obs = self._obs(rollout.obs[learn])
         act = self._tensor(rollout.act[learn], torch.long if self.discrete else torch.float32)
@@ -220,9 +149,7 @@ class PolicyGradient(OnPolicyAlgorithm):
                 steps += 1
         means: list[float | None] = (sums / steps).tolist() if steps else [None] * 3
         pg_loss, v_loss, entropy = means
-        var_ret = float(ret.var()) if n > 1 else math.nan
-        explained = 1.0 - float((ret - old_v).var()) / var_ret if var_ret > 0 else math.nan
-        stats = A2CStats(pg_loss, v_loss, entropy, explained, lr)
+        stats = A2CStats(pg_loss, v_loss, entropy, explained_variance(ret, old_v), lr)
         return UpdateReport(self.update_stats(rollout, learn, stats), gradient_steps=steps)
 
     def _step(self, obs: torch.Tensor, act: torch.Tensor, adv: torch.Tensor, ret: torch.Tensor
@@ -231,13 +158,7 @@ class PolicyGradient(OnPolicyAlgorithm):
         cfg = self.cfg
         if cfg.normalize_advantage and len(adv) > 1:
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-        if self.shared:  # one pass of the encoder for both losses (its gradient sums both)
-            features = self.pi.encoder(obs)
-            logp, entropy_all = self.pi.log_prob_entropy(obs, act, features=features)
-            v = self.critic.head(features).squeeze(-1)
-        else:
-            logp, entropy_all = self.pi.log_prob_entropy(obs, act)
-            v = self.value(obs)
+        logp, entropy_all, v = self.evaluate(obs, act)
         pg_loss = -(adv * logp).mean()
         # the mean squared error itself (SB3's A2C), not half of it (PPO's here)
         v_loss = (v - ret).pow(2).mean()

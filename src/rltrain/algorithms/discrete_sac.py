@@ -17,60 +17,34 @@ targets, as in SAC. Discrete actions only.
 
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import dataclass
 
 import numpy as np
 import torch
-from torch import nn
 
-from rltrain.algorithms.base import (
-    TDAlgorithm,
-    UpdateReport,
-    clip_and_step,
-    td_priorities,
-    weighted_mean,
-)
+from rltrain.algorithms.base import UpdateReport, clip_and_step, td_priorities, weighted_mean
 from rltrain.algorithms.registry import DISCRETE, AlgoSpec, register
-from rltrain.config import ConfigError, TDConfig, check_positive, check_unit_interval
+from rltrain.algorithms.sac import SoftActorCritic, SoftConfig
+from rltrain.config import ConfigError
 from rltrain.core import Progress, SpaceInfo
 from rltrain.data.buffers import Batch
 from rltrain.nets import CategoricalActor, DiscreteQCritics, sample_categorical
-from rltrain.optim import Adam, flatten_parameters, soft_update
 
 
 @dataclass
-class DiscreteSACConfig(TDConfig):
+class DiscreteSACConfig(SoftConfig):
     """Soft Actor-Critic for discrete actions (Christodoulou 2019), off-policy."""
 
     name: str = "discrete_sac"
-    actor_lr: float = 3e-4
-    critic_lr: float = 3e-4
-    #: learning rate of log(alpha) (with autotune)
-    alpha_lr: float = 3e-4
-    #: Polyak coefficient of the target critics: target <- (1 - tau) target + tau critic
-    #: (1 with a long target_update_interval: periodic copies, as CleanRL's sac_atari does)
-    tau: float = 0.005
-    #: update the target critics every this many gradient steps
-    target_update_interval: int = 1
-    #: the entropy temperature at the start (and throughout, without autotune)
-    init_alpha: float = 1.0
-    #: tune alpha so that the policy's entropy tracks target_entropy_scale * log|A|
-    autotune: bool = True
     #: the entropy target as a fraction of log|A|, the most a policy over |A| actions can
     #: have. 0.89, CleanRL's sac_atari default, rather than the paper's 0.98: a target that
     #: close to the uniform policy's entropy (with 2 actions, a 58/42 coin) holds the policy
     #: near uniform and keeps raising alpha
     target_entropy_scale: float = 0.89
-    #: clip the global gradient norm of each network (null: no clipping)
-    max_grad_norm: float | None = None
 
     def check(self) -> None:
         super().check()
-        check_unit_interval(self, "algo", "tau")
-        check_positive(self, "algo", "actor_lr", "critic_lr", "alpha_lr", "tau", "init_alpha",
-                       "target_update_interval", "max_grad_norm")
         if not 0 < self.target_entropy_scale < 1:
             raise ConfigError(
                 f"algo.target_entropy_scale must be in (0, 1), got {self.target_entropy_scale}: "
@@ -96,36 +70,20 @@ class DiscreteSACStats:
     q_mean: float
 
 
-class DiscreteSAC(TDAlgorithm):
+class DiscreteSAC(SoftActorCritic):
     cfg: DiscreteSACConfig
+    pi: CategoricalActor
+    critic: DiscreteQCritics
 
     def __init__(self, cfg: DiscreteSACConfig, info: SpaceInfo, device: torch.device, seed: int
                  ) -> None:
         super().__init__(cfg, info, device, seed)
         n = info.action_dim
-        self.pi = CategoricalActor(self.encoder(), cfg.hidden_sizes, n, cfg.activation,
-                                   self.action_mask)
-        self.critic = DiscreteQCritics(self.encoder(), n, cfg.hidden_sizes, cfg.activation, n=2)
-        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
-        self.log_alpha = nn.Parameter(torch.tensor(math.log(cfg.init_alpha)),
-                                      requires_grad=cfg.autotune)
-        self.to(device)
-        self.actor_optim = Adam(self.pi.parameters(), lr=cfg.actor_lr)
-        self.critic_optim = Adam(self.critic.parameters(), lr=cfg.critic_lr)
-        self.alpha_optim = Adam([self.log_alpha], lr=cfg.alpha_lr) if cfg.autotune else None
-        # the target critics as one flat tensor in the critic optimiser's order: one kernel
-        # per Polyak update
-        self.critic_target_flat = flatten_parameters(self.critic_target.parameters())
-        self.target_entropy = cfg.target_entropy_scale * math.log(n)
-
-    def actor(self) -> nn.Module:
-        return self.pi
-
-    def optimizers(self) -> dict[str, Adam]:
-        optims = {"actor": self.actor_optim, "critic": self.critic_optim}
-        if self.alpha_optim is not None:
-            optims["alpha"] = self.alpha_optim
-        return optims
+        self.build_nets(
+            CategoricalActor(self.encoder(), cfg.hidden_sizes, n, cfg.activation,
+                             self.action_mask),
+            DiscreteQCritics(self.encoder(), n, cfg.hidden_sizes, cfg.activation, n=2),
+            cfg.target_entropy_scale * math.log(n))
 
     def _act(self, obs: np.ndarray, *, deterministic: bool, progress: Progress) -> np.ndarray:
         logits = self.pi(self._obs(obs))
@@ -165,18 +123,10 @@ class DiscreteSAC(TDAlgorithm):
             q_all = self.critic(obs).min(0).values
         actor_loss = (probs * (alpha * logp - q_all)).sum(-1).mean()
         clip_and_step(actor_loss, self.actor_optim, cfg.max_grad_norm)
-        # temperature: loss -log(alpha) * (target - H), whose gradient with respect to
-        # log(alpha) is H - target, written out as in sac.py: entropy above the target lowers
-        # alpha, below it raises alpha
+        # temperature: towards the target entropy, the policy's exact entropy here
         entropy = -(probs.detach() * logp.detach()).sum(-1).mean()
-        gap = self.target_entropy - entropy
-        alpha_loss = -self.log_alpha.detach() * gap
-        if self.alpha_optim is not None:
-            self.alpha_optim.zero_grad()
-            self.alpha_optim.grad.copy_(-gap.reshape(1))
-            self.alpha_optim.step()
-        if (progress.gradient_step + 1) % cfg.target_update_interval == 0:
-            soft_update(self.critic_target_flat, self.critic_optim.flat, cfg.tau)
+        alpha_loss = self.temperature_step(entropy)
+        self.update_targets(progress)
         return UpdateReport(
             DiscreteSACStats(float(critic_loss.detach()), float(actor_loss.detach()),
                              float(alpha_loss), float(alpha), float(entropy),

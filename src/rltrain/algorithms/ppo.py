@@ -9,58 +9,38 @@ Discrete (categorical) and continuous (diagonal Gaussian) actions.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-import numpy as np
 import torch
-from torch import nn
 
-from rltrain.algorithms.base import OnPolicyAlgorithm, UpdateReport, clip_and_step
+from rltrain.algorithms.actor_critic import ActorCritic, ActorCriticConfig, explained_variance
+from rltrain.algorithms.base import UpdateReport, clip_and_step
 from rltrain.algorithms.registry import CONTINUOUS, DISCRETE, MULTIDISCRETE, AlgoSpec, register
-from rltrain.config import DiscountedConfig, check_positive, check_unit_interval
+from rltrain.config import check_positive, check_unit_interval
 from rltrain.core import Progress, SpaceInfo
 from rltrain.data.buffers import Rollout
 from rltrain.data.returns import gae
-from rltrain.nets import CategoricalActor, EncodedMLP, GaussianActor, MultiCategoricalActor
-from rltrain.observations import raw_tensors
 from rltrain.optim import Adam
 
 
 @dataclass
-class PPOConfig(DiscountedConfig):
+class PPOConfig(ActorCriticConfig):
     """Proximal Policy Optimization (Schulman et al. 2017), on-policy."""
 
     name: str = "ppo"
-    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
-    activation: str = "tanh"
     lr: float = 3e-4
-    #: anneal the learning rate linearly to 0 over the planned env steps
     lr_annealing: bool = True
+    normalize_advantage: bool = True
     gae_lambda: float = 0.95
     #: epsilon of the clipped surrogate objective
     clip_ratio: float = 0.2
     #: clip the value update around the old value by this much (null: no value clipping)
     value_clip: float | None = None
-    #: normalise advantages per minibatch
-    normalize_advantage: bool = True
-    ent_coef: float = 0.0
-    vf_coef: float = 0.5
-    #: clip the global gradient norm (null: no clipping)
-    max_grad_norm: float | None = 0.5
-    #: initial log standard deviation of the Gaussian policy (continuous actions, in the
-    #: normalised action space where the env's bounds are -1 and 1)
-    init_log_std: float = 0.0
-    #: one encoder for the actor and the critic, trained by both losses (null: auto, shared
-    #: for image and Dict observations, as the published Atari agents share their CNN (Mnih
-    #: et al. 2016's A3C, Schulman et al. 2017's PPO, CleanRL's ppo_atari); separate for
-    #: vectors, whose flat encoder has no parameters to share)
-    share_encoder: bool | None = None
 
     def check(self) -> None:
         super().check()
         check_unit_interval(self, "algo", "gae_lambda")
-        check_positive(self, "algo", "lr", "clip_ratio", "value_clip", "max_grad_norm")
+        check_positive(self, "algo", "clip_ratio", "value_clip")
 
 
 @dataclass(frozen=True)
@@ -74,65 +54,22 @@ class PPOStats:
     lr: float
 
 
-class PPO(OnPolicyAlgorithm):
+class PPO(ActorCritic):
     cfg: PPOConfig
 
     def __init__(self, cfg: PPOConfig, info: SpaceInfo, device: torch.device, seed: int) -> None:
         super().__init__(cfg, info, device, seed)
-        self.discrete = info.discrete
-        encoder = self.encoder()
-        share = raw_tensors(info.obs_space) if cfg.share_encoder is None else cfg.share_encoder
-        self.pi: CategoricalActor | MultiCategoricalActor | GaussianActor
-        if info.nvec is not None:  # MultiDiscrete, MultiBinary: a categorical per entry
-            self.pi = MultiCategoricalActor(encoder, cfg.hidden_sizes, info.nvec,
-                                            cfg.activation, info.action_shape)
-        elif info.discrete:
-            self.pi = CategoricalActor(
-                encoder, cfg.hidden_sizes, info.action_dim, cfg.activation, self.action_mask)
-        else:
-            self.pi = GaussianActor(encoder, cfg.hidden_sizes, info.action_dim,
-                                    cfg.activation, cfg.init_log_std)
-        self.critic = EncodedMLP(encoder if share else self.encoder(), cfg.hidden_sizes, 1,
-                                 cfg.activation, 1.0)
-        #: the actor and the critic read one encoder: a minibatch encodes its observations once
-        self.shared = share
         self.to(device)
         self.optim = Adam(self.parameters(), lr=cfg.lr, eps=1e-5)
 
-    def actor(self) -> nn.Module:
-        return self.pi
-
     def optimizers(self) -> dict[str, Adam]:
         return {"optim": self.optim}
-
-    def _act(self, obs: np.ndarray, *, deterministic: bool, progress: Progress) -> np.ndarray:
-        x = self._obs(obs)
-        if deterministic:
-            out = self.pi.forward(x)
-            act = out.argmax(-1) if self.discrete else out
-        else:
-            act = self.pi.sample(x)
-        if not self.discrete:
-            act = act.reshape(len(obs), *self.info.action_shape)
-        return act.cpu().numpy()
-
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.critic(obs).squeeze(-1)
 
     def update(
         self, rollout: Rollout, *, batch_size: int | None, repetitions: int, progress: Progress
     ) -> UpdateReport:
         cfg = self.cfg
-        lanes, t = rollout.valid.shape
-        with torch.no_grad():
-            # V(s) and V(s') of every slot at once; s' is each transition's own next
-            # observation, so truncated episodes bootstrap from their true final state.
-            both = self._obs(np.concatenate([rollout.obs, rollout.next_obs]).reshape(
-                2 * lanes * t, *rollout.obs.shape[2:]))
-            features = self.pi.encoder(both) if self.shared else None
-            v_both = (self.value(both) if features is None
-                      else self.critic.head(features).squeeze(-1))
-            values, next_values = v_both.cpu().numpy().reshape(2, lanes, t)
+        values, next_values, features = self.rollout_values(rollout)
         adv = gae(self._rew(rollout.rew), values, next_values, rollout.terminated, rollout.dones,
                   rollout.valid, cfg.gamma, cfg.gae_lambda)
         valid = rollout.valid
@@ -147,8 +84,7 @@ class PPO(OnPolicyAlgorithm):
                 old_logp, _ = self.pi.log_prob_entropy(obs, act)
             else:  # the valid slots' features, already computed above
                 mask = torch.from_numpy(valid.reshape(-1)).to(self.device)
-                old_logp, _ = self.pi.log_prob_entropy(
-                    obs, act, features=features[: lanes * t][mask])
+                old_logp, _ = self.pi.log_prob_entropy(obs, act, features=features[mask])
 
         lr = cfg.lr * (1.0 - progress.fraction) if cfg.lr_annealing else cfg.lr
         self.optim.lr = lr
@@ -164,8 +100,7 @@ class PPO(OnPolicyAlgorithm):
                                         old_logp[idx])
                 steps += 1
         pg_loss, v_loss, entropy, approx_kl, clipfrac = (sums / max(steps, 1)).tolist()
-        var_ret = float(ret.var()) if n > 1 else math.nan
-        explained = 1.0 - float((ret - old_v).var()) / var_ret if var_ret > 0 else math.nan
+        explained = explained_variance(ret, old_v)
         return UpdateReport(PPOStats(pg_loss, v_loss, entropy, approx_kl, clipfrac, explained, lr),
                             gradient_steps=steps)
 
@@ -178,13 +113,7 @@ class PPO(OnPolicyAlgorithm):
         old_v: torch.Tensor,
         old_logp: torch.Tensor,
     ) -> torch.Tensor:
-        if self.shared:  # one pass of the encoder for both losses (its gradient sums both)
-            features = self.pi.encoder(obs)
-            logp, entropy_all = self.pi.log_prob_entropy(obs, act, features=features)
-            v = self.critic.head(features).squeeze(-1)
-        else:
-            logp, entropy_all = self.pi.log_prob_entropy(obs, act)
-            v = self.value(obs)
+        logp, entropy_all, v = self.evaluate(obs, act)
         return self._clipped_step(logp, entropy_all, v, adv, ret, old_v, old_logp)
 
     def _clipped_step(

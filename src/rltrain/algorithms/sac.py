@@ -35,37 +35,49 @@ from rltrain.optim import Adam, flatten_parameters, soft_update
 
 
 @dataclass
-class SACConfig(TDConfig):
-    """Soft Actor-Critic (Haarnoja et al. 2018), off-policy, continuous actions."""
+class SoftConfig(TDConfig):
+    """What SAC and discrete SAC share: an actor, twin critics with target copies and an
+    entropy temperature, each with its own Adam."""
 
-    name: str = "sac"
     actor_lr: float = 3e-4
     critic_lr: float = 3e-4
     #: learning rate of log(alpha) (with autotune)
     alpha_lr: float = 3e-4
     #: Polyak coefficient of the target critics: target <- (1 - tau) target + tau critic
+    #: (1 with a long target_update_interval: periodic copies, as CleanRL's sac_atari does)
     tau: float = 0.005
+    #: update the target critics every this many gradient steps
+    target_update_interval: int = 1
     #: the entropy temperature at the start (and throughout, without autotune)
     init_alpha: float = 1.0
-    #: tune alpha so that the policy's entropy tracks target_entropy
+    #: tune alpha so that the policy's entropy tracks its target
     autotune: bool = True
+    #: clip the global gradient norm of each network (null: no clipping)
+    max_grad_norm: float | None = None
+
+    def check(self) -> None:
+        super().check()
+        check_unit_interval(self, "algo", "tau")
+        check_positive(self, "algo", "actor_lr", "critic_lr", "alpha_lr", "tau", "init_alpha",
+                       "target_update_interval", "max_grad_norm")
+
+
+@dataclass
+class SACConfig(SoftConfig):
+    """Soft Actor-Critic (Haarnoja et al. 2018), off-policy, continuous actions."""
+
+    name: str = "sac"
     #: the entropy target (null: -|A|, the number of action dimensions, negated)
     target_entropy: float | None = None
     #: update the actor (and alpha) every this many gradient steps
     policy_delay: int = 1
-    #: update the target critics every this many gradient steps
-    target_update_interval: int = 1
-    #: clip the global gradient norm of each network (null: no clipping)
-    max_grad_norm: float | None = None
     #: colour of the policy's sampling noise along time while collecting: 0 white (i.i.d.,
     #: the usual), 1 pink, 2 red (rltrain.noise; Eberhard et al. 2023)
     noise_beta: float = 0.0
 
     def check(self) -> None:
         super().check()
-        check_unit_interval(self, "algo", "tau")
-        check_positive(self, "algo", "actor_lr", "critic_lr", "alpha_lr", "tau", "init_alpha",
-                       "policy_delay", "target_update_interval", "max_grad_norm")
+        check_positive(self, "algo", "policy_delay")
         check_noise_beta(self)
 
 
@@ -82,26 +94,29 @@ class SACStats:
     q_mean: float
 
 
-class SAC(TDAlgorithm):
-    cfg: SACConfig
+class SoftActorCritic(TDAlgorithm):
+    """The parts SAC and discrete SAC share: the target critics, the temperature and the
+    optimisers (:meth:`build_nets`), the temperature's step and the target updates."""
 
-    def __init__(self, cfg: SACConfig, info: SpaceInfo, device: torch.device, seed: int) -> None:
-        super().__init__(cfg, info, device, seed)
-        d = info.action_dim
-        self.pi = SquashedGaussianActor(self.encoder(), cfg.hidden_sizes, d, cfg.activation)
-        self.critic = QCritics(self.encoder(), d, cfg.hidden_sizes, cfg.activation, n=2)
-        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+    cfg: SoftConfig
+    pi: nn.Module
+
+    def build_nets(self, pi: nn.Module, critic: nn.Module, target_entropy: float) -> None:
+        """Adopt the actor and the critics, make the target critics and the temperature, and
+        the optimisers (after moving everything to the device)."""
+        cfg = self.cfg
+        self.pi, self.critic = pi, critic
+        self.critic_target = copy.deepcopy(critic).requires_grad_(False)
         self.log_alpha = nn.Parameter(torch.tensor(math.log(cfg.init_alpha)),
                                       requires_grad=cfg.autotune)
-        self.to(device)
+        self.to(self.device)
         self.actor_optim = Adam(self.pi.parameters(), lr=cfg.actor_lr)
         self.critic_optim = Adam(self.critic.parameters(), lr=cfg.critic_lr)
         self.alpha_optim = Adam([self.log_alpha], lr=cfg.alpha_lr) if cfg.autotune else None
         # the target critics' parameters as one flat tensor, in the same order as the critic
         # optimiser's flat buffer: a Polyak update is then one kernel
         self.critic_target_flat = flatten_parameters(self.critic_target.parameters())
-        self.target_entropy = (-float(d) if cfg.target_entropy is None
-                               else float(cfg.target_entropy))
+        self.target_entropy = target_entropy
 
     def actor(self) -> nn.Module:
         return self.pi
@@ -111,6 +126,37 @@ class SAC(TDAlgorithm):
         if self.alpha_optim is not None:
             optims["alpha"] = self.alpha_optim
         return optims
+
+    def temperature_step(self, entropy: torch.Tensor) -> torch.Tensor:
+        """One step of the temperature towards the entropy target, given the policy's entropy
+        (detached); returns its loss, -log(alpha) * (target - entropy). The loss's gradient
+        with respect to log(alpha), entropy - target, is written out (no autograd pass):
+        entropy above the target lowers alpha, below it raises alpha."""
+        gap = self.target_entropy - entropy
+        if self.alpha_optim is not None:
+            self.alpha_optim.zero_grad()
+            self.alpha_optim.grad.copy_(-gap.reshape(1))
+            self.alpha_optim.step()
+        return -self.log_alpha.detach() * gap
+
+    def update_targets(self, progress: Progress) -> None:
+        """Polyak-average the target critics every target_update_interval gradient steps."""
+        if (progress.gradient_step + 1) % self.cfg.target_update_interval == 0:
+            soft_update(self.critic_target_flat, self.critic_optim.flat, self.cfg.tau)
+
+
+class SAC(SoftActorCritic):
+    cfg: SACConfig
+    pi: SquashedGaussianActor
+    critic: QCritics
+
+    def __init__(self, cfg: SACConfig, info: SpaceInfo, device: torch.device, seed: int) -> None:
+        super().__init__(cfg, info, device, seed)
+        d = info.action_dim
+        self.build_nets(
+            SquashedGaussianActor(self.encoder(), cfg.hidden_sizes, d, cfg.activation),
+            QCritics(self.encoder(), d, cfg.hidden_sizes, cfg.activation, n=2),
+            -float(d) if cfg.target_entropy is None else float(cfg.target_entropy))
 
     def _act(self, obs: np.ndarray, *, deterministic: bool, progress: Progress) -> np.ndarray:
         x = self._obs(obs)
@@ -160,18 +206,9 @@ class SAC(TDAlgorithm):
                 new_act, logp = self.pi.sample(obs)
                 actor_loss = (alpha * logp - self.critic(obs, new_act).min(0).values).mean()
                 clip_and_step(actor_loss, self.actor_optim, cfg.max_grad_norm)
-            # temperature: loss -log(alpha) * (log pi + target), whose gradient with respect to
-            # log(alpha) is -(mean log pi + target), written out (no autograd pass): entropy
-            # above target (-log pi > target) gives a positive gradient, so alpha decreases
-            gap = logp.detach().mean() + self.target_entropy
-            alpha_loss = -self.log_alpha.detach() * gap
-            if self.alpha_optim is not None:
-                self.alpha_optim.zero_grad()
-                self.alpha_optim.grad.copy_(-gap.reshape(1))
-                self.alpha_optim.step()
             entropy = -logp.detach().mean()
-        if (progress.gradient_step + 1) % cfg.target_update_interval == 0:
-            soft_update(self.critic_target_flat, self.critic_optim.flat, cfg.tau)
+            alpha_loss = self.temperature_step(entropy)
+        self.update_targets(progress)
         return actor_loss, alpha_loss, entropy
 
 

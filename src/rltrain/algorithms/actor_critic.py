@@ -1,0 +1,143 @@
+"""What the feed-forward on-policy algorithms share (PPO, A2C, REINFORCE): a stochastic actor
+for the env's actions and a state-value critic, on one encoder or two, and the passes over a
+rollout that every one of their updates makes. Each algorithm keeps its own losses, optimiser
+and schedule.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+
+from rltrain.algorithms.base import OnPolicyAlgorithm
+from rltrain.config import ConfigError, DiscountedConfig, check_positive
+from rltrain.core import Progress, SpaceInfo
+from rltrain.data.buffers import Rollout
+from rltrain.encoders import Encoder
+from rltrain.masking import ActionMask
+from rltrain.nets import CategoricalActor, EncodedMLP, GaussianActor, MultiCategoricalActor
+from rltrain.observations import raw_tensors
+
+Actor = CategoricalActor | MultiCategoricalActor | GaussianActor
+
+
+@dataclass
+class ActorCriticConfig(DiscountedConfig):
+    """The settings PPO, A2C and REINFORCE share; each sets its own defaults."""
+
+    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
+    activation: str = "tanh"
+    lr: float = 3e-4
+    #: anneal the learning rate linearly to 0 over the planned env steps (RL-Zoo3's lin_)
+    lr_annealing: bool = False
+    #: normalise the advantages of each minibatch to mean 0 and standard deviation 1
+    normalize_advantage: bool = False
+    ent_coef: float = 0.0
+    vf_coef: float = 0.5
+    #: clip the global gradient norm (null: no clipping)
+    max_grad_norm: float | None = 0.5
+    #: initial log standard deviation of the Gaussian policy (continuous actions, in the
+    #: normalised action space where the env's bounds are -1 and 1)
+    init_log_std: float = 0.0
+    #: one encoder for the actor and the critic, trained by both losses (null: auto, shared
+    #: for image and Dict observations, as the published Atari agents share their CNN (Mnih
+    #: et al. 2016's A3C, Schulman et al. 2017's PPO, CleanRL's ppo_atari); separate for
+    #: vectors, whose flat encoder has no parameters to share)
+    share_encoder: bool | None = None
+
+    def check(self) -> None:
+        super().check()
+        check_positive(self, "algo", "lr", "max_grad_norm")
+        for name in ("ent_coef", "vf_coef"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"algo.{name} must be >= 0, got {getattr(self, name)}")
+
+
+def policy_actor(info: SpaceInfo, cfg: ActorCriticConfig, encoder: Encoder,
+                 mask: ActionMask | None = None) -> Actor:
+    """The stochastic policy for the env's actions: a categorical over Discrete actions (with
+    the observation's action ``mask``, if any), one per entry of MultiDiscrete and MultiBinary
+    ones, a diagonal Gaussian over a Box."""
+    if info.nvec is not None:
+        return MultiCategoricalActor(encoder, cfg.hidden_sizes, info.nvec, cfg.activation,
+                                     info.action_shape)
+    if info.discrete:
+        return CategoricalActor(encoder, cfg.hidden_sizes, info.action_dim, cfg.activation, mask)
+    return GaussianActor(encoder, cfg.hidden_sizes, info.action_dim, cfg.activation,
+                         cfg.init_log_std)
+
+
+def explained_variance(ret: torch.Tensor, old_v: torch.Tensor) -> float:
+    """1 - Var(returns - values) / Var(returns): how much of the returns the critic explained
+    before the update (NaN when the returns do not vary)."""
+    var_ret = float(ret.var()) if len(ret) > 1 else math.nan
+    return 1.0 - float((ret - old_v).var()) / var_ret if var_ret > 0 else math.nan
+
+
+class ActorCritic(OnPolicyAlgorithm):
+    """An actor (:func:`policy_actor`) and a critic V(s). With a shared encoder (the default
+    for image and Dict observations, as the published Atari agents share their CNN: A3C,
+    PPO, CleanRL's ppo_atari; vectors' flat encoder has no parameters to share) one pass of
+    the encoder serves both heads and its gradient sums both losses."""
+
+    cfg: ActorCriticConfig
+
+    def __init__(self, cfg: ActorCriticConfig, info: SpaceInfo, device: torch.device,
+                 seed: int) -> None:
+        super().__init__(cfg, info, device, seed)
+        self.discrete = info.discrete
+        encoder = self.encoder()
+        share = raw_tensors(info.obs_space) if cfg.share_encoder is None else cfg.share_encoder
+        self.pi: Actor = policy_actor(info, cfg, encoder, self.action_mask)
+        self.critic = EncodedMLP(encoder if share else self.encoder(), cfg.hidden_sizes, 1,
+                                 cfg.activation, 1.0)
+        #: the actor and the critic read one encoder: a step encodes its observations once
+        self.shared = share
+
+    def actor(self) -> nn.Module:
+        return self.pi
+
+    def _act(self, obs: np.ndarray, *, deterministic: bool, progress: Progress) -> np.ndarray:
+        x = self._obs(obs)
+        if deterministic:
+            out = self.pi.forward(x)
+            act = out.argmax(-1) if self.discrete else out
+        else:
+            act = self.pi.sample(x)
+        return act.reshape(len(obs), *self.info.action_shape).cpu().numpy()
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.critic(obs).squeeze(-1)
+
+    def rollout_values(self, rollout: Rollout) -> tuple[np.ndarray, np.ndarray,
+                                                        torch.Tensor | None]:
+        """``(values, next_values, features)``: V(s) and V(s') of every slot, ``(lanes, T)``,
+        in one pass; s' is each transition's own next observation, so an episode cut by its
+        time limit bootstraps from its true last state. ``features`` are the shared
+        encoder's of every slot's s (None without one), for a caller that needs them again."""
+        lanes, t = rollout.valid.shape
+        with torch.no_grad():
+            both = self._obs(np.concatenate([rollout.obs, rollout.next_obs]).reshape(
+                2 * lanes * t, *rollout.obs.shape[2:]))
+            if not self.shared:
+                values, next_values = self.value(both).cpu().numpy().reshape(2, lanes, t)
+                return values, next_values, None
+            features = self.pi.encoder(both)
+            v_both = self.critic.head(features).squeeze(-1)
+            values, next_values = v_both.cpu().numpy().reshape(2, lanes, t)
+            return values, next_values, features[: lanes * t]
+
+    def evaluate(self, obs: torch.Tensor, act: torch.Tensor
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(log pi(a|s), entropy, V(s))`` of a minibatch, with gradients; the shared encoder,
+        if any, runs once."""
+        if self.shared:
+            features = self.pi.encoder(obs)
+            logp, entropy = self.pi.log_prob_entropy(obs, act, features=features)
+            return logp, entropy, self.critic.head(features).squeeze(-1)
+        logp, entropy = self.pi.log_prob_entropy(obs, act)
+        return logp, entropy, self.value(obs)
