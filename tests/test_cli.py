@@ -10,7 +10,7 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from action_envs import MULTIBINARY_ID, MULTIDISCRETE_ID
-from conftest import BIN, read_jsonl
+from conftest import BIN, cheap_smoke, read_jsonl
 from pixel_envs import DICT_ID, PIXELS_ID
 from rltrain.algorithms import ALGORITHMS, DISCRETE, MULTIDISCRETE
 
@@ -67,11 +67,16 @@ SMOKE_CASES = [
 ] + [
     # and on an image env and a Dict env (tests/pixel_envs.py), each algorithm on the action
     # space it takes: the CNN and dict encoders, uint8 and packed storage, end to end
+    # a CNN's gradient steps are dear on a CPU: shorter epochs and warm-up (the pipeline is
+    # what is checked here, not learning), a quarter as many gradient steps
     (name, ["env=gym", f"env.id=pixel_envs:{env_id}", "trainer.batch_size=32",
+            "trainer.epoch_num_steps=256", *cheap_smoke(name),
             *([] if DISCRETE in spec.actions else ["env.kwargs.continuous=true"]),
-            # a CNN's gradient steps are dear on a CPU: a quarter as many for the actor-critics
-            *(["trainer.update_step_num_gradient_steps_per_sample=0.25"]
-              if DISCRETE not in spec.actions else [])])
+            *(["trainer.update_step_num_gradient_steps_per_sample=0.25",
+               # (within the 128 gradient steps, so the target networks are updated)
+               *(["algo.target_update_interval=64"]
+                 if "target_update_interval" in spec.config.__dataclass_fields__ else [])]
+              if "offpolicy" in spec.trainers else [])])
     for env_id in (PIXELS_ID, DICT_ID)
     for name, spec in sorted(ALGORITHMS.items())
     if "offline" not in spec.trainers

@@ -225,7 +225,7 @@ def test_sigterm_then_resume_with_prioritized_replay_equals_unbroken_run(cli, tm
     random state for the sampled actions, and the sampler's priorities all resume)."""
     full, broken = tmp_path / "full", tmp_path / "broken"
     args = ["algo=discrete_sac", "env=cartpole", "buffer=prioritized", "trainer.max_epochs=3",
-            "trainer.epoch_num_steps=1024", "buffer.size=20000", "trainer.stop_score=null",
+            "trainer.epoch_num_steps=512", "buffer.size=20000", "trainer.stop_score=null",
             "seed=1", "logger.progress_bar=false", "env.num_test_envs=5",
             "trainer.test_step_num_episodes=5"]
     assert cli(*args, f"hydra.run.dir={full}").returncode == 0

@@ -236,7 +236,7 @@ def test_sigterm_then_resume_with_prioritized_replay_equals_unbroken_run(cli, tm
     checkpoint: a resumed run draws the same batches as an unbroken one."""
     full, broken = tmp_path / "full", tmp_path / "broken"
     args = ["algo=dqn", "buffer=prioritized", "trainer.max_epochs=3",
-            "trainer.epoch_num_steps=2048", "buffer.size=20000", "trainer.stop_score=null",
+            "trainer.epoch_num_steps=1024", "buffer.size=20000", "trainer.stop_score=null",
             "seed=1", "logger.progress_bar=false", "env.num_test_envs=5",
             "trainer.test_step_num_episodes=5"]
     assert cli(*args, f"hydra.run.dir={full}").returncode == 0
