@@ -241,8 +241,8 @@ def cli(tmp_path: Path):
 
 def cheap_smoke(algo: str) -> list[str]:
     """Overrides that shorten a smoke run on the test envs without skipping a part of it: a
-    warm-up within the shorter run, a shorter rollout, and QR-DQN's 200 quantiles cut to 32 (its quantile
-    Huber loss over 200 x 200 pairs costs about 26 ms a gradient step here)."""
+    warm-up within the shorter run, a shorter rollout, and QR-DQN's 200 quantiles cut to 32
+    (its quantile Huber loss over 200 x 200 pairs costs about 26 ms a gradient step here)."""
     spec = ALGORITHMS[algo]
     # an on-policy algorithm without trainer defaults of its own collects the trainer's 2048
     # env steps a rollout, whatever the epoch's length: one rollout of 256 per epoch instead

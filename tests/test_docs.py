@@ -192,6 +192,27 @@ def test_readme_links_point_at_pages_of_the_site() -> None:
         assert (ROOT / link).is_file(), link
 
 
+def test_readme_algorithm_table_follows_the_registry() -> None:
+    """Each registered algorithm has one row of the README's table, saying the action spaces,
+    masks and prioritised replay the registry says."""
+    from rltrain.algorithms import ALGORITHMS, CONTINUOUS, DISCRETE, MULTIDISCRETE
+
+    letters = {DISCRETE: "D", MULTIDISCRETE: "M", CONTINUOUS: "C"}
+    section = README.read_text().split("## Algorithms", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split(" | ") for line in section.splitlines() if line.startswith("| ")][2:]
+    seen: dict[str, list[str]] = {}
+    for row in rows:
+        for name in re.findall(r"`(\w+)`", row[1].split(" (", 1)[0]):
+            seen[name] = row
+    assert set(seen) == set(ALGORITHMS)
+    for name, spec in ALGORITHMS.items():
+        _, _, actions, masks, prioritized = seen[name]
+        assert actions.split() == [letters[a] for a in (DISCRETE, MULTIDISCRETE, CONTINUOUS)
+                                   if a in spec.actions], name
+        assert masks == ("yes" if spec.masks else "no"), name
+        assert prioritized.rstrip(" |") == ("yes" if spec.prioritized else "no"), name
+
+
 @pytest.mark.parametrize("words", readme_commands(), ids=" ".join)
 def test_readme_command_lines_are_accepted(words: list[str]) -> None:
     """Each tour command's options and keys exist: a companion command's arguments parse; an
