@@ -89,3 +89,19 @@ class BeaconEnv(gym.Env):
 for _id, _cls, _t in ((STRIPES_ID, "StripesEnv", STRIPES_T), (BEACON_ID, "BeaconEnv", BEACON_T)):
     if _id not in gym.registry:
         gym.register(_id, entry_point=f"dataset_envs:{_cls}", max_episode_steps=_t)
+
+
+#: Stripes in grey seen through gymnasium's frame stack (4 frames of 10 x 10, stack axis
+#: first), as Atari's preprocessing gives them: what datasets store once per frame
+STACKED_ID = "rltrain-test/StackedStripes-v0"
+STACK = 4
+
+
+def stacked_stripes() -> gym.Env:
+    grey = gym.wrappers.GrayscaleObservation(StripesEnv())
+    return gym.wrappers.FrameStackObservation(
+        gym.wrappers.TimeLimit(grey, max_episode_steps=STRIPES_T), STACK)
+
+
+if STACKED_ID not in gym.registry:
+    gym.register(STACKED_ID, entry_point="dataset_envs:stacked_stripes")

@@ -11,7 +11,9 @@ alike.
 
 Files: rltrain's own ``.h5``/``.hdf5`` (h5py; one HDF5 dataset per array, gzip, meta as a
 JSON string attribute) and ``.npz`` (numpy; meta as a JSON string entry), written
-atomically; and Minari datasets from local storage (``minari:ID``, read only). Every
+atomically. Frame-stacked image observations (Atari's four frames) are written once per
+frame, with the frames of each observation by index (:func:`chain_frames`), and rebuilt when
+read; and Minari datasets from local storage (``minari:ID``, read only). Every
 problem a user can fix (a missing or damaged file, a wrong space, a missing package)
 raises :class:`rltrain.config.ConfigError` with one line that names the file or id.
 
@@ -56,6 +58,9 @@ if TYPE_CHECKING:
 
 #: the arrays of a dataset, in file order
 ARRAYS = ("obs", "act", "rew", "next_obs", "terminated", "truncated")
+#: what a file holds instead of obs and next_obs when they are frame stacks (see
+#: :func:`chain_frames`): each frame once, and the frames of every observation by index
+FRAME_ARRAYS = ("frames", "obs_frames", "next_obs_frames")
 #: action spaces whose actions are integers (stored as int64)
 INTEGER_ACTIONS = ("Discrete", "MultiDiscrete", "MultiBinary")
 #: the file suffixes rltrain reads and writes
@@ -465,7 +470,7 @@ def save_dataset(ds: Dataset, path: Path | str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     meta = json.dumps(ds.meta, allow_nan=False)
-    arrays = {name: getattr(ds, name) for name in ARRAYS}
+    arrays = file_arrays(ds)
     if suffix == ".npz":
         # np.savez stores the arrays as they are: their bytes, headers and the zip directory
         size = sum(a.nbytes for a in arrays.values()) + len(meta.encode()) + 512 * len(arrays)
@@ -495,6 +500,76 @@ def save_dataset(ds: Dataset, path: Path | str) -> Path:
 
 #: a full disk, and a quota reached
 _NO_ROOM = (errno.ENOSPC, errno.EDQUOT)
+
+
+def file_arrays(ds: Dataset) -> dict[str, Any]:
+    """The arrays a file of ``ds`` holds: :data:`ARRAYS`, with obs and next_obs replaced by
+    :data:`FRAME_ARRAYS` where they are chained frame stacks."""
+    arrays: dict[str, Any] = {name: getattr(ds, name) for name in ARRAYS}
+    chained = chain_frames(ds.obs, ds.next_obs, ds.dones)
+    if chained is not None:
+        del arrays["obs"], arrays["next_obs"]
+        arrays.update(zip(FRAME_ARRAYS, chained, strict=True))
+    return arrays
+
+
+def chain_frames(obs: np.ndarray, next_obs: np.ndarray, dones: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """``(frames, obs_frames, next_obs_frames)``: each frame of a dataset of frame stacks once,
+    and the indices of the k frames of every observation (``frames[obs_frames] == obs``), or
+    None where the observations are not such stacks (not uint8 images of ``(k >= 2, ...)``,
+    or not chained).
+
+    Chained means what a frame-stacking wrapper gives: within an episode, each next
+    observation is the following observation, and its frames are the observation's shifted
+    by one, with one new frame last. An episode of L transitions then takes k + L frames, not
+    2 k L; the result is checked to rebuild every observation exactly, or not used.
+    """
+    if obs.dtype != np.uint8 or obs.ndim < 4 or obs.shape[1] < 2 or len(obs) == 0:
+        return None
+    n, k = obs.shape[:2]
+    starts = np.flatnonzero(np.concatenate(([True], dones[:-1])))
+    episode = np.cumsum(np.isin(np.arange(n), starts)) - 1
+    lengths = np.diff(np.append(starts, n))
+    base = np.concatenate(([0], np.cumsum(lengths + k)[:-1]))
+    obs_frames = (base[episode] + np.arange(n) - starts[episode])[:, None] + np.arange(k)
+    next_obs_frames = obs_frames + 1
+    frames = np.empty((int((lengths + k).sum()), *obs.shape[2:]), np.uint8)
+    frames[obs_frames[starts]] = obs[starts]
+    frames[next_obs_frames[:, -1]] = next_obs[:, -1]
+    chunk = max(1, (64 << 20) // max(1, obs[0].nbytes))  # compare 64 MiB at a time
+    for lo in range(0, n, chunk):
+        hi = min(n, lo + chunk)
+        if not (np.array_equal(frames[obs_frames[lo:hi]], obs[lo:hi])
+                and np.array_equal(frames[next_obs_frames[lo:hi]], next_obs[lo:hi])):
+            return None
+    return frames, obs_frames, next_obs_frames
+
+
+def unchain_frames(arrays: dict[str, np.ndarray], spec: str) -> None:
+    """Rebuild obs and next_obs in ``arrays`` from :data:`FRAME_ARRAYS` (in place), checking
+    what a hostile file could hold: integer indices of one shape, each naming a frame.
+
+    :raises ConfigError: indices that are not integers, of unequal shapes or outside the
+        frames, or frames that are not uint8.
+    """
+    frames, obs_frames, next_obs_frames = (arrays.pop(name) for name in FRAME_ARRAYS)
+
+    def bad(problem: str) -> ConfigError:
+        return ConfigError(f"dataset {spec} {problem}; recollect it with rltrain-collect")
+
+    if frames.dtype != np.uint8 or frames.ndim < 2:
+        raise bad(f"has frames of shape {frames.shape} and dtype {frames.dtype}, not uint8 "
+                  "images")
+    for name, index in (("obs_frames", obs_frames), ("next_obs_frames", next_obs_frames)):
+        if index.dtype.kind not in "iu" or index.ndim != 2 or index.shape != obs_frames.shape:
+            raise bad(f"has {name} of shape {index.shape} and dtype {index.dtype}; it needs "
+                      "the integer frame indices of each observation, one row per transition")
+        outside = (index < 0) | (index >= len(frames))
+        if outside.any():
+            raise bad(f"has {name} naming frame {int(index[outside][0])}, but it holds "
+                      f"{len(frames)} frames")
+    arrays["obs"], arrays["next_obs"] = frames[obs_frames], frames[next_obs_frames]
 
 
 def _hdf5_image(arrays: Mapping[str, np.ndarray], meta: str) -> bytes:
@@ -585,7 +660,7 @@ def _read_file(path: Path, spec: str) -> tuple[dict[str, np.ndarray], str | None
         try:
             with np.load(path, allow_pickle=False) as z:
                 names = set(z.files)
-                for name in ARRAYS:
+                for name in (*ARRAYS, *FRAME_ARRAYS):
                     if name in names:
                         arrays[name] = z[name]
                 meta = str(z["meta"][()]) if "meta" in names else None
@@ -600,7 +675,7 @@ def _read_file(path: Path, spec: str) -> tuple[dict[str, np.ndarray], str | None
 
         try:
             with h5py.File(path, "r") as f:
-                for name in ARRAYS:
+                for name in (*ARRAYS, *FRAME_ARRAYS):
                     if name not in f:
                         continue
                     _check_stored_here(f, name, spec)
@@ -619,6 +694,8 @@ def _read_file(path: Path, spec: str) -> tuple[dict[str, np.ndarray], str | None
             meta = meta.decode("utf-8", "replace")
         elif meta is not None and not isinstance(meta, str):
             meta = str(meta)
+    if all(name in arrays for name in FRAME_ARRAYS) and not {"obs", "next_obs"} & set(arrays):
+        unchain_frames(arrays, spec)
     missing = [name for name in ARRAYS if name not in arrays]
     if len(missing) == len(ARRAYS):
         raise ConfigError(f"{spec} is not an rltrain dataset (it has none of the arrays "
