@@ -382,6 +382,42 @@ def test_export_takes_and_returns_the_state_and_matches_torch_over_episodes(runs
         assert steps > 1
 
 
+@pytest.mark.parametrize("name", ["lstm", "gru"])
+def test_collect_threads_each_envs_state_through_its_episodes(runs, tmp_path, name):
+    """rltrain-collect with a policy with memory: replaying the dataset's observations through
+    the deployable policy, its state carried within each episode and zeroed at each start,
+    gives back every action collected (GRU: Pendulum's actions to float tolerance). The same
+    observations acted on from a zero state each step give other actions: the state matters."""
+    from rltrain.data.dataset import load_dataset
+    from rltrain.evaluate import load_run
+
+    out = tmp_path / "data.h5"
+    res = run_tool("rltrain-collect", runs[name], "--episodes", "4", "--out", out, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    ds = load_dataset(str(out))
+    assert ds.num_episodes == 4
+    policy = load_run(runs[name], "best").policy
+    replayed, stateless = [], []
+    with torch.inference_mode():
+        for t in range(len(ds)):
+            x = torch.from_numpy(ds.obs[t : t + 1])
+            if t == 0 or ds.dones[t - 1]:
+                state = policy.initial_state(1)
+            action, *state = policy.step(x, *state)
+            replayed.append(action.numpy()[0])
+            stateless.append(policy.step(x, *policy.initial_state(1))[0].numpy()[0])
+    if name == "lstm":
+        np.testing.assert_array_equal(np.array(replayed), ds.act)
+    else:
+        np.testing.assert_allclose(np.array(replayed), ds.act, rtol=1e-5, atol=1e-5)
+    assert not np.allclose(np.array(stateless), ds.act)
+    noisy = tmp_path / "noisy.h5"
+    res = run_tool("rltrain-collect", runs[name], "--episodes", "2", "--noise", "0.3",
+                   "--out", noisy, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert load_dataset(str(noisy)).meta["policy"]["noise"] == 0.3
+
+
 def test_sigterm_then_resume_equals_unbroken_run_with_the_states_in_flight(cli, tmp_path):
     """The train envs' states are in the checkpoint: a run stopped mid-epoch and resumed
     writes the records of an unbroken run (with a zeroed memory the resumed episodes would be

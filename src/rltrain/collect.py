@@ -167,6 +167,29 @@ def noisy(act: Policy, space: Any, noise: float, seed: int) -> Policy:
     return gaussian
 
 
+def run_policy(loaded: Any, space: Any, noise: float, seed: int) -> Any:
+    """The loaded run's policy as the collector steps envs with it, with exploration ``noise``
+    (:func:`noisy`) on its actions: a plain policy, or for one with memory a
+    :class:`rltrain.recurrent.RecurrentPolicy` whose states the collector keeps per env
+    (zeros at each episode's start), as rltrain-eval threads them."""
+    perturb = noisy(np.asarray, space, noise, seed) if noise else None
+    if not loaded.recurrent:
+        def act(obs: np.ndarray) -> np.ndarray:
+            a = loaded.act(np.asarray(obs))
+            return a if perturb is None else perturb(a)
+        return act
+    from rltrain.recurrent import RecurrentPolicy
+
+    acting = loaded.acting()
+    if perturb is None:
+        return acting
+
+    def step(obs: np.ndarray, state: Any) -> tuple[np.ndarray, Any]:
+        a, after = acting.step(obs, state)
+        return perturb(a), after
+    return RecurrentPolicy(step, acting.state_size)
+
+
 # --------------------------------------------------------------------------- sources
 def _env_config(args: argparse.Namespace) -> Any:
     """The env config of ``--env ID [--env-kwargs JSON]``."""
@@ -260,10 +283,7 @@ def from_policy(args: argparse.Namespace) -> tuple[Any, str]:
             described: dict[str, Any] = {"kind": "random"}
             how = "a uniform random policy"
         else:
-            def act(obs: np.ndarray) -> np.ndarray:
-                return loaded.act(np.asarray(obs))
-
-            policy = noisy(act, act_space, args.noise, seed) if args.noise else act
+            policy = run_policy(loaded, act_space, args.noise, seed)
             weights = args.weights or "best"
             described = {
                 "kind": "policy", "run_dir": str(args.run_dir.resolve()),
