@@ -133,11 +133,12 @@ class SoftActorCritic(TDAlgorithm):
         with respect to log(alpha), entropy - target, is written out (no autograd pass):
         entropy above the target lowers alpha, below it raises alpha."""
         gap = self.target_entropy - entropy
+        loss = -self.log_alpha.detach() * gap  # at the temperature before its step
         if self.alpha_optim is not None:
             self.alpha_optim.zero_grad()
             self.alpha_optim.grad.copy_(-gap.reshape(1))
             self.alpha_optim.step()
-        return -self.log_alpha.detach() * gap
+        return loss
 
     def update_targets(self, progress: Progress) -> None:
         """Polyak-average the target critics every target_update_interval gradient steps."""
