@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import signal
 
 import numpy as np
 import pytest
@@ -24,10 +25,13 @@ from rltrain.config import (
     check_env,
 )
 from rltrain.envs import env_seeds, make_vector_env, space_info
+from rltrain.errors import NonFiniteError
 from rltrain.settings import Settings
 from rltrain.stats import Best, CollectStats, EpochStats, InfoStats, Timing
 from rltrain.trainer import (
+    PARAMETER_CHECK_INTERVAL,
     TRAINERS,
+    Interrupted,
     OfflineTrainer,
     OnPolicyTrainer,
     StorageRequest,
@@ -396,4 +400,54 @@ def test_stats_records_are_frozen():
         assert isinstance(record, (EpochStats, InfoStats, CollectStats, Best, Timing))
         with pytest.raises(dataclasses.FrozenInstanceError):
             setattr(record, name, getattr(record, name))
+    built.close()
+
+
+# --------------------------------------------------------------------------- non-finite values
+def poison(algorithm) -> None:
+    """A NaN in the first parameter the optimisers hold (as an exploding update leaves it)."""
+    optim = next(iter(algorithm.optimizers().values()))
+    with torch.no_grad():
+        optim.flat[0] = float("nan")
+
+
+def test_a_non_finite_parameter_stops_the_epoch_it_appears_in():
+    built = Built(dqn(), offpolicy(max_epochs=3))
+    trainer = built.trainer
+    next(trainer)
+    poison(built.algorithm)
+    with pytest.raises(NonFiniteError):
+        next(trainer)
+    built.close()
+
+
+def test_an_interruption_never_hands_over_non_finite_parameters():
+    """A stop signal makes the trainer raise Interrupted so that the run checkpoints; with a
+    non-finite parameter it raises NonFiniteError instead, so last.pt stays the last good
+    one."""
+    built = Built(dqn(), offpolicy(max_epochs=3))
+    trainer = built.trainer
+    next(trainer)
+    trainer.stop_signal = signal.SIGTERM
+    with pytest.raises(Interrupted):
+        next(trainer)
+    poison(built.algorithm)
+    with pytest.raises(NonFiniteError, match="is not finite"):
+        next(trainer)
+    built.close()
+
+
+def test_parameters_are_checked_every_interval_and_at_every_epochs_end(monkeypatch):
+    """The parameter check runs every PARAMETER_CHECK_INTERVAL training steps and once more
+    at the end of each epoch, not after every step."""
+    built = Built(dqn(), offpolicy(max_epochs=1, epoch_num_steps=200,
+                                   collection_step_num_env_steps=1,
+                                   update_step_num_gradient_steps_per_sample=1.0),
+                  num_train_envs=1)
+    calls = []
+    real = built.algorithm.nonfinite_parameter
+    monkeypatch.setattr(built.algorithm, "nonfinite_parameter",
+                        lambda: calls.append(built.trainer.env_step) or real())
+    next(built.trainer)
+    assert len(calls) == 200 // PARAMETER_CHECK_INTERVAL + 1
     built.close()

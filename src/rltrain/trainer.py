@@ -56,6 +56,10 @@ from rltrain.observations import storage_dtype
 from rltrain.stats import Best, Episodes, EpochStats, InfoStats, Timing, flatten, mean_stats
 from rltrain.system import available_memory, size_text
 
+#: check every parameter for non-finite values every this many training steps (and at every
+#: epoch's end); the losses are checked after every step
+PARAMETER_CHECK_INTERVAL = 64
+
 
 @dataclass(frozen=True)
 class StorageRequest:
@@ -280,12 +284,15 @@ class Trainer(Iterator[EpochStats]):
         self._early_test = None
         while part.steps < self.params.epoch_num_steps and self._early_test is None:
             if self.stop_signal is not None:
+                self._check_parameters()  # the checkpoint an interruption writes is good
                 raise Interrupted(self.stop_signal)
             n, episodes, update_stats, spent = self.training_step()
             # what each update measured (a stat it did not measure this time is None)
             updates = [{k: float(v) for k, v in dataclasses.asdict(s).items() if v is not None}
                        for s in update_stats]
-            self._check_finite(updates)
+            self._check_losses(updates)
+            if updates and (part.training_steps + 1) % PARAMETER_CHECK_INTERVAL == 0:
+                self._check_parameters()
             part.steps += n
             part.training_steps += 1
             if episodes is not None:
@@ -295,6 +302,9 @@ class Trainer(Iterator[EpochStats]):
             for logger in self.loggers:
                 logger.advance(n)
 
+        # every parameter before the epoch's test and checkpoint (between the checks above a
+        # non-finite weight almost always shows in the next loss first)
+        self._check_parameters()
         t0 = time.perf_counter()
         if self._early_test is None:
             for logger in self.loggers:
@@ -375,15 +385,22 @@ class Trainer(Iterator[EpochStats]):
             self.failure = error
             self.failure_at = f"epoch {self.epoch} (env step {self.env_step:,})"
 
-    def _check_finite(self, updates: list[dict[str, float]]) -> None:
-        """Stop at the first non-finite loss or parameter, before it can reach best/, final/
-        or a checkpoint. Statistics other than losses may be undefined (NaN) by design,
-        e.g. PPO's explained variance of constant returns."""
+    def _check_losses(self, updates: list[dict[str, float]]) -> None:
+        """Stop at the first non-finite loss (every training step: the losses are already
+        Python floats). Statistics other than losses may be undefined (NaN) by design, e.g.
+        PPO's explained variance of constant returns."""
         for record in updates:
             for key, value in record.items():
                 if key.endswith("loss") and not math.isfinite(value):
                     raise NonFiniteError(f"the update's {key} is {value}")
-        bad = self.algorithm.nonfinite_parameter() if updates else None
+
+    def _check_parameters(self) -> None:
+        """Stop at a non-finite parameter, before it can reach best/, final/ or a checkpoint:
+        one reduction over each optimiser's flat buffer. Run every
+        :data:`PARAMETER_CHECK_INTERVAL` training steps, at the end of every epoch's training
+        (before its test and checkpoint) and before an interruption's checkpoint; checking
+        after every step cost 6% of SAC's loop on Hopper."""
+        bad = self.algorithm.nonfinite_parameter()
         if bad is not None:
             raise NonFiniteError(f"parameter {bad} is not finite after an update")
 

