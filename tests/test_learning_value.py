@@ -43,3 +43,30 @@ def test_tuned_config_reaches_rl_zoos_result(cli, tmp_path, algo, env, seed):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["best_score"] >= bar, summary
     assert summary["env_step"] <= budget, summary
+
+
+#: prioritised against uniform replay (docs/algorithms.md, "Prioritised replay"): DQN on
+#: CartPole (tuned) reaches the threshold within the DQN check's 100k env steps with either;
+#: on MinAtar Breakout (tuned, 55k env steps: 5 epochs after 5,000 random steps) every seed's
+#: best test reaches 4.5 with either (measured: uniform 5.7, 6.1, 6.4; prioritized 9.6, 6.9,
+#: 5.8). The curves side by side are rltrain-report's; three seeds do not separate the two.
+REPLAY = {
+    "cartpole": (["env=cartpole"], 475.0, 100_000),
+    "minatar_breakout": (["env=minatar", "env.id=MinAtar/Breakout-v1", "trainer.max_epochs=5",
+                          "trainer.stop_score=null"], 4.5, 55_000),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("buffer", ["replay", "prioritized"])
+@pytest.mark.parametrize("task", list(REPLAY))
+def test_dqn_learns_with_uniform_and_prioritized_replay(cli, tmp_path, task, buffer, seed):
+    args, bar, budget = REPLAY[task]
+    run_dir = tmp_path / "run"
+    res = cli("algo=dqn", *args, f"buffer={buffer}", f"seed={seed}", f"hydra.run.dir={run_dir}",
+              "logger.tensorboard=false", timeout=3600)
+    assert res.returncode == 0, res.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["best_score"] >= bar, summary
+    assert summary["env_step"] <= budget, summary
