@@ -127,16 +127,10 @@ class PolicyGradient(ActorCritic):
     def update(
         self, rollout: Rollout, *, batch_size: int | None, repetitions: int, progress: Progress
     ) -> UpdateReport:
-        cfg = self.cfg
         values, next_values, _ = self.rollout_values(rollout)
         adv, learn = self.advantages(rollout, self._rew(rollout.rew), values, next_values)
-        obs = self._obs(rollout.obs[learn])
-        act = self._tensor(rollout.act[learn], torch.long if self.discrete else torch.float32)
-        adv_t = self._tensor(adv[learn])
-        old_v = self._tensor(values[learn])
-        ret = adv_t + old_v
-        lr = cfg.lr * (1.0 - progress.fraction) if cfg.lr_annealing else cfg.lr
-        self.optim.lr = lr
+        obs, act, adv_t, old_v, ret = self.learning_tensors(rollout, adv, values, learn)
+        lr = self.step_lr(progress)
         n = len(obs)
         size = n if batch_size is None else min(batch_size, n)
         sums = torch.zeros(3, device=self.device)

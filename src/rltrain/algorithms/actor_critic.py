@@ -131,6 +131,24 @@ class ActorCritic(OnPolicyAlgorithm):
             values, next_values = v_both.cpu().numpy().reshape(2, lanes, t)
             return values, next_values, features[: lanes * t]
 
+    def learning_tensors(self, rollout: Rollout, adv: np.ndarray, values: np.ndarray,
+                         which: np.ndarray) -> tuple[torch.Tensor, ...]:
+        """``(obs, act, adv, old_v, ret)`` of the slots ``which`` selects, as tensors on the
+        device; the returns are the advantages plus the critic's values before the update."""
+        obs = self._obs(rollout.obs[which])
+        act = self._tensor(rollout.act[which], torch.long if self.discrete else torch.float32)
+        adv_t, old_v = self._tensor(adv[which]), self._tensor(values[which])
+        return obs, act, adv_t, old_v, adv_t + old_v
+
+    def step_lr(self, progress: Progress) -> float:
+        """The learning rate of this update (annealed linearly to 0 over the planned env
+        steps with ``lr_annealing``), set on the optimiser."""
+        cfg = self.cfg
+        lr = cfg.lr * (1.0 - progress.fraction) if cfg.lr_annealing else cfg.lr
+        for optim in self.optimizers().values():
+            optim.lr = lr
+        return lr
+
     def evaluate(self, obs: torch.Tensor, act: torch.Tensor
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(log pi(a|s), entropy, V(s))`` of a minibatch, with gradients; the shared encoder,

@@ -73,12 +73,7 @@ class PPO(ActorCritic):
         adv = gae(self._rew(rollout.rew), values, next_values, rollout.terminated, rollout.dones,
                   rollout.valid, cfg.gamma, cfg.gae_lambda)
         valid = rollout.valid
-        obs = self._obs(rollout.obs[valid])
-        act_dtype = torch.long if self.discrete else torch.float32
-        act = self._tensor(rollout.act[valid], act_dtype)
-        adv_t = self._tensor(adv[valid])
-        old_v = self._tensor(values[valid])
-        ret = adv_t + old_v
+        obs, act, adv_t, old_v, ret = self.learning_tensors(rollout, adv, values, valid)
         with torch.no_grad():
             if features is None:
                 old_logp, _ = self.pi.log_prob_entropy(obs, act)
@@ -86,8 +81,7 @@ class PPO(ActorCritic):
                 mask = torch.from_numpy(valid.reshape(-1)).to(self.device)
                 old_logp, _ = self.pi.log_prob_entropy(obs, act, features=features[mask])
 
-        lr = cfg.lr * (1.0 - progress.fraction) if cfg.lr_annealing else cfg.lr
-        self.optim.lr = lr
+        lr = self.step_lr(progress)
         n = len(obs)
         size = n if batch_size is None else min(batch_size, n)
         sums = torch.zeros(5, device=self.device)

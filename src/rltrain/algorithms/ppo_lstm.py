@@ -298,8 +298,7 @@ class PPOLSTM(PPO):
         chunk_state = before.reshape(flat, -1)[index_t[:, 0]]
         obs_flat = obs.reshape(flat, *obs.shape[2:])
 
-        lr = cfg.lr * (1.0 - progress.fraction) if cfg.lr_annealing else cfg.lr
-        self.optim.lr = lr
+        lr = self.step_lr(progress)
         n, length = index.shape
         size = n if batch_size is None else min(max(batch_size // length, 1), n)
         sums = torch.zeros(5, device=self.device)
