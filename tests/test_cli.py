@@ -248,6 +248,29 @@ def test_multirun_writes_one_dir_per_job(cli, tmp_path, launcher):
     assert a != b
 
 
+def test_a_plain_run_skips_hydras_mode_probe_and_hydra_mode_still_sweeps(cli, tmp_path,
+                                                                        monkeypatch):
+    """Hydra composes the whole config once just to read ``hydra.mode``; a plain run skips
+    that probe (rltrain.hydra_compat), an override of hydra.mode keeps it and still sweeps."""
+    from hydra._internal.hydra import Hydra
+
+    from rltrain.hydra_compat import skip_mode_probe
+
+    original = Hydra.get_mode
+    monkeypatch.setattr(Hydra, "get_mode", original)  # restored after the test
+    skip_mode_probe(["hydra.mode=MULTIRUN", "seed=0,1"])
+    assert Hydra.get_mode is original
+    skip_mode_probe(["experiment=smoke", "seed=1"])
+    assert Hydra.get_mode is not original
+    assert Hydra.get_mode(object(), "config", ["experiment=smoke"]) is None
+
+    sweep = tmp_path / "sweep"
+    res = cli("experiment=smoke", "hydra.mode=MULTIRUN", "seed=0,1", f"hydra.sweep.dir={sweep}")
+    assert res.returncode == 0, res.stderr
+    assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["seed=0_job0",
+                                                                      "seed=1_job1"]
+
+
 def test_task_returns_best_score_for_sweepers(tmp_path):
     """The Hydra task function returns the metric a sweeper optimises (composed in-process
     with Hydra's compose API, as a sweeper's job would be)."""
