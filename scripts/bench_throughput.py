@@ -5,18 +5,21 @@ written as plainly as possible: the ceiling for any collector; (c) rltrain's col
 alone (PPO policy, transitions written to the buffer); (d) rltrain's whole PPO training
 loop with the RL-Zoo3 hyperparameters (8 envs x 32 steps, 20 passes of minibatch 256), no
 testing. Then DQN gradient steps per second: the update alone, and with buffer sampling. Then
+PPO's minibatch step against its plain-PyTorch floor (batch 64 and 256). Then
 SAC's gradient steps per second on Pendulum-v1 (batch 256, 64x64 and 256x256 networks) against
 the plain-PyTorch floor: the same losses written the textbook way (nn.Linear critics,
 torch.optim.Adam, a parameter loop for the Polyak update), as CleanRL's sac_continuous_action.py
 does. One torch thread, as in the peer comparison.
 
     .venv/bin/python scripts/bench_throughput.py [--envs 8] [--steps 200000] [--peers]
+    .venv/bin/python scripts/bench_throughput.py --only-ppo | --only-sac
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 
 import gymnasium as gym
 import numpy as np
@@ -31,6 +34,16 @@ ZOO_PPO = ["algo=ppo", "env=cartpole", "env.num_train_envs=8",
            "trainer.collection_step_num_env_steps=256", "trainer.batch_size=256",
            "trainer.update_step_num_repetitions=20", "algo.gamma=0.98", "algo.gae_lambda=0.8",
            "algo.lr=1e-3", "algo.ent_coef=0.0", "algo.clip_ratio=0.2", "algo.max_grad_norm=0.5"]
+
+
+def per_second(step: Callable[[], object], n: int, warmup: int = 50) -> float:
+    """Calls of ``step`` per second over ``n`` calls, after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        step()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        step()
+    return n / (time.perf_counter() - t0)
 
 
 def rate(steps: int, seconds: float) -> str:
@@ -183,12 +196,66 @@ def plain_sac_gradient_steps(hidden: int, batch_size: int = 256, n: int = 1000) 
                              [*q1_t.parameters(), *q2_t.parameters()], strict=True):
                 tp.lerp_(p, 0.005)
 
-    for _ in range(50):
-        step()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        step()
-    return n / (time.perf_counter() - t0)
+    return per_second(step, n)
+
+
+def ppo_minibatch_steps(batch_size: int, n: int = 2000) -> float:
+    """rltrain's PPO minibatch step (the RL-Zoo3 CartPole settings: separate 64x64 tanh actor
+    and critic, clipped surrogate, value loss, entropy, gradient-norm clip 0.5, Adam) on one
+    fixed minibatch cut from a real rollout: minibatch steps per second."""
+    b = build([*ZOO_PPO, f"trainer.batch_size={batch_size}"])
+    ppo = b.algorithm
+    obs = torch.as_tensor(np.random.default_rng(0).normal(size=(batch_size, 4)),
+                          dtype=torch.float32)
+    act = torch.randint(2, (batch_size,))
+    adv, ret, old_v = torch.randn(batch_size), torch.randn(batch_size), torch.randn(batch_size)
+    with torch.no_grad():
+        old_logp, _ = ppo.pi.log_prob_entropy(obs, act)
+    return per_second(lambda: ppo._minibatch(obs, act, adv, ret, old_v, old_logp), n)
+
+
+def plain_ppo_minibatch_steps(batch_size: int, n: int = 2000) -> float:
+    """The floor: the same minibatch step in plain PyTorch, written as CleanRL's ppo.py does
+    (two nn.Sequential 64x64 tanh networks, log_softmax for the categorical, the same losses,
+    nn.utils.clip_grad_norm_, torch.optim.Adam with eps 1e-5)."""
+    from torch import nn
+
+    def net(out: int) -> nn.Module:
+        return nn.Sequential(nn.Linear(4, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(),
+                             nn.Linear(64, out))
+
+    actor, critic = net(2), net(1)
+    params = [*actor.parameters(), *critic.parameters()]
+    opt = torch.optim.Adam(params, lr=1e-3, eps=1e-5)
+    obs = torch.as_tensor(np.random.default_rng(0).normal(size=(batch_size, 4)),
+                          dtype=torch.float32)
+    act = torch.randint(2, (batch_size,))
+    adv, ret = torch.randn(batch_size), torch.randn(batch_size)
+    with torch.no_grad():
+        old_logp = actor(obs).log_softmax(-1).gather(1, act[:, None]).squeeze(1)
+
+    def step() -> None:
+        logits = actor(obs).log_softmax(-1)
+        logp = logits.gather(1, act[:, None]).squeeze(1)
+        entropy = -(logits.exp() * logits).sum(-1).mean()
+        v = critic(obs).squeeze(1)
+        a = (adv - adv.mean()) / (adv.std() + 1e-8)
+        ratio = (logp - old_logp).exp()
+        pg = torch.max(-a * ratio, -a * ratio.clamp(0.8, 1.2)).mean()
+        loss = pg + 0.5 * 0.5 * (v - ret).pow(2).mean() - 0.0 * entropy
+        opt.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(params, 0.5)
+        opt.step()
+
+    return per_second(step, n)
+
+
+def ppo_report() -> None:
+    for bs in (64, 256):
+        ours, floor = ppo_minibatch_steps(bs), plain_ppo_minibatch_steps(bs)
+        print(f"PPO minibatch steps/s, batch {bs:>3}, 64x64: rltrain {ours:,.0f}; plain PyTorch "
+              f"floor {floor:,.0f} (rltrain / floor = {ours / floor:.2f})")
 
 
 def sb3_ppo_loop(steps: int) -> float:
@@ -212,6 +279,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=200_000)
     parser.add_argument("--only-sac", action="store_true",
                         help="time SAC's update only (skip the CartPole measurements)")
+    parser.add_argument("--only-ppo", action="store_true",
+                        help="time PPO's minibatch step only, against its plain-PyTorch floor")
     parser.add_argument("--peers", action="store_true",
                         help="also time Stable-Baselines3's PPO loop (needs the bench extra)")
     args = parser.parse_args()
@@ -219,6 +288,9 @@ def main() -> None:
     m, n = args.envs, args.steps
     if args.only_sac:
         sac_report()
+        return
+    if args.only_ppo:
+        ppo_report()
         return
     a = raw_env(m, n)
     b = env_plus_policy(m, n)
@@ -236,6 +308,7 @@ def main() -> None:
         sb3 = sb3_ppo_loop(min(n, 100_000) // 2)
         print(f"    SB3 PPO loop, same params        {rate(1, 1 / sb3)}   rltrain / SB3 = "
               f"{d / sb3:.2f}")
+    ppo_report()
     for bs in (64, 256):
         alone, sampled = dqn_gradient_steps(bs)
         print(f"DQN gradient steps/s, batch {bs:>3}, tuned net: update alone {alone:,.0f}, "
