@@ -18,6 +18,8 @@ benchmark. Pendulum: gymnasium's -200, better than the benchmark's mean less its
 not give its 155.8 here (3 seeds: best tests 97.0, 52.0 and 44.1 at 200k; with advantage
 normalisation 51.0 and 126.6, with 16 envs 66.7 and -1.2 for seeds 1 and 2): A2C on
 LunarLander in 200k steps varies that much from seed to seed, and the benchmark is one run.
+Stable-Baselines3's own A2C with the zoo's settings, tested the same way on seeds 0-2
+(scripts/peers/sb3_curve.py), reaches 90.6, 27.8 and 112.5: the same spread, below 155.8.
 The bar is what that one run's figures allow, its mean less two standard deviations of its
 episodes (-5.0), far above a random policy's -180 or so.
 
