@@ -6,9 +6,14 @@ steps, for every seed, through the CLI.
 Each bar is the benchmark's mean less one standard deviation, reached by the best epoch's test
 (10 deterministic episodes): QR-DQN CartPole-v1 500 +- 0 at 50k, Acrobot-v1 -69.1 +- 10.0 at
 100k, MountainCar-v0 -106.0 +- 15.5 at 120k; C51 and Rainbow have no RL-Zoo entry:
-CartPole-v1's reward threshold, 475, within the DQN check's 100k. DQN on MountainCar-v0 with
-RL-Zoo3's settings (conf/tuned/dqn_mountaincar.yaml; -100.8 +- 9.9 at 120k there) reached
--99.2 and -100.8 for seeds 1 and 2 and only -144.3 for seed 0, so it has no check here.
+CartPole-v1's reward threshold, 475, within the DQN check's 100k.
+
+DQN on MountainCar-v0 with RL-Zoo3's settings (conf/tuned/dqn_mountaincar.yaml; -100.8 +- 9.9
+at 120k there, one run) is judged by the median of seeds 0-2, as that one run stands for the
+middle of a spread, not its worst: some seeds find the flag late. Measured (best test within
+120k): seeds 0-5 -144.3, -99.2, -100.8, -98.5, -96.9, -93.8 (5 of 6 within -110 - 15, median
+-99.9); Stable-Baselines3 itself with the same settings and tests (scripts/peers/sb3_curve.py)
+-97.4, -104.3, -101.4, -112.4, -195.3, -200.0 (4 of 6, median -106.9).
 
 Run with: .venv/bin/python -m pytest -m slow tests/test_learning_value.py
 """
@@ -70,3 +75,18 @@ def test_dqn_learns_with_uniform_and_prioritized_replay(cli, tmp_path, task, buf
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["best_score"] >= bar, summary
     assert summary["env_step"] <= budget, summary
+
+
+@pytest.mark.slow
+def test_dqn_on_mountaincar_reaches_rl_zoos_result_at_the_median_of_three_seeds(cli, tmp_path):
+    """Seeds 0-2 as one joblib sweep (two at a time); each runs its full 120k env steps."""
+    sweep = tmp_path / "sweep"
+    res = cli("--multirun", "hydra/launcher=joblib", "algo=dqn", "env=mountaincar",
+              "seed=0,1,2", "trainer.stop_score=null", f"hydra.sweep.dir={sweep}",
+              "logger.tensorboard=false", "logger.progress_bar=false", timeout=3600)
+    assert res.returncode == 0, res.stderr
+    summaries = [json.loads(p.read_text()) for p in sorted(sweep.glob("*/summary.json"))]
+    assert len(summaries) == 3
+    scores = sorted(s["best_score"] for s in summaries)
+    assert scores[1] >= -110.0 - 15.0, scores
+    assert all(s["env_step"] <= 120_000 for s in summaries), summaries
