@@ -55,7 +55,7 @@ def test_sigterm_then_resume_equals_unbroken_run(cli, tmp_path, name):
         "exact": True, "not_captured": []}
 
     res = interrupt_after_first_epoch([*args, f"hydra.run.dir={broken}"], tmp_path,
-                                      signal.SIGTERM)
+                                      signal.SIGTERM, unbroken=full)
     assert res.returncode == 143, res.stderr
     ckpt = load_checkpoint(broken / "checkpoints" / "last.pt")
     assert ckpt["trainer"]["partial"] is not None, "the signal did not land mid-epoch"

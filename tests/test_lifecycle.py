@@ -65,9 +65,16 @@ COMMON = ["trainer.stop_score=null", "seed=1", "logger.progress_bar=false",
           "env.num_test_envs=5", "trainer.test_step_num_episodes=5"]
 
 
-def interrupt_after_first_epoch(args: list[str], cwd: Path, sig: int
-                                ) -> subprocess.CompletedProcess:
-    """Start a run, send ``sig`` as soon as epoch 1 is logged, wait for the exit."""
+def interrupt_after_first_epoch(args: list[str], cwd: Path, sig: int,
+                                unbroken: Path | None = None) -> subprocess.CompletedProcess:
+    """Start a run, send ``sig`` once epoch 1 is logged, wait for the exit. Given
+    ``unbroken`` (the same run, finished), the signal goes 40% of that run's epoch-2 collect
+    and update time after epoch 1's line, so that it lands mid-epoch on a fast machine and on
+    a loaded one alike; else 0.2 s after."""
+    delay = 0.2
+    if unbroken is not None:
+        timing = read_jsonl(unbroken / "epochs.jsonl")[1]["timing"]
+        delay = 0.4 * (timing["collect"] + timing["update"])
     proc = subprocess.Popen([str(RLTRAIN), *args], cwd=cwd, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None
@@ -75,7 +82,7 @@ def interrupt_after_first_epoch(args: list[str], cwd: Path, sig: int
     for line in proc.stdout:
         lines.append(line)
         if line.startswith("epoch   1/"):
-            time.sleep(0.2)
+            time.sleep(delay)
             proc.send_signal(sig)
             break
     out, err = proc.communicate(timeout=120)

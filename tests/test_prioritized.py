@@ -241,7 +241,7 @@ def test_sigterm_then_resume_with_prioritized_replay_equals_unbroken_run(cli, tm
             "trainer.test_step_num_episodes=5"]
     assert cli(*args, f"hydra.run.dir={full}").returncode == 0
     res = interrupt_after_first_epoch([*args, f"hydra.run.dir={broken}"], tmp_path,
-                                      signal.SIGTERM)
+                                      signal.SIGTERM, unbroken=full)
     assert res.returncode == 143, res.stderr
     ckpt = load_checkpoint(broken / "checkpoints" / "last.pt")
     assert ckpt["trainer"]["partial"] is not None, "the signal did not land mid-epoch"
