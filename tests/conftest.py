@@ -199,6 +199,14 @@ def job_dir(sweep: Path, num: int) -> Path:
     return found[0]
 
 
+def mid_epoch_delay(unbroken: Path) -> float:
+    """Seconds to wait after epoch 1's console line for a signal to land mid-epoch 2: 40% of
+    the unbroken run's own epoch-2 collect and update time, so it scales with the machine (a
+    fixed delay missed the epoch on an idle machine, or came before it on a loaded one)."""
+    timing = read_jsonl(unbroken / "epochs.jsonl")[1]["timing"]
+    return 0.4 * (timing["collect"] + timing["update"])
+
+
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 

@@ -27,6 +27,7 @@ from conftest import (
     SHORT_DQN,
     compose_run,
     learning_records,
+    mid_epoch_delay,
     random_dataset,
     read_jsonl,
     run_in_process,
@@ -68,13 +69,9 @@ COMMON = ["trainer.stop_score=null", "seed=1", "logger.progress_bar=false",
 def interrupt_after_first_epoch(args: list[str], cwd: Path, sig: int,
                                 unbroken: Path | None = None) -> subprocess.CompletedProcess:
     """Start a run, send ``sig`` once epoch 1 is logged, wait for the exit. Given
-    ``unbroken`` (the same run, finished), the signal goes 40% of that run's epoch-2 collect
-    and update time after epoch 1's line, so that it lands mid-epoch on a fast machine and on
-    a loaded one alike; else 0.2 s after."""
-    delay = 0.2
-    if unbroken is not None:
-        timing = read_jsonl(unbroken / "epochs.jsonl")[1]["timing"]
-        delay = 0.4 * (timing["collect"] + timing["update"])
+    ``unbroken`` (the same run, finished), the signal lands mid-epoch 2
+    (:func:`conftest.mid_epoch_delay`); else 0.2 s after epoch 1's line."""
+    delay = 0.2 if unbroken is None else mid_epoch_delay(unbroken)
     proc = subprocess.Popen([str(RLTRAIN), *args], cwd=cwd, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None

@@ -18,7 +18,7 @@ import torch
 from gymnasium.vector import AutoresetMode
 
 import toy_envs  # noqa: F401 - registers the toy envs
-from conftest import learning_records, read_jsonl, run_tool, signal_when
+from conftest import learning_records, mid_epoch_delay, run_tool, signal_when
 from rltrain.algorithms.ppo_lstm import PPOLSTM, PPOLSTMConfig
 from rltrain.checkpoint import load_checkpoint
 from rltrain.collector import Collector
@@ -428,11 +428,7 @@ def test_sigterm_then_resume_equals_unbroken_run_with_the_states_in_flight(cli, 
             "trainer.test_step_num_episodes=5"]
     assert cli(*args, f"hydra.run.dir={full}").returncode == 0
 
-    # how long epoch 2's 24 training steps took in the unbroken run: the signal goes 40% of
-    # that after epoch 1's line, so it lands mid-epoch on a fast machine and on a loaded one
-    # (a fixed second missed the epoch on an idle machine)
-    timing = read_jsonl(full / "epochs.jsonl")[1]["timing"]
-    delay = 0.4 * (timing["collect"] + timing["update"])
+    delay = mid_epoch_delay(full)
 
     def into_epoch_two(line: str) -> bool:
         """Epoch 1's line, then part of epoch 2: epoch 2 is under way."""
