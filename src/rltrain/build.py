@@ -147,6 +147,7 @@ def build_algorithm(s: Settings, info: SpaceInfo) -> Algorithm:
 def build_parts(s: Settings) -> Parts:
     """Seed, then build envs, algorithm, storage and collectors (envs reset, seeded)."""
     torch.set_num_threads(s.torch_threads)
+    torch.set_default_dtype(s.precision)  # the networks, buffers of statistics and maths
     seed_everything(s.seed)
     kind = TRAINERS[s.trainer.name]
     train_seed, test_seed = env_seeds(s.seed, s.env.num_train_envs)

@@ -323,6 +323,9 @@ class RunConfig:
     device: str = "cpu"
     #: torch intra-op threads; 1 is fastest for small MLPs
     torch_threads: int = 1
+    #: the floating-point type of the networks and their maths: float32, or float64 for
+    #: checks of exactness (e.g. that a batched sweep's seeds equal the seeds run alone)
+    precision: str = "float32"
     #: set by the Optuna sweeper (``hydra/sweeper=optuna``) for its trials
     tune: TuneConfig = field(default_factory=TuneConfig)
     #: what an offline algorithm (trainer=offline: bc, td3bc, cql, iql) learns from: an .h5,

@@ -48,6 +48,18 @@ class MLP(nn.Module):
         return F.linear(x, *self._last)
 
 
+def stacked_mlp(x: torch.Tensor, layers: Sequence[tuple[torch.Tensor, torch.Tensor]],
+                activation: str) -> torch.Tensor:
+    """Several copies of one :class:`MLP` at once: ``x`` is ``(copies, batch, in)``, each
+    layer a ``(copies, out, in)`` weight and a ``(copies, out)`` bias; one batched matrix
+    product per layer for all copies (the seeds of a batched sweep, :mod:`rltrain.lanes`)."""
+    act = ACTIVATIONS[activation]
+    *hidden, (w, b) = layers
+    for weight, bias in hidden:
+        x = act(torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2)))
+    return torch.baddbmm(b.unsqueeze(1), x, w.transpose(1, 2))
+
+
 def mlp(
     in_dim: int,
     hidden_sizes: Sequence[int],
@@ -105,6 +117,23 @@ def diagonal_gaussian_log_prob(x: torch.Tensor, mean: torch.Tensor, log_std: tor
     return (-0.5 * z.pow(2) - log_std - _HALF_LOG_2PI).sum(-1)
 
 
+def categorical_log_prob_entropy(logits: torch.Tensor, act: torch.Tensor
+                                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """log pi(a|s) of the actions ``act`` and the entropy, from the logits (last dimension),
+    written out rather than through torch.distributions (whose bookkeeping costs more than
+    this maths at these sizes)."""
+    logp_all = logits.log_softmax(-1)
+    logp = logp_all.gather(-1, act.unsqueeze(-1)).squeeze(-1)
+    return logp, -(logp_all.exp() * logp_all).sum(-1)
+
+
+def gaussian_log_prob_entropy(mean: torch.Tensor, log_std: torch.Tensor, act: torch.Tensor
+                              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """log pi(a|s) and the entropy of a diagonal Gaussian, summed over the last dimension."""
+    logp = diagonal_gaussian_log_prob(act.reshape(mean.shape), mean, log_std)
+    return logp, (0.5 + _HALF_LOG_2PI + log_std).sum(-1)
+
+
 class Actor(nn.Module):
     """An encoder, then an MLP whose output layer starts small (gain 0.01, Andrychowicz et al.
     2021): the outputs the actors below turn into a distribution or an action."""
@@ -145,9 +174,7 @@ class CategoricalActor(Actor):
         """log pi(a|s) and the entropy at s, written out rather than through
         torch.distributions (whose bookkeeping costs more than this maths at these sizes).
         ``features``: the encoder's output for ``obs``, already computed (a shared encoder)."""
-        logp_all = self.logits(obs, features).log_softmax(-1)
-        logp = logp_all.gather(-1, act.unsqueeze(-1)).squeeze(-1)
-        return logp, -(logp_all.exp() * logp_all).sum(-1)
+        return categorical_log_prob_entropy(self.logits(obs, features), act)
 
 
 class GaussianActor(Actor):
@@ -170,9 +197,7 @@ class GaussianActor(Actor):
                          features: torch.Tensor | None = None
                          ) -> tuple[torch.Tensor, torch.Tensor]:
         mean = self.outputs(obs) if features is None else self.net.forward(features)
-        log_std = self.log_std.expand_as(mean)
-        logp = diagonal_gaussian_log_prob(act.reshape(mean.shape), mean, log_std)
-        return logp, (0.5 + _HALF_LOG_2PI + log_std).sum(-1)
+        return gaussian_log_prob_entropy(mean, self.log_std.expand_as(mean), act)
 
 
 class TanhMeanGaussianActor(Actor):

@@ -79,9 +79,9 @@ class ObsNormalizer(nn.Module):
         the training collector calls this before its policy acts on them."""
         device = self.shift.device
         if isinstance(obs, np.ndarray) and obs.flags.writeable and obs.dtype.kind == "f":
-            x = torch.from_numpy(obs).to(device, torch.float32)  # the per-step path: cheapest
+            x = torch.from_numpy(obs).to(device, self.shift.dtype)  # the per-step path
         else:  # a copy: torch warns of (and cannot share) a read-only array
-            x = torch.as_tensor(np.array(obs, dtype=np.float32), device=device)
+            x = torch.as_tensor(np.array(obs, dtype=np.float32)).to(device, self.shift.dtype)
         self.update(x)
 
     def _refresh(self) -> None:

@@ -156,3 +156,75 @@ class RMSprop(FlatOptimizer):
         grad = self.grad
         self.square_avg.mul_(self.alpha).addcmul_(grad, grad, value=1.0 - self.alpha)
         self.flat.addcdiv_(grad, self.square_avg.sqrt().add_(self.eps), value=-self.lr)
+
+
+class StackedAdam:
+    """The :class:`Adam` s of several runs' copies of one network, as one ``(runs, N)`` state:
+    the update of a batch of lanes (:mod:`rltrain.lanes`). Each row is one run's flat
+    parameters, moments and step count; :meth:`step` is each run's own Adam step with its own
+    learning rate and its own gradient-norm clipping, in a few kernels for all of them, and
+    :meth:`write_back` returns each row to its run's optimiser."""
+
+    def __init__(self, optims: list[Adam]) -> None:
+        first = optims[0]
+        if any((o.betas, o.eps, o.flat.shape, o.flat.dtype) != (first.betas, first.eps,
+               first.flat.shape, first.flat.dtype) for o in optims):
+            raise ValueError("StackedAdam needs optimisers of one shape and one setting")
+        self.optims = optims
+        self.flat = torch.stack([o.flat for o in optims]).requires_grad_(True)
+        self.exp_avg = torch.stack([o.exp_avg for o in optims])
+        self.exp_avg_sq = torch.stack([o.exp_avg_sq for o in optims])
+        self.steps = [o.steps for o in optims]
+        self._lr = torch.tensor([[o.lr] for o in optims], dtype=first.flat.dtype,
+                                device=first.flat.device)
+
+    def stacked_views(self) -> list[torch.Tensor]:
+        """Every run's parameters, stacked: views ``(runs, *shape)`` of the flat state, one
+        per parameter of the optimisers, in their order (gradients flow to :attr:`flat`)."""
+        out, offset = [], 0
+        for p in self.optims[0].params:
+            n = p.numel()
+            out.append(self.flat[:, offset : offset + n].view(len(self.optims), *p.shape))
+            offset += n
+        return out
+
+    @torch.no_grad()
+    def step(self, grad: torch.Tensor, max_norm: float | None,
+             active: torch.Tensor | None = None) -> None:
+        """One Adam step of every row from its gradient row (clipped per row to an L2 norm
+        of ``max_norm``, as :meth:`FlatOptimizer.clip_grad_norm_` does for one run). With
+        ``active`` (a bool per row), the other rows are left as they are."""
+        first = self.optims[0]
+        beta1, beta2 = first.betas
+        if max_norm is not None:
+            norm = grad.norm(dim=1, keepdim=True)
+            grad.mul_((max_norm / (norm + 1e-6)).clamp_(max=1.0))
+        moving = [True] * len(self.steps) if active is None else active.tolist()
+        self.steps = [s + 1 if m else s for s, m in zip(self.steps, moving, strict=True)]
+        # per row: lr / (1 - beta1^t) and sqrt(1 - beta2^t), as Adam's bias corrections
+        scales = torch.tensor([[1.0 - beta1 ** max(s, 1), math.sqrt(1.0 - beta2 ** max(s, 1))]
+                               for s in self.steps], dtype=self.flat.dtype,
+                              device=self.flat.device)
+        step_size, root = self._lr / scales[:, :1], scales[:, 1:]
+        if all(moving):  # in place, as one run's Adam
+            self.exp_avg.lerp_(grad, 1.0 - beta1)
+            self.exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
+            denom = self.exp_avg_sq.sqrt().div_(root).add_(first.eps)
+            self.flat.sub_(self.exp_avg.div(denom).mul_(step_size))
+            return
+        keep = torch.tensor(moving, device=self.flat.device).unsqueeze(1)
+        exp_avg = self.exp_avg.lerp(grad, 1.0 - beta1)
+        exp_avg_sq = self.exp_avg_sq.mul(beta2).addcmul_(grad, grad, value=1.0 - beta2)
+        denom = exp_avg_sq.sqrt().div_(root).add_(first.eps)
+        flat = self.flat - exp_avg / denom * step_size
+        self.exp_avg = torch.where(keep, exp_avg, self.exp_avg)
+        self.exp_avg_sq = torch.where(keep, exp_avg_sq, self.exp_avg_sq)
+        self.flat.copy_(torch.where(keep, flat, self.flat))
+
+    @torch.no_grad()
+    def write_back(self) -> None:
+        for i, o in enumerate(self.optims):
+            o.flat.copy_(self.flat[i])
+            o.exp_avg.copy_(self.exp_avg[i])
+            o.exp_avg_sq.copy_(self.exp_avg_sq[i])
+            o.steps = self.steps[i]

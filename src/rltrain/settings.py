@@ -40,6 +40,9 @@ from rltrain.encoders.registry import check_name as check_encoder_name
 from rltrain.loggers import check_loggers
 from rltrain.trainer import TRAINERS
 
+#: ``precision=``: the floating-point types a run's networks may use
+PRECISIONS = {"float32": torch.float32, "float64": torch.float64}
+
 T = TypeVar("T")
 
 
@@ -55,6 +58,7 @@ class Settings:
     seed: int
     device: torch.device
     torch_threads: int
+    precision: torch.dtype = torch.float32
     tune: TuneConfig = field(default_factory=TuneConfig)
     #: an offline run's dataset (``dataset=PATH`` or ``minari:ID``)
     dataset: str | None = None
@@ -114,6 +118,10 @@ def settings(cfg: DictConfig) -> Settings:
     check_loggers(logger)
     if cfg.torch_threads <= 0:
         raise ConfigError(f"torch_threads must be > 0, got {cfg.torch_threads}")
+    precision = PRECISIONS.get(str(cfg.get("precision", "float32")))
+    if precision is None:
+        raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got "
+                          f"{cfg.get('precision')!r}")
     tune = _group(cfg, "tune", TuneConfig) if "tune" in cfg else TuneConfig()
     if tune.objective not in OBJECTIVES:
         raise ConfigError(f"tune.objective must be one of {', '.join(OBJECTIVES)}, "
@@ -124,7 +132,8 @@ def settings(cfg: DictConfig) -> Settings:
         raise ConfigError("dataset= is empty; give a file written by rltrain-collect (.h5, "
                           ".hdf5, .npz) or minari:ID")
     s = Settings(algo, env, trainer, buffer, logger, seed=check_seed(cfg.seed),
-                 device=torch_device(cfg.device), torch_threads=int(cfg.torch_threads), tune=tune,
+                 device=torch_device(cfg.device), torch_threads=int(cfg.torch_threads),
+                 precision=precision, tune=tune,
                  dataset=None if dataset is None else str(dataset),
                  trust=bool(cfg.get("trust", False)))
     check_pairing(s)

@@ -124,6 +124,16 @@ def between_jobs(handler: Callable[[int, Any], None]) -> None:
     _set(handler)
 
 
+#: the stop requests of runs training in threads other than the main one
+_in_threads: set[Callable[[int], None]] = set()
+
+
+def stop_threads(signum: int) -> None:
+    """Ask every run that trains in a thread of its own to stop (as the first signal does)."""
+    for request_stop in list(_in_threads):
+        request_stop(signum)
+
+
 #: a preemption signal taken during training, and the handler it was taken from
 _preempted: tuple[int, Any] | None = None
 
@@ -215,7 +225,14 @@ def training(request_stop: Callable[[int], None]) -> Iterator[None]:
         stop_for_scheduler(signum)
 
     if not _main_thread():
-        yield  # handlers can only be set from the main thread
+        # handlers can only be set from the main thread: a run in a thread (a lane of a
+        # batched sweep, rltrain.lanes) is stopped through :func:`stop_threads`, which the
+        # main thread's own handler calls
+        _in_threads.add(request_stop)
+        try:
+            yield
+        finally:
+            _in_threads.discard(request_stop)
         return
     _set(first)
     if in_sweep_worker():

@@ -7,6 +7,7 @@ and schedule.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,8 +19,18 @@ from rltrain.config import ConfigError, DiscountedConfig, check_positive
 from rltrain.core import Progress, SpaceInfo
 from rltrain.data.buffers import Rollout
 from rltrain.encoders import Encoder
+from rltrain.encoders.flat import FlatEncoder
 from rltrain.masking import ActionMask
-from rltrain.nets import CategoricalActor, EncodedMLP, GaussianActor, MultiCategoricalActor
+from rltrain.nets import (
+    MLP,
+    CategoricalActor,
+    EncodedMLP,
+    GaussianActor,
+    MultiCategoricalActor,
+    categorical_log_prob_entropy,
+    gaussian_log_prob_entropy,
+    stacked_mlp,
+)
 from rltrain.observations import raw_tensors
 
 Actor = CategoricalActor | MultiCategoricalActor | GaussianActor
@@ -136,7 +147,7 @@ class ActorCritic(OnPolicyAlgorithm):
         """``(obs, act, adv, old_v, ret)`` of the slots ``which`` selects, as tensors on the
         device; the returns are the advantages plus the critic's values before the update."""
         obs = self._obs(rollout.obs[which])
-        act = self._tensor(rollout.act[which], torch.long if self.discrete else torch.float32)
+        act = self._tensor(rollout.act[which], torch.long if self.discrete else None)
         adv_t, old_v = self._tensor(adv[which]), self._tensor(values[which])
         return obs, act, adv_t, old_v, adv_t + old_v
 
@@ -159,3 +170,31 @@ class ActorCritic(OnPolicyAlgorithm):
             return logp, entropy, self.critic.head(features).squeeze(-1)
         logp, entropy = self.pi.log_prob_entropy(obs, act)
         return logp, entropy, self.value(obs)
+
+    # ------------------------------------------------------------------ stacked copies
+    def stackable(self) -> bool:
+        """Whether :meth:`stacked_evaluate` can stand for :meth:`evaluate`: MLPs on the flat
+        encoder, not shared, a categorical or Gaussian actor with no action mask."""
+        return (not self.shared and isinstance(self.pi.encoder, FlatEncoder)
+                and type(self.pi) in (CategoricalActor, GaussianActor)
+                and self.action_mask is None)
+
+    def stacked_evaluate(self, params: Mapping[str, torch.Tensor], obs: torch.Tensor,
+                         act: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """:meth:`evaluate` of several copies of this network at once (the seeds of a batched
+        sweep): ``params`` maps each parameter's name to the copies' values stacked,
+        ``(copies, *shape)``; ``obs`` is ``(copies, batch, *obs_shape)``. For a
+        :meth:`stackable` network."""
+        x = obs.reshape(obs.shape[0], obs.shape[1], -1)
+        activation = self.cfg.activation
+
+        def layers(prefix: str, net: MLP) -> list[tuple[torch.Tensor, torch.Tensor]]:
+            return [(params[f"{prefix}.layers.{i}.weight"], params[f"{prefix}.layers.{i}.bias"])
+                    for i in range(len(net.layers))]
+
+        out = stacked_mlp(x, layers("pi.net", self.pi.net), activation)
+        v = stacked_mlp(x, layers("critic", self.critic), activation).squeeze(-1)
+        if isinstance(self.pi, CategoricalActor):
+            return (*categorical_log_prob_entropy(out, act), v)
+        log_std = params["pi.log_std"].unsqueeze(1).expand_as(out)
+        return (*gaussian_log_prob_entropy(out, log_std, act), v)

@@ -152,7 +152,9 @@ class Algorithm(nn.Module, ABC):
         noise = state.get("noise")
         self.noise = None if noise is None else ColoredNoise.from_state_dict(noise)
 
-    def _tensor(self, x: np.ndarray, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    def _tensor(self, x: np.ndarray, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """``x`` on the device as ``dtype`` (default: the run's precision)."""
+        dtype = dtype or torch.get_default_dtype()
         if isinstance(x, np.ndarray) and x.flags.writeable:
             # half the cost of as_tensor(x, dtype, device) on the per-env-step path
             try:
@@ -241,7 +243,7 @@ class DeployedPolicy(nn.Module):
             return dict(zip(self.keys, obs, strict=True))
         if self.raw:
             return obs[0]
-        x = obs[0].to(torch.float32)
+        x = obs[0].to(torch.get_default_dtype())
         return x if self.obs_norm is None else self.obs_norm(x)
 
     def _head(self, out: torch.Tensor) -> torch.Tensor:

@@ -9,10 +9,12 @@ Discrete (categorical) and continuous (diagonal Gaussian) actions.
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 import torch
 
+from rltrain import lanes
 from rltrain.algorithms.actor_critic import ActorCritic, ActorCriticConfig, explained_variance
 from rltrain.algorithms.base import UpdateReport, clip_and_step
 from rltrain.algorithms.registry import CONTINUOUS, DISCRETE, MULTIDISCRETE, AlgoSpec, register
@@ -20,7 +22,7 @@ from rltrain.config import check_positive, check_unit_interval
 from rltrain.core import Progress, SpaceInfo
 from rltrain.data.buffers import Rollout
 from rltrain.data.returns import gae
-from rltrain.optim import Adam
+from rltrain.optim import Adam, StackedAdam
 
 
 @dataclass
@@ -84,15 +86,22 @@ class PPO(ActorCritic):
         lr = self.step_lr(progress)
         n = len(obs)
         size = n if batch_size is None else min(batch_size, n)
-        sums = torch.zeros(5, device=self.device)
-        steps = 0
-        for _ in range(repetitions):
-            perm = torch.randperm(n, device=self.device)
-            for start in range(0, n, size):
-                idx = perm[start : start + size]
-                sums += self._minibatch(obs[idx], act[idx], adv_t[idx], ret[idx], old_v[idx],
-                                        old_logp[idx])
-                steps += 1
+        if lanes.current() is not None and self.batchable():
+            # one of several seeds in one process: the minibatch steps of all of them as one
+            # computation; the permutations are this run's own draws, as below
+            perms = [torch.randperm(n, device=self.device) for _ in range(repetitions)]
+            sums, steps = lanes.meet(_Minibatches(
+                self, (obs, act, adv_t, ret, old_v, old_logp), perms, size))
+        else:
+            sums = torch.zeros(5, device=self.device)
+            steps = 0
+            for _ in range(repetitions):
+                perm = torch.randperm(n, device=self.device)
+                for start in range(0, n, size):
+                    idx = perm[start : start + size]
+                    sums += self._minibatch(obs[idx], act[idx], adv_t[idx], ret[idx],
+                                            old_v[idx], old_logp[idx])
+                    steps += 1
         pg_loss, v_loss, entropy, approx_kl, clipfrac = (sums / max(steps, 1)).tolist()
         explained = explained_variance(ret, old_v)
         return UpdateReport(PPOStats(pg_loss, v_loss, entropy, approx_kl, clipfrac, explained, lr),
@@ -123,32 +132,150 @@ class PPO(ActorCritic):
         """The losses of one minibatch from the policy's log-probabilities, entropies and
         values at its samples, one optimiser step, and the minibatch's stats. Recurrent PPO
         (ppo_lstm) gets those from replayed sequences and shares the rest from here."""
+        loss, stats = self.clipped_losses(logp, entropy_all, v, adv, ret, old_v, old_logp)
+        clip_and_step(loss, self.optim, self.cfg.max_grad_norm)
+        return stats
+
+    def clipped_losses(
+        self,
+        logp: torch.Tensor,
+        entropy_all: torch.Tensor,
+        v: torch.Tensor,
+        adv: torch.Tensor,
+        ret: torch.Tensor,
+        old_v: torch.Tensor,
+        old_logp: torch.Tensor,
+        weight: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The loss of one minibatch, and its stats (pg_loss, v_loss, entropy, approx_kl,
+        clipfrac) as one tensor, detached. ``weight`` (1 or 0 per sample) leaves out padding:
+        a batch of seeds pads each seed's minibatches to one size (:class:`_Minibatches`)."""
         cfg = self.cfg
-        if cfg.normalize_advantage and len(adv) > 1:
-            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        if weight is None:
+
+            def mean(x: torch.Tensor) -> torch.Tensor:
+                return x.mean()
+
+            if cfg.normalize_advantage and len(adv) > 1:
+                adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        else:  # each row a copy's minibatch (the last dimension), its padding weighted 0
+            count = weight.sum(-1)
+
+            def mean(x: torch.Tensor) -> torch.Tensor:  # noqa: F811 - the weighted one
+                return (x * weight).sum(-1) / count.clamp(min=1.0)
+
+            if cfg.normalize_advantage:
+                centred = adv - mean(adv).unsqueeze(-1)
+                std = ((centred.pow(2) * weight).sum(-1) / (count - 1.0)).sqrt().unsqueeze(-1)
+                adv = torch.where((count > 1.0).unsqueeze(-1), centred / (std + 1e-8), adv)
         logratio = logp - old_logp
         ratio = logratio.exp()
-        pg_loss = torch.max(
+        pg_loss = mean(torch.max(
             -adv * ratio, -adv * ratio.clamp(1.0 - cfg.clip_ratio, 1.0 + cfg.clip_ratio)
-        ).mean()
+        ))
         if cfg.value_clip is None:
-            v_loss = 0.5 * (v - ret).pow(2).mean()
+            v_loss = 0.5 * mean((v - ret).pow(2))
         else:
             v_clipped = old_v + (v - old_v).clamp(-cfg.value_clip, cfg.value_clip)
-            v_loss = 0.5 * torch.max((v - ret).pow(2), (v_clipped - ret).pow(2)).mean()
-        entropy = entropy_all.mean()
+            v_loss = 0.5 * mean(torch.max((v - ret).pow(2), (v_clipped - ret).pow(2)))
+        entropy = mean(entropy_all)
         loss = pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss
-        clip_and_step(loss, self.optim, cfg.max_grad_norm)
         with torch.no_grad():
-            approx_kl = ((ratio - 1.0) - logratio).mean()
-            clipfrac = ((ratio - 1.0).abs() > cfg.clip_ratio).float().mean()
+            approx_kl = mean((ratio - 1.0) - logratio)
+            clipfrac = mean(((ratio - 1.0).abs() > cfg.clip_ratio).to(ratio.dtype))
             # one small tensor: read out once per update, not once per minibatch
-            return torch.stack((pg_loss, v_loss, entropy, approx_kl, clipfrac))
+            return loss, torch.stack((pg_loss.detach(), v_loss.detach(), entropy.detach(),
+                                      approx_kl, clipfrac), dim=-1)
+
+    def batchable(self) -> bool:
+        """Whether this run's minibatch steps can run stacked with other seeds' (plain PPO
+        on a :meth:`stackable` network). Any other PPO run in a batched sweep updates alone,
+        as it would in its own process."""
+        return type(self) is PPO and self.stackable()
+
+
+@dataclass(eq=False)
+class _Minibatches(lanes.Work):
+    """One PPO update's minibatch steps, to run stacked with other seeds' (:mod:`rltrain.lanes`):
+    the update's tensors (obs, act, adv, ret, old_v, old_logp), the permutation of each pass
+    (drawn by the run itself, so its random numbers are its own) and the minibatch size."""
+
+    algo: PPO
+    tensors: tuple[torch.Tensor, ...]
+    perms: list[torch.Tensor]
+    size: int
+
+    def batch_key(self) -> Hashable:
+        return (repr(self.algo.cfg), tuple(t.shape[1:] for t in self.tensors), self.size,
+                len(self.perms), self.algo.optim.flat.shape, str(self.algo.device))
+
+    def alone(self) -> tuple[torch.Tensor, int]:
+        """The minibatch steps of this seed by itself (PPO.update's own loop)."""
+        sums = torch.zeros(5, device=self.algo.device)
+        steps = 0
+        for perm in self.perms:
+            for start in range(0, len(perm), self.size):
+                idx = perm[start : start + self.size]
+                sums += self.algo._minibatch(*(t[idx] for t in self.tensors))
+                steps += 1
+        return sums, steps
+
+    @classmethod
+    def run_batch(cls, works: Sequence[_Minibatches]) -> list[tuple[torch.Tensor, int]]:
+        """Each seed's minibatch steps, stacked: step k of every seed at once. Seeds whose
+        rollouts kept different numbers of transitions (an env's reset step is not one) pad
+        their minibatches, with weight 0, to the longest seed's; a seed with no k-th
+        minibatch in a pass leaves its parameters as they are at that step."""
+        if len(works) == 1:  # one seed left in the batch: its own update, as run alone
+            return [works[0].alone()]
+        first, size = works[0].algo, works[0].size
+        device = first.device
+        optim = StackedAdam([w.algo.optim for w in works])
+        names = {id(p): name for name, p in first.named_parameters()}
+        keys = [names[id(p)] for p in first.optim.params]
+        lengths = [len(w.tensors[0]) for w in works]
+        longest = max(lengths)
+        chunks = -(-longest // size)
+        stacked = [_padded(group, longest)
+                   for group in zip(*(w.tensors for w in works), strict=True)]
+        rows = torch.arange(len(works), device=device).unsqueeze(1)
+        dtype = optim.flat.dtype
+        sums = torch.zeros(len(works), 5, dtype=dtype, device=device)
+        steps = torch.zeros(len(works), dtype=torch.long, device=device)
+        for r in range(len(works[0].perms)):
+            perm = torch.zeros(len(works), chunks * size, dtype=torch.long, device=device)
+            weight = torch.zeros(len(works), chunks * size, dtype=dtype, device=device)
+            for i, w in enumerate(works):
+                perm[i, : lengths[i]] = w.perms[r]
+                weight[i, : lengths[i]] = 1.0
+            for c in range(chunks):
+                part = slice(c * size, (c + 1) * size)
+                idx, wt = perm[:, part], weight[:, part]
+                active = wt[:, 0] > 0  # a seed has a k-th minibatch: its first sample
+                obs, act, adv, ret, old_v, old_logp = (t[rows, idx] for t in stacked)
+                params = dict(zip(keys, optim.stacked_views(), strict=True))
+                logp, entropy, v = first.stacked_evaluate(params, obs, act)
+                loss, stats = first.clipped_losses(logp, entropy, v, adv, ret, old_v, old_logp,
+                                                   wt)
+                (grad,) = torch.autograd.grad(loss.sum(), optim.flat)
+                optim.step(grad, first.cfg.max_grad_norm, active)
+                sums += stats * active.unsqueeze(1)
+                steps += active
+        optim.write_back()
+        return [(sums[i], int(steps[i])) for i in range(len(works))]
+
+
+def _padded(tensors: Sequence[torch.Tensor], length: int) -> torch.Tensor:
+    """Tensors of up to ``length`` rows stacked, each padded with zeros to ``length``."""
+    out = tensors[0].new_zeros((len(tensors), length, *tensors[0].shape[1:]))
+    for i, t in enumerate(tensors):
+        out[i, : len(t)] = t
+    return out
 
 
 register(AlgoSpec(
     name="ppo", config=PPOConfig, build=PPO, trainers=("onpolicy",),
     actions=(DISCRETE, MULTIDISCRETE, CONTINUOUS),
     console=(("pg_loss", "pg"), ("v_loss", "vf"), ("entropy", "ent"), ("approx_kl", "kl")),
-    paper="Schulman et al. 2017, arXiv:1707.06347", masks=True,
+    paper="Schulman et al. 2017, arXiv:1707.06347", masks=True, batched=True,
 ))

@@ -276,7 +276,7 @@ class PPOLSTM(PPO):
         cfg = self.cfg
         lanes, t = rollout.valid.shape
         flat = lanes * t
-        act_dtype = torch.long if self.discrete else torch.float32
+        act_dtype = torch.long if self.discrete else torch.get_default_dtype()
         act = self._tensor(rollout.act.reshape(flat, *rollout.act.shape[2:]), act_dtype)
         obs, keep, pi_out, values, after, before = self._replay_rollout(rollout)
         with torch.no_grad():

@@ -50,7 +50,7 @@ class QRDQNConfig(QConfig):
 def quantile_midpoints(n: int, device: torch.device | None = None) -> torch.Tensor:
     """tau_i = (2 i + 1) / (2 N), i = 0..N-1: the quantile levels whose values minimise the
     1-Wasserstein distance of an N-atom uniform distribution (Dabney et al., lemma 2)."""
-    return (torch.arange(n, device=device, dtype=torch.float32) * 2 + 1) / (2 * n)
+    return (torch.arange(n, device=device, dtype=torch.get_default_dtype()) * 2 + 1) / (2 * n)
 
 
 def quantile_huber_loss(theta: torch.Tensor, target: torch.Tensor, taus: torch.Tensor,

@@ -60,6 +60,9 @@ class AlgoSpec:
     #: it applies action masks (rltrain.masking) wherever it picks or values actions: a
     #: masked env is refused for the others
     masks: bool = False
+    #: its updates can run stacked with other seeds' in one process (``hydra/launcher=batched``,
+    #: rltrain.lanes); the others run there too, each updating alone
+    batched: bool = False
 
 
 ALGORITHMS: dict[str, AlgoSpec] = {}

@@ -38,7 +38,7 @@ class OneHot(Encoder):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         idx = obs.reshape(obs.shape[0], -1).to(torch.int64)
         if len(self.sizes) == 1:
-            return F.one_hot(idx[:, 0] + self.starts[0], self.out_dim).to(torch.float32)
+            return F.one_hot(idx[:, 0] + self.starts[0], self.out_dim).to(torch.get_default_dtype())
         # every entry's one-hot in one scatter: entry i's index offset by its start
         out = torch.zeros(obs.shape[0], self.out_dim, device=obs.device)
         return out.scatter_(1, idx + self.starts, 1.0)

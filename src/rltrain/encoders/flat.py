@@ -18,8 +18,8 @@ class FlatEncoder(Encoder):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         # a batch of vectors passes as it is: this sits in front of every network call
-        if obs.dtype != torch.float32:  # a key of a dict observation, stored as it came
-            obs = obs.to(torch.float32)
+        if obs.dtype != (dtype := torch.get_default_dtype()):  # a dict key, stored as it came
+            obs = obs.to(dtype)
         return obs if obs.dim() == 2 else obs.reshape(obs.shape[0], -1)
 
 

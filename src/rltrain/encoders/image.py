@@ -61,10 +61,10 @@ class ImageInput(nn.Module):
         if self.last:
             scale = scale.transpose(2, 0, 1)
         self.register_buffer("scale", torch.as_tensor(np.ascontiguousarray(scale),
-                                                      dtype=torch.float32))
+                                                      dtype=torch.get_default_dtype()))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        x = obs.to(torch.float32)
+        x = obs.to(self.scale.dtype)
         if self.last:
             x = x.permute(0, 3, 1, 2)
         return x * self.scale

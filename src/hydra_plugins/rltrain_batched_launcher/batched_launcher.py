@@ -1,0 +1,41 @@
+"""The Launcher class for ``hydra/launcher=batched`` (Hydra accepts plugin classes only from
+the ``hydra_plugins`` package). Hydra imports this module whenever it looks for plugins, so
+it imports the run's modules only when a sweep launches; the work is
+:func:`rltrain.batched.launch`."""
+
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from hydra.core.utils import JobReturn
+from hydra.plugins.launcher import Launcher
+
+
+@dataclass
+class BatchedLauncherConf:
+    _target_: str = "hydra_plugins.rltrain_batched_launcher.batched_launcher.BatchedLauncher"
+
+
+ConfigStore.instance().store(group="hydra/launcher", name="batched", node=BatchedLauncherConf,
+                             provider="rltrain")
+
+
+class BatchedLauncher(Launcher):
+    """Jobs that differ only in seed as lanes of one process (:mod:`rltrain.batched`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.config: Any = None
+        self.task_function: Any = None
+        self.hydra_context: Any = None
+
+    def setup(self, *, hydra_context: Any, task_function: Any, config: Any) -> None:
+        self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
+
+    def launch(self, job_overrides: Sequence[Sequence[str]],
+               initial_job_idx: int) -> Sequence[JobReturn]:
+        from rltrain.batched import launch
+
+        return launch(self, job_overrides, initial_job_idx)

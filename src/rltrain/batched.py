@@ -1,0 +1,177 @@
+"""``hydra/launcher=batched``: a sweep's jobs that differ only in their seed train side by side
+in one process, their updates stacked into one computation (:mod:`rltrain.lanes`).
+
+``rltrain --multirun seed=0,1,2,3,4,5,6,7,8,9 hydra/launcher=batched`` composes each job as
+Hydra's basic launcher does and runs it with Hydra's own ``run_job``, so each job's run
+directory, config snapshot, logs, checkpoints, ``best/``, ``final/`` and summary are those of
+the same job under the basic launcher, and ``rltrain-report``, ``rltrain-eval`` and resume
+read them unchanged. What differs is that the jobs of one group run as lanes, each in a
+thread of its own, taking turns, and the updates of an algorithm registered with
+``batched=True`` (PPO) run as one batch over stacked parameters.
+
+* Jobs group when their configs are equal but for ``seed``. A job alone in its group, or one
+  whose algorithm has no batched update, runs as an ordinary job, and a line says why.
+* A job that stops early (its seed solved the task) leaves its lane; the others go on in a
+  smaller batch.
+* SIGINT/SIGTERM: every lane finishes its step, checkpoints and stops, as a run alone does;
+  the same command resumes every job of the sweep from its checkpoint (``rltrain.sweep``).
+* Each lane's lines on the console start with ``[job N]``.
+
+Global state a lane has its own copy of, swapped on each turn: the RNGs (torch, numpy,
+Python), the root logger's handlers, Hydra's job config and the console streams.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.utils import JobReturn, configure_log, filter_overrides, run_job, setup_globals
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from rltrain import lanes, signals
+from rltrain.algorithms import ALGORITHMS
+from rltrain.sweep import _Prefixed
+
+log = logging.getLogger("rltrain.batched")
+
+
+@dataclass
+class _Job:
+    num: int
+    overrides: list[str]
+    cfg: DictConfig
+
+    @property
+    def shown(self) -> str:
+        return " ".join(filter_overrides(self.overrides))
+
+
+class _Logging(lanes.Swap):
+    """The root logger's handlers and level."""
+
+    def swap(self, state: Any) -> Any:
+        root = logging.getLogger()
+        old = (list(root.handlers), root.level)
+        if state is not None:
+            root.handlers[:] = state[0]
+            root.setLevel(state[1])
+        return old
+
+
+class _HydraJob(lanes.Swap):
+    """Hydra's config of the job running now (``HydraConfig.get()``)."""
+
+    def swap(self, state: Any) -> Any:
+        old = HydraConfig.instance().cfg
+        if state is not None:
+            HydraConfig.instance().cfg = state
+        return old
+
+
+class _Console(lanes.Swap):
+    """``sys.stdout`` and ``sys.stderr``: a lane's are prefixed with its job."""
+
+    def swap(self, state: Any) -> Any:
+        old = (sys.stdout, sys.stderr)
+        if state is not None:
+            sys.stdout, sys.stderr = state
+        return old
+
+
+def group_key(cfg: DictConfig) -> str:
+    """Jobs with equal keys can be lanes of one batch: their configs differ only in seed."""
+    plain = OmegaConf.to_container(cfg, resolve=False)
+    assert isinstance(plain, dict)
+    plain.pop("hydra", None)
+    plain.pop("seed", None)
+    return repr(plain)
+
+
+def why_alone(cfg: DictConfig, group_size: int) -> str | None:
+    """Why a job runs as an ordinary job (None: it is a lane of a batch)."""
+    name = str(OmegaConf.select(cfg, "algo.name", default=""))
+    spec = ALGORITHMS.get(name)
+    if spec is None or not spec.batched:
+        batched = ", ".join(sorted(n for n, s in ALGORITHMS.items() if s.batched))
+        return f"algo={name} has no batched update yet (batched: {batched})"
+    if group_size == 1:
+        return "no other job differs from it only in seed"
+    return None
+
+
+def launch(launcher: Any, job_overrides: Sequence[Sequence[str]],
+           initial_job_idx: int) -> list[JobReturn]:
+    """Hydra's ``Launcher.launch`` for ``hydra/launcher=batched``: the jobs' results in order."""
+    setup_globals()
+    config, context = launcher.config, launcher.hydra_context
+    configure_log(config.hydra.hydra_logging, config.hydra.verbose)
+    Path(str(config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+    jobs = []
+    for i, overrides in enumerate(job_overrides):
+        num = initial_job_idx + i
+        cfg = context.config_loader.load_sweep_config(config, list(overrides))
+        with open_dict(cfg):
+            cfg.hydra.job.id = num
+            cfg.hydra.job.num = num
+        jobs.append(_Job(num, list(overrides), cfg))
+    groups: dict[str, list[_Job]] = {}
+    for job in jobs:
+        groups.setdefault(group_key(job.cfg), []).append(job)
+    quiet = bool(OmegaConf.select(config, "logger.quiet", default=False))
+    results: dict[int, JobReturn] = {}
+    for group in groups.values():
+        alone = why_alone(group[0].cfg, len(group))
+        if alone is not None:
+            for job in group:
+                print(f"rltrain: job {job.num} ({job.shown}) runs alone: {alone}", flush=True)
+                results[job.num] = _run(launcher, job)
+                configure_log(config.hydra.hydra_logging, config.hydra.verbose)
+            continue
+        if not quiet:
+            print(f"rltrain: jobs {', '.join(str(j.num) for j in group)} run as one batch "
+                  f"of {len(group)} lanes in this process", flush=True)
+        results.update(_run_lanes(launcher, group, quiet))
+        configure_log(config.hydra.hydra_logging, config.hydra.verbose)
+    return [results[job.num] for job in jobs]
+
+
+def _run(launcher: Any, job: _Job) -> JobReturn:
+    return run_job(hydra_context=launcher.hydra_context, task_function=launcher.task_function,
+                   config=job.cfg, job_dir_key="hydra.sweep.dir",
+                   job_subdir_key="hydra.sweep.subdir")
+
+
+def _job_runner(launcher: Any, job: _Job) -> Callable[[], JobReturn]:
+    return lambda: _run(launcher, job)
+
+
+def _run_lanes(launcher: Any, group: list[_Job], quiet: bool) -> dict[int, JobReturn]:
+    raw = (sys.stdout, sys.stderr)
+    swaps = [lanes.RNGs(), _Logging(), _HydraJob(), _Console()]
+    ran: list[lanes.Lane] = []
+    for job in group:
+        prefix = f"[job {job.num}] "
+        console = (_Prefixed(raw[0], prefix), _Prefixed(raw[1], prefix))
+        ran.append(lanes.Lane(str(job.num), _job_runner(launcher, job), swaps,
+                              initial=[None, None, None, console]))
+    scheduler = lanes.Scheduler(ran)
+    with signals.training(signals.stop_threads):
+        scheduler.run()
+    for lane in ran:
+        for stream in lane.states()[3] or ():
+            stream.finish()
+    if not quiet:
+        print(f"rltrain: the batch ran {scheduler.works} updates as {scheduler.batches} "
+              f"stacked computations", flush=True)
+    out: dict[int, JobReturn] = {}
+    for job, lane in zip(group, ran, strict=True):
+        if lane.error is not None:
+            raise lane.error
+        out[job.num] = lane.returned
+    return out
