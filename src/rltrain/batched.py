@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
-from hydra.core.utils import JobReturn, configure_log, filter_overrides, run_job, setup_globals
+from hydra.core.utils import JobReturn, configure_log, run_job, setup_globals
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from rltrain import lanes, signals
@@ -46,10 +46,6 @@ class _Job:
     num: int
     overrides: list[str]
     cfg: DictConfig
-
-    @property
-    def shown(self) -> str:
-        return " ".join(filter_overrides(self.overrides))
 
 
 class _Logging(lanes.Swap):
@@ -129,7 +125,7 @@ def launch(launcher: Any, job_overrides: Sequence[Sequence[str]],
         alone = why_alone(group[0].cfg, len(group))
         if alone is not None:
             for job in group:
-                print(f"rltrain: job {job.num} ({job.shown}) runs alone: {alone}", flush=True)
+                print(f"rltrain: job {job.num} runs alone: {alone}", flush=True)
                 results[job.num] = _run(launcher, job)
                 configure_log(config.hydra.hydra_logging, config.hydra.verbose)
             continue

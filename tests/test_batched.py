@@ -1,0 +1,252 @@
+"""``hydra/launcher=batched``: seeds of one config as lanes of one process, PPO's updates
+stacked over them (rltrain.lanes, rltrain.batched). Each seed must be the run it is alone,
+up to the order of floating-point sums: in float64 its records agree to 1e-9."""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+import torch
+from conftest import (
+    SIGTERM,
+    job_dir,
+    learning_records,
+    read_jsonl,
+    signal_when,
+)
+
+from rltrain import lanes
+from rltrain.algorithms.ppo import PPO, PPOConfig, _Minibatches
+from rltrain.envs import space_info
+
+#: a short PPO sweep on CartPole: 2 epochs of 512 env steps, 2 test episodes each
+SMOKE = ["experiment=smoke", "logger.tensorboard=false"]
+BATCHED = "hydra/launcher=batched"
+
+
+# --------------------------------------------------------------------------- lanes
+@dataclass(eq=False)
+class _Twice(lanes.Work):
+    """A work whose batch doubles each value and notes the batch's size."""
+
+    value: torch.Tensor
+    sizes: list[int]
+
+    def batch_key(self) -> tuple[int, ...]:
+        return tuple(self.value.shape)
+
+    @classmethod
+    def run_batch(cls, works):
+        works[0].sizes.append(len(works))
+        return list((torch.stack([w.value for w in works]) * 2).unbind())
+
+
+@dataclass(eq=False)
+class _Broken(lanes.Work):
+    def batch_key(self) -> int:
+        return 0
+
+    @classmethod
+    def run_batch(cls, works):
+        raise ValueError("the batch broke")
+
+
+def _draws(seed: int, rounds: int, sizes: list[int] | None = None) -> list[torch.Tensor]:
+    """Seed torch, then each round draw 3 numbers and (in a lane) meet with them."""
+    torch.manual_seed(seed)
+    out = []
+    for _ in range(rounds):
+        x = torch.rand(3)
+        out.append(lanes.meet(_Twice(x, sizes if sizes is not None else [])) / 2)
+    return out
+
+
+def test_lanes_take_turns_meet_as_one_batch_and_draw_their_own_random_numbers():
+    sizes: list[int] = []
+    ran = [lanes.Lane(str(s), lambda s=s: _draws(s, 4, sizes), [lanes.RNGs()])
+           for s in range(3)]
+    before = torch.get_rng_state()
+    lanes.Scheduler(ran).run()
+    assert torch.equal(torch.get_rng_state(), before)  # the caller's stream is untouched
+    assert sizes == [3, 3, 3, 3]
+    for s, lane in enumerate(ran):
+        assert lane.error is None and lane.done
+        alone = _draws(s, 4)  # outside a lane: meet runs the work by itself
+        assert all(torch.equal(a, b) for a, b in zip(lane.returned, alone, strict=True))
+
+
+def test_a_lane_that_ends_early_leaves_the_batch_smaller():
+    sizes: list[int] = []
+    ran = [lanes.Lane(str(n), lambda n=n: _draws(0, n, sizes), [lanes.RNGs()])
+           for n in (1, 3)]
+    lanes.Scheduler(ran).run()
+    assert sizes == [2, 1, 1]
+    assert [len(lane.returned) for lane in ran] == [1, 3]
+
+
+def test_a_failed_batch_fails_its_lanes_and_a_failed_lane_only_itself():
+    def breaks() -> None:
+        lanes.meet(_Broken())
+
+    def fails() -> None:
+        raise RuntimeError("this lane's own bug")
+
+    ran = [lanes.Lane("a", breaks, []), lanes.Lane("b", breaks, []),
+           lanes.Lane("c", fails, []), lanes.Lane("d", lambda: _draws(0, 2), [])]
+    lanes.Scheduler(ran).run()
+    assert [type(lane.error) for lane in ran] == [ValueError, ValueError, RuntimeError,
+                                                   type(None)]
+    assert len(ran[3].returned) == 2
+    assert lanes.current() is None
+    assert threading.active_count() < 50  # each lane's thread ended
+
+
+# --------------------------------------------------------------------------- the stacked update
+def _ppo(env_id: str, seed: int, **cfg) -> PPO:
+    envs = gym.vector.SyncVectorEnv([lambda: gym.make(env_id)])
+    info = space_info(envs, env_id)
+    envs.close()
+    torch.manual_seed(seed)
+    algo = PPO(PPOConfig(**cfg), info, torch.device("cpu"), seed)
+    algo.optim.lr = 1e-3 * (1 + seed)  # each seed its own learning rate (annealed ones differ)
+    return algo
+
+
+def _work(algo: PPO, n: int, g: torch.Generator) -> _Minibatches:
+    obs_dim = algo.info.obs_shape[0]
+    act = (torch.randint(0, algo.info.num_actions, (n,), generator=g) if algo.discrete
+           else torch.randn(n, *algo.info.action_shape, generator=g))
+    tensors = (torch.randn(n, obs_dim, generator=g), act, torch.randn(n, generator=g),
+               torch.randn(n, generator=g), torch.randn(n, generator=g),
+               -torch.rand(n, generator=g))
+    return _Minibatches(algo, tensors, [torch.randperm(n, generator=g) for _ in range(3)], 64)
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_ppos_stacked_minibatch_steps_equal_each_seeds_own_in_float64(env_id):
+    """Three seeds with rollouts of different lengths (so padded minibatches, and a seed
+    without a last minibatch), advantage normalisation, value clipping and gradient
+    clipping: each seed's parameters, Adam state and stats equal its own loop's to 1e-12."""
+    torch.set_default_dtype(torch.float64)
+    try:
+        cfg = {"normalize_advantage": True, "value_clip": 0.2, "max_grad_norm": 0.5}
+        stacked = [_ppo(env_id, s, **cfg) for s in range(3)]
+        alone = [_ppo(env_id, s, **cfg) for s in range(3)]
+        g = torch.Generator().manual_seed(0)
+        works = [_work(a, n, g) for a, n in zip(stacked, (250, 256, 130), strict=True)]
+        results = _Minibatches.run_batch(works)
+        for work, twin, (sums, steps) in zip(works, alone, results, strict=True):
+            twin_work = _Minibatches(twin, work.tensors, work.perms, work.size)
+            twin_sums, twin_steps = twin_work.alone()
+            assert steps == twin_steps == 3 * math.ceil(len(work.tensors[0]) / 64)
+            assert work.algo.optim.steps == twin.optim.steps == steps
+            assert torch.allclose(sums, twin_sums, rtol=0, atol=1e-12)
+            for name in ("flat", "exp_avg", "exp_avg_sq"):
+                a, b = getattr(work.algo.optim, name), getattr(twin.optim, name)
+                assert torch.allclose(a, b, rtol=0, atol=1e-12), name
+            assert not torch.equal(work.algo.optim.flat, stacked[0].optim.flat) or \
+                work.algo is stacked[0]
+            x = torch.randn(5, work.algo.info.obs_shape[0])
+            assert torch.allclose(work.algo.pi(x), twin.pi(x), rtol=0, atol=1e-12)
+    finally:
+        torch.set_default_dtype(torch.float32)
+
+
+def test_ppo_on_images_or_with_a_shared_encoder_updates_alone():
+    assert _ppo("CartPole-v1", 0).batchable()
+    assert not _ppo("CartPole-v1", 0, share_encoder=True).batchable()
+
+
+# --------------------------------------------------------------------------- the launcher
+def _records_close(a: Path, b: Path, tol: float) -> float:
+    """The largest relative difference between the numbers of two runs' records (which must
+    otherwise be equal, key for key)."""
+    worst = 0.0
+
+    def walk(x, y, where: str) -> None:
+        nonlocal worst
+        if isinstance(x, dict):
+            assert isinstance(y, dict) and x.keys() == y.keys(), where
+            for k in x:
+                walk(x[k], y[k], f"{where}.{k}")
+        elif isinstance(x, float) and isinstance(y, float):
+            if math.isnan(x) and math.isnan(y):
+                return
+            diff = abs(x - y) / max(1.0, abs(y))
+            assert diff <= tol, f"{where}: {x} vs {y}"
+            worst = max(worst, diff)
+        else:
+            assert x == y, f"{where}: {x!r} vs {y!r}"
+
+    ra, rb = learning_records(a), learning_records(b)
+    assert len(ra) == len(rb)
+    for i, (x, y) in enumerate(zip(ra, rb, strict=True)):
+        walk(x, y, f"epoch {i + 1}")
+    return worst
+
+
+def _files(job: Path) -> set[str]:
+    return {str(p.relative_to(job)) for p in job.rglob("*") if p.is_file()}
+
+
+def test_a_batched_sweep_equals_its_seeds_run_by_the_basic_launcher_in_float64(cli, tmp_path):
+    args = ["--multirun", *SMOKE, "seed=3,7", "precision=float64", "trainer.max_epochs=3"]
+    basic, batched = tmp_path / "basic", tmp_path / "batched"
+    res = cli(*args, f"hydra.sweep.dir={basic}")
+    assert res.returncode == 0, res.stderr
+    res = cli(*args, BATCHED, f"hydra.sweep.dir={batched}")
+    assert res.returncode == 0, res.stderr
+    assert "Traceback" not in res.stderr
+    assert "rltrain: jobs 0, 1 run as one batch of 2 lanes in this process" in res.stdout
+    ran = re.search(r"the batch ran (\d+) updates as (\d+) stacked computations", res.stdout)
+    assert ran is not None and int(ran.group(1)) == 2 * int(ran.group(2)) > 0, res.stdout
+    assert re.search(r"^\[job 1\] epoch   3/3 ", res.stdout, re.M), res.stdout
+    for num in (0, 1):
+        a, b = job_dir(batched, num), job_dir(basic, num)
+        assert a.name == b.name
+        assert _records_close(a, b, tol=1e-9) < 1e-9
+        assert _files(a) == _files(b)
+        assert read_jsonl(a / "epochs.jsonl")[-1]["gradient_step"] > 0
+
+
+def test_jobs_that_cannot_be_lanes_run_alone_and_say_why(cli, tmp_path):
+    from conftest import SHORT_DQN
+
+    sweep = tmp_path / "sweep"
+    res = cli("--multirun", *SHORT_DQN, "seed=0,1", BATCHED, f"hydra.sweep.dir={sweep}")
+    assert res.returncode == 0, res.stderr
+    for num in (0, 1):
+        assert (f"rltrain: job {num} runs alone: algo=dqn has no "
+                "batched update yet (batched: ppo)") in res.stdout
+        assert (job_dir(sweep, num) / "final").is_dir()
+    res = cli("--multirun", *SMOKE, "seed=5", BATCHED, f"hydra.sweep.dir={tmp_path / 'one'}")
+    assert res.returncode == 0, res.stderr
+    assert "runs alone: no other job differs from it only in seed" in res.stdout
+
+
+def test_a_signal_stops_every_lane_and_the_same_command_resumes_them_all(cli, tmp_path):
+    """SIGTERM in epoch 1: each lane finishes its step, checkpoints and stops (exit 143);
+    the same command again resumes every job, and the records equal an unbroken batched
+    sweep's (float64: to 1e-9)."""
+    args = ["--multirun", *SMOKE, "seed=0,1", "precision=float64", "trainer.max_epochs=3",
+            BATCHED]
+    full, broken = tmp_path / "full", tmp_path / "broken"
+    assert cli(*args, f"hydra.sweep.dir={full}").returncode == 0
+    res = signal_when([*args, f"hydra.sweep.dir={broken}"], tmp_path,
+                      lambda line: line.startswith("[job 1] epoch   1/3"), SIGTERM)
+    assert res.returncode == 143, res.stdout + res.stderr
+    assert "Traceback" not in res.stderr
+    for num in (0, 1):
+        summary = (job_dir(broken, num) / "summary.json").read_text()
+        assert '"status": "interrupted"' in summary
+    res = cli(*args, f"hydra.sweep.dir={broken}")
+    assert res.returncode == 0, res.stderr
+    for num in (0, 1):
+        assert f"job {num}: resuming the unfinished run in {job_dir(broken, num)}" in res.stdout
+        _records_close(job_dir(broken, num), job_dir(full, num), tol=1e-9)
