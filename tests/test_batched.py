@@ -13,6 +13,7 @@ from pathlib import Path
 import gymnasium as gym
 import pytest
 import torch
+
 from conftest import (
     SIGTERM,
     job_dir,
@@ -20,7 +21,6 @@ from conftest import (
     read_jsonl,
     signal_when,
 )
-
 from rltrain import lanes
 from rltrain.algorithms.ppo import PPO, PPOConfig, _Minibatches
 from rltrain.envs import space_info
