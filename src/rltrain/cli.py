@@ -305,7 +305,7 @@ def _hydra(argv: list[str]) -> tuple[int, bool]:
     from rltrain import overrides, sweep
     from rltrain.catalogue import register_configs
     from rltrain.config import ConfigError
-    from rltrain.hydra_compat import brief_plugin_errors, skip_mode_probe
+    from rltrain.hydra_compat import brief_plugin_errors, skip_batch_validation, skip_mode_probe
     from rltrain.trainer import failure_text
 
     multirun = any(a in ("-m", "--multirun") for a in argv)
@@ -340,6 +340,8 @@ def _hydra(argv: list[str]) -> tuple[int, bool]:
         brief_plugin_errors(could_not_run)
     if not multirun:
         skip_mode_probe(argv)
+    else:
+        skip_batch_validation()
     code = 0
     try:
         hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")(task)()

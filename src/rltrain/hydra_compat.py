@@ -13,11 +13,18 @@
    :func:`skip_mode_probe` answers "no mode set" without composing. The one thing this gives
    up: a config *file* that sets ``hydra.mode: MULTIRUN`` no longer turns a plain command into
    a sweep; rltrain's own configs set no mode, and its usage says sweeps take ``--multirun``.
+3. Before it launches a batch of jobs, Hydra's sweeper composes every job's config once only to
+   check that it composes (``Sweeper.validate_batch_is_legal``); the launcher then composes
+   each again to run it: 0.3 s per job here, a tenth of a short sweep. rltrain's batched
+   launcher (``hydra/launcher=batched``) composes every job before it runs any, so an
+   override that does not compose still stops the sweep before its first job;
+   :func:`skip_batch_validation` skips the sweeper's check for that launcher only.
 
-What breaks when Hydra changes (both checked against hydra-core 1.3): if ``run_and_report`` or
-``Hydra.get_mode`` is renamed or moved, the matching function here does nothing and Hydra's
-own behaviour returns (the traceback shows again; the config is composed twice), with the same
-exit status and the same run; nothing else depends on them. ``tests/test_sweeps.py`` covers
+What breaks when Hydra changes (all checked against hydra-core 1.3): if ``run_and_report``,
+``Hydra.get_mode`` or ``Sweeper.validate_batch_is_legal`` is renamed or moved, the matching
+function here does nothing and Hydra's own behaviour returns (the traceback shows again; the
+config is composed twice), with the same exit status and the same run; nothing else depends
+on them. ``tests/test_sweeps.py`` covers
 the one-line message with a real launcher setting that submitit refuses, and
 ``tests/test_cli.py`` that a plain run composes its config once.
 """
@@ -74,3 +81,23 @@ def skip_mode_probe(overrides: list[str]) -> None:
         return None
 
     Hydra.get_mode = get_mode  # type: ignore[method-assign]
+
+
+def skip_batch_validation() -> None:
+    """Let Hydra's sweepers skip their compose-only check of a batch of jobs when the
+    launcher composes every job before running any (see the module's docstring)."""
+    try:
+        from hydra.plugins.sweeper import Sweeper
+    except ImportError:  # a Hydra without it: its own check stays
+        return
+    original = getattr(Sweeper, "validate_batch_is_legal", None)
+    if not callable(original) or getattr(original, "rltrain_skip", False):
+        return
+
+    def validate_batch_is_legal(self: Any, batch: Any) -> None:
+        if getattr(getattr(self, "launcher", None), "composes_every_job_first", False):
+            return
+        original(self, batch)
+
+    validate_batch_is_legal.rltrain_skip = True  # type: ignore[attr-defined]
+    Sweeper.validate_batch_is_legal = validate_batch_is_legal  # type: ignore[method-assign]

@@ -25,6 +25,9 @@ ConfigStore.instance().store(group="hydra/launcher", name="batched", node=Batche
 class BatchedLauncher(Launcher):
     """Jobs that differ only in seed as lanes of one process (:mod:`rltrain.batched`)."""
 
+    #: every job's config is composed before any job runs (rltrain.hydra_compat)
+    composes_every_job_first = True
+
     def __init__(self) -> None:
         super().__init__()
         self.config: Any = None
