@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import re
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,6 +106,38 @@ def test_a_failed_batch_fails_its_lanes_and_a_failed_lane_only_itself():
     assert len(ran[3].returned) == 2
     assert lanes.current() is None
     assert threading.active_count() < 50  # each lane's thread ended
+
+
+@dataclass(eq=False)
+class _Slow(lanes.Work):
+    def batch_key(self) -> int:
+        return 0
+
+    @classmethod
+    def run_batch(cls, works):
+        time.sleep(0.2)
+        return [None] * len(works)
+
+
+def test_a_lanes_waits_for_other_lanes_turns_are_not_its_own_time():
+    """Lane a meets, then lane b spends 0.3 s in its turn before it meets; the batch takes
+    0.2 s. Lane a waited 0.5 s for its result, 0.3 s of it elsewhere: its update's own time is
+    the batch's."""
+    waited = {}
+
+    def lane(name: str, busy: float) -> None:
+        time.sleep(busy)
+        start, away = time.perf_counter(), lanes.elsewhere()
+        lanes.meet(_Slow())
+        waited[name] = (time.perf_counter() - start, lanes.elsewhere() - away)
+
+    lanes.Scheduler([lanes.Lane("a", lambda: lane("a", 0.0), []),
+                     lanes.Lane("b", lambda: lane("b", 0.3), [])]).run()
+    total, elsewhere = waited["a"]
+    assert total >= 0.5 and 0.3 <= elsewhere < total - 0.19
+    total, elsewhere = waited["b"]
+    assert 0.2 <= total and elsewhere < 0.05
+    assert lanes.elsewhere() == 0.0  # outside a lane
 
 
 # --------------------------------------------------------------------------- the stacked update

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
@@ -39,6 +40,14 @@ _local = threading.local()
 def current() -> Lane | None:
     """The lane the calling code runs in (None outside a batched sweep)."""
     return getattr(_local, "lane", None)
+
+
+def elsewhere() -> float:
+    """Seconds the calling lane has spent waiting while other lanes took their turns (0.0
+    outside a lane): a run's timing leaves them out, so that its update's time is the
+    stacked computation's, not the other seeds' collection and tests."""
+    lane = current()
+    return 0.0 if lane is None else lane.elsewhere
 
 
 class Work(ABC):
@@ -106,6 +115,10 @@ class Lane:
     done: bool = False
     work: Work | None = None
     result: Any = None
+    #: seconds spent waiting for other lanes' turns (see :func:`elsewhere`)
+    elsewhere: float = 0.0
+    #: seconds the last batch that held this lane's work took
+    batch_s: float = 0.0
     _states: list[Any] = field(default_factory=list)
     _outer: list[Any] = field(default_factory=list)
     _turn: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(0))
@@ -148,8 +161,10 @@ class Lane:
         self.work = work
         self._leave()
         assert self._back is not None
+        left = time.perf_counter()
         self._back.release()
         self._turn.acquire()
+        self.elsewhere += time.perf_counter() - left - self.batch_s
         self._enter()
         result, self.result = self.result, None
         if isinstance(result, BaseException):
@@ -191,9 +206,11 @@ class Scheduler:
         works = [lane.work for lane in group if lane.work is not None]
         self.batches += 1
         self.works += len(works)
+        start = time.perf_counter()
         try:
             results: list[Any] = type(works[0]).run_batch(works)
         except Exception as e:  # noqa: BLE001 - each lane's run fails with it, as alone
             results = [e] * len(group)
+        took = time.perf_counter() - start
         for lane, result in zip(group, results, strict=True):
-            lane.work, lane.result = None, result
+            lane.work, lane.result, lane.batch_s = None, result, took

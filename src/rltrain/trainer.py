@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from rltrain import lanes
 from rltrain.algorithms.base import (
     Algorithm,
     OffPolicyAlgorithm,
@@ -578,10 +579,11 @@ class OnlineTrainer(Trainer):
                 self._early_test = test
                 return episodes.n_steps, episodes, [], Timing(t1 - t0, 0.0,
                                                               time.perf_counter() - t1)
-        t2 = time.perf_counter()
+        t2, away = time.perf_counter(), lanes.elsewhere()
         stats = self.update_step(episodes, start)
-        return episodes.n_steps, episodes, stats, Timing(t1 - t0, time.perf_counter() - t2,
-                                                         t2 - t1)
+        # in a batched sweep, less the other seeds' turns the update waited through
+        update = time.perf_counter() - t2 - (lanes.elsewhere() - away)
+        return episodes.n_steps, episodes, stats, Timing(t1 - t0, update, t2 - t1)
 
     def update_step(self, episodes: Episodes, start: Progress) -> list[Any]:
         """Learn from what was just collected; ``start`` is the progress when the
