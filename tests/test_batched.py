@@ -236,8 +236,9 @@ def test_a_batched_sweep_equals_its_seeds_run_by_the_basic_launcher_in_float64(c
     res = cli(*args, BATCHED, f"hydra.sweep.dir={batched}")
     assert res.returncode == 0, res.stderr
     assert "Traceback" not in res.stderr
-    assert "rltrain: jobs 0, 1 run as one batch of 2 lanes in this process" in res.stdout
-    ran = re.search(r"the batch ran (\d+) updates as (\d+) stacked computations", res.stdout)
+    assert "rltrain: jobs 0, 1 run as 1 batch(es) of lanes (in this process)" in res.stdout
+    ran = re.search(r"the batch of jobs 0, 1 ran (\d+) updates as (\d+) stacked computations",
+                    res.stdout)
     assert ran is not None and int(ran.group(1)) == 2 * int(ran.group(2)) > 0, res.stdout
     assert re.search(r"^\[job 1\] epoch   3/3 ", res.stdout, re.M), res.stdout
     for num in (0, 1):
@@ -246,6 +247,31 @@ def test_a_batched_sweep_equals_its_seeds_run_by_the_basic_launcher_in_float64(c
         assert _records_close(a, b, tol=1e-9) < 1e-9
         assert _files(a) == _files(b)
         assert read_jsonl(a / "epochs.jsonl")[-1]["gradient_step"] > 0
+
+
+def test_batches_in_worker_processes_equal_the_basic_launchers_too(cli, tmp_path):
+    """``hydra.launcher.n_jobs=2``: four seeds dealt into two batches of two lanes, each in a
+    worker process of its own; every seed's records equal the basic launcher's (float64)."""
+    args = ["--multirun", *SMOKE, "seed=0,1,2,3", "precision=float64"]
+    basic, workers = tmp_path / "basic", tmp_path / "workers"
+    assert cli(*args, f"hydra.sweep.dir={basic}").returncode == 0
+    res = cli(*args, BATCHED, "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={workers}")
+    assert res.returncode == 0, res.stderr
+    assert "rltrain: jobs 0, 2; 1, 3 run as 2 batch(es) of lanes (in 2 worker processes)" \
+        in res.stdout
+    for jobs in ("0, 2", "1, 3"):
+        assert re.search(rf"the batch of jobs {jobs} ran \d+ updates", res.stdout), res.stdout
+    for num in range(4):
+        _records_close(job_dir(workers, num), job_dir(basic, num), tol=1e-9)
+
+
+def test_a_batched_launcher_without_workers_is_refused(cli, tmp_path):
+    res = cli("--multirun", *SMOKE, "seed=0,1", BATCHED, "hydra.launcher.n_jobs=0",
+              f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    assert res.returncode == 2
+    assert "hydra.launcher.n_jobs must be >= 1, got 0" in res.stderr
+    assert "Traceback" not in res.stderr
+    assert not list((tmp_path / "sweep").glob("*job*"))
 
 
 def test_jobs_that_cannot_be_lanes_run_alone_and_say_why(cli, tmp_path):
@@ -281,5 +307,6 @@ def test_a_signal_stops_every_lane_and_the_same_command_resumes_them_all(cli, tm
     res = cli(*args, f"hydra.sweep.dir={broken}")
     assert res.returncode == 0, res.stderr
     for num in (0, 1):
-        assert f"job {num}: resuming the unfinished run in {job_dir(broken, num)}" in res.stdout
+        assert (f"[job {num}] rltrain: resuming the unfinished run in {job_dir(broken, num)}"
+                in res.stdout)
         _records_close(job_dir(broken, num), job_dir(full, num), tol=1e-9)

@@ -31,12 +31,13 @@ from pathlib import Path
 from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
+from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, configure_log, run_job, setup_globals
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from rltrain import lanes, signals
 from rltrain.algorithms import ALGORITHMS
-from rltrain.sweep import _Prefixed
+from rltrain.sweep import _Prefixed, lanes_in_worker
 
 log = logging.getLogger("rltrain.batched")
 
@@ -103,38 +104,95 @@ def why_alone(cfg: DictConfig, group_size: int) -> str | None:
 
 def launch(launcher: Any, job_overrides: Sequence[Sequence[str]],
            initial_job_idx: int) -> list[JobReturn]:
-    """Hydra's ``Launcher.launch`` for ``hydra/launcher=batched``: the jobs' results in order."""
+    """Hydra's ``Launcher.launch`` for ``hydra/launcher=batched``: the jobs' results in order.
+
+    The jobs are dealt into units: the jobs of a group that can be lanes, split into
+    ``n_jobs`` batches (each in a worker process of its own when ``n_jobs`` > 1), and each
+    other job alone. Units run one after another here, or side by side in ``n_jobs`` worker
+    processes."""
     setup_globals()
     config, context = launcher.config, launcher.hydra_context
     configure_log(config.hydra.hydra_logging, config.hydra.verbose)
     Path(str(config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+    n_jobs = int(launcher.n_jobs)
+    if n_jobs < 1:
+        raise ValueError(f"hydra.launcher.n_jobs must be >= 1, got {n_jobs}")
     jobs = []
     for i, overrides in enumerate(job_overrides):
         num = initial_job_idx + i
-        cfg = context.config_loader.load_sweep_config(config, list(overrides))
-        with open_dict(cfg):
-            cfg.hydra.job.id = num
-            cfg.hydra.job.num = num
-        jobs.append(_Job(num, list(overrides), cfg))
+        jobs.append(_Job(num, list(overrides), _compose(context, config, list(overrides), num)))
     groups: dict[str, list[_Job]] = {}
     for job in jobs:
         groups.setdefault(group_key(job.cfg), []).append(job)
     quiet = bool(OmegaConf.select(config, "logger.quiet", default=False))
-    results: dict[int, JobReturn] = {}
+    units: list[list[_Job]] = []
     for group in groups.values():
         alone = why_alone(group[0].cfg, len(group))
         if alone is not None:
             for job in group:
                 print(f"rltrain: job {job.num} runs alone: {alone}", flush=True)
-                results[job.num] = _run(launcher, job)
-                configure_log(config.hydra.hydra_logging, config.hydra.verbose)
+                units.append([job])
             continue
+        parts = min(n_jobs, len(group))
+        batches = [group[p::parts] for p in range(parts)]
         if not quiet:
-            print(f"rltrain: jobs {', '.join(str(j.num) for j in group)} run as one batch "
-                  f"of {len(group)} lanes in this process", flush=True)
-        results.update(_run_lanes(launcher, group, quiet))
-        configure_log(config.hydra.hydra_logging, config.hydra.verbose)
+            where = "in this process" if n_jobs == 1 else f"in {parts} worker processes"
+            shown = "; ".join(", ".join(str(j.num) for j in b) for b in batches)
+            print(f"rltrain: jobs {shown} run as {parts} batch(es) of lanes ({where})",
+                  flush=True)
+        units += batches
+    if n_jobs == 1:
+        results: dict[int, JobReturn] = {}
+        for unit in units:
+            results.update(_run_unit(launcher, unit, quiet))
+            configure_log(config.hydra.hydra_logging, config.hydra.verbose)
+    else:
+        from joblib import Parallel, delayed  # type: ignore[import-untyped]
+
+        state = Singleton.get_state()
+        done = Parallel(n_jobs=n_jobs, backend="loky")(
+            delayed(_unit_in_worker)(context, config, launcher.task_function,
+                                     [(j.num, j.overrides) for j in unit], state, quiet)
+            for unit in units)
+        results = {num: ret for part in done for num, ret in part.items()}
     return [results[job.num] for job in jobs]
+
+
+def _compose(context: Any, config: DictConfig, overrides: list[str], num: int) -> DictConfig:
+    cfg = context.config_loader.load_sweep_config(config, overrides)
+    with open_dict(cfg):
+        cfg.hydra.job.id = num
+        cfg.hydra.job.num = num
+    return cfg
+
+
+def _unit_in_worker(context: Any, config: DictConfig, task_function: Any,
+                    jobs: list[tuple[int, list[str]]], singleton_state: dict[Any, Any],
+                    quiet: bool) -> dict[int, JobReturn]:
+    """A unit of jobs in a worker process (``n_jobs`` > 1), as Hydra's joblib launcher runs
+    one job there."""
+    setup_globals()
+    Singleton.set_state(singleton_state)
+    unit = [_Job(num, overrides, _compose(context, config, overrides, num))
+            for num, overrides in jobs]
+    launcher = _Worker(config, context, task_function)
+    with lanes_in_worker():
+        return _run_unit(launcher, unit, quiet)
+
+
+@dataclass
+class _Worker:
+    """What a worker needs of the launcher."""
+
+    config: DictConfig
+    hydra_context: Any
+    task_function: Any
+
+
+def _run_unit(launcher: Any, unit: list[_Job], quiet: bool) -> dict[int, JobReturn]:
+    if len(unit) == 1:
+        return {unit[0].num: _run(launcher, unit[0])}
+    return _run_lanes(launcher, unit, quiet)
 
 
 def _run(launcher: Any, job: _Job) -> JobReturn:
@@ -163,8 +221,9 @@ def _run_lanes(launcher: Any, group: list[_Job], quiet: bool) -> dict[int, JobRe
         for stream in lane.states()[3] or ():
             stream.finish()
     if not quiet:
-        print(f"rltrain: the batch ran {scheduler.works} updates as {scheduler.batches} "
-              f"stacked computations", flush=True)
+        jobs = ", ".join(str(job.num) for job in group)
+        print(f"rltrain: the batch of jobs {jobs} ran {scheduler.works} updates as "
+              f"{scheduler.batches} stacked computations", flush=True)
     out: dict[int, JobReturn] = {}
     for job, lane in zip(group, ran, strict=True):
         if lane.error is not None:

@@ -35,7 +35,7 @@ from hydra.errors import CompactHydraException
 from hydra.experimental.callback import Callback
 from omegaconf import open_dict, read_write
 
-from rltrain import rundir, signals
+from rltrain import lanes, rundir, signals
 from rltrain.checkpoint import CheckpointError
 from rltrain.config import ConfigError, job_number, overrides_as_typed
 from rltrain.files import open_append, write_new
@@ -176,7 +176,7 @@ def _stop_sweep(signum: int, frame: Any) -> None:
         return
     with contextlib.suppress(OSError):
         write_new(sweep_dir / STOP_FILE, signals.name(signum) + "\n")
-    pids = job_pids(sweep_dir)
+    pids = sorted(set(job_pids(sweep_dir)))  # a worker holding several lanes' runs: once
     for pid in pids:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGTERM)
@@ -385,6 +385,22 @@ def parallel_job() -> bool:
 
 
 @contextlib.contextmanager
+def lanes_in_worker() -> Iterator[None]:
+    """Run a batched sweep's lanes in a worker process (rltrain.batched, ``n_jobs`` > 1):
+    the worker does not outlive the sweep, as for :func:`job_in_worker`; each lane's lines
+    carry its own prefix."""
+    if not parallel_job():
+        yield
+        return
+    _Orphaned.watch()
+    _Orphaned.running.set()
+    try:
+        yield
+    finally:
+        _Orphaned.running.clear()
+
+
+@contextlib.contextmanager
 def job_in_worker(num: int) -> Iterator[None]:
     """Run sweep job ``num`` in a joblib or Ray worker process (anything else passes through):
 
@@ -394,8 +410,8 @@ def job_in_worker(num: int) -> Iterator[None]:
       process is alive, and when it is gone (killed, even with SIGKILL) it stops the job as
       SIGTERM does (the step finishes, checkpoint, summary.json says interrupted), then ends
       this worker process (:class:`_Orphaned`)."""
-    if not parallel_job():
-        yield
+    if not parallel_job() or lanes.current() is not None:
+        yield  # a lane of a batched sweep: its lines are prefixed, its worker watched, already
         return
     _Orphaned.watch()
     prefixed = _Prefixed.install(f"[job {num}] ")
