@@ -23,7 +23,7 @@ trainer.max_epochs=E`` (``--epochs``, default 3) to every command, the single ru
 that every seed does the same work: the fair comparison of launchers.
 
     .venv/bin/python scripts/bench_batched.py [--tasks ppo_cartpole,dqn_cartpole,sac_pendulum]
-        [--launchers basic,joblib,batched] [--seeds 1,2,5,10,20] [--budget solve|fixed]
+        [--launchers basic,joblib,batched,batched2] [--seeds 1,2,5,10,20] [--budget solve|fixed]
         [--epochs 3] [--repeats 1] [--n-jobs 2] [--out results.json]
 
 With ``--repeats`` above 1 the rounds are interleaved (every command once, then again), so that
@@ -58,9 +58,11 @@ TASKS = {
     "dqn_cartpole": ["algo=dqn", "env=cartpole"],
     "sac_pendulum": ["algo=sac", "env=pendulum"],
 }
-LAUNCHERS = ("basic", "joblib", "batched")
+#: batched2: the batched launcher with hydra.launcher.n_jobs=2 (two worker processes)
+LAUNCHERS = ("basic", "joblib", "batched", "batched2")
 #: the batched launcher's last line (rltrain.batched), printed once per batch of lanes
-BATCH_LINE = re.compile(r"rltrain: the batch ran \d+ updates as \d+ stacked computations")
+BATCH_LINE = re.compile(r"rltrain: the batch (?:of jobs [\d, ]+ )?ran \d+ updates as \d+ "
+                        r"stacked computations")
 #: the batched launcher's line for a job it runs as an ordinary job
 ALONE_LINE = re.compile(r"rltrain: job \d+ (?:\(.*\) )?runs alone: (.*)")
 #: the goal, per task: ("ratio", r): k seeds in at most r x one seed's wall time, with some
@@ -75,6 +77,8 @@ def launcher_overrides(launcher: str, n_jobs: int) -> list[str]:
         return []
     if launcher == "joblib":
         return ["hydra/launcher=joblib", f"hydra.launcher.n_jobs={n_jobs}"]
+    if launcher == "batched2":
+        return ["hydra/launcher=batched", "hydra.launcher.n_jobs=2"]
     return ["hydra/launcher=batched"]
 
 
@@ -203,11 +207,13 @@ def print_goal(records: list[dict[str, Any]], task: str, launchers: list[str],
                  for name, w in walls.items() if w is not None]
         goal = f"{GOAL_SEEDS} seeds in <= {target:g}x one seed's wall"
     else:
-        basic, batched = walls.get("basic"), walls.get("batched")
+        basic = walls.get("basic")
         parts = []
-        if basic is not None and batched is not None:
-            gain = basic / batched
-            parts.append(f"batched {gain:.2f}x {'met' if gain >= target else 'not met'}")
+        for name in ("batched", "batched2"):
+            wall = walls.get(name)
+            if basic is not None and wall is not None:
+                gain = basic / wall
+                parts.append(f"{name} {gain:.2f}x {'met' if gain >= target else 'not met'}")
         goal = f"{GOAL_SEEDS} seeds batched >= {target:g}x faster than basic"
     print(f"  goal ({goal}): {', '.join(parts) if parts else 'not measured'}")
 
