@@ -86,22 +86,15 @@ class PPO(ActorCritic):
         lr = self.step_lr(progress)
         n = len(obs)
         size = n if batch_size is None else min(batch_size, n)
+        # each pass's permutation, drawn first (the steps draw no random numbers: the same
+        # stream as drawing each before its pass)
+        perms = [torch.randperm(n, device=self.device) for _ in range(repetitions)]
+        work = _Minibatches(self, (obs, act, adv_t, ret, old_v, old_logp), perms, size)
         if lanes.current() is not None and self.batchable():
-            # one of several seeds in one process: the minibatch steps of all of them as one
-            # computation; the permutations are this run's own draws, as below
-            perms = [torch.randperm(n, device=self.device) for _ in range(repetitions)]
-            sums, steps = lanes.meet(_Minibatches(
-                self, (obs, act, adv_t, ret, old_v, old_logp), perms, size))
+            # one of several seeds in one process: their minibatch steps as one computation
+            sums, steps = lanes.meet(work)
         else:
-            sums = torch.zeros(5, device=self.device)
-            steps = 0
-            for _ in range(repetitions):
-                perm = torch.randperm(n, device=self.device)
-                for start in range(0, n, size):
-                    idx = perm[start : start + size]
-                    sums += self._minibatch(obs[idx], act[idx], adv_t[idx], ret[idx],
-                                            old_v[idx], old_logp[idx])
-                    steps += 1
+            sums, steps = work.alone()
         pg_loss, v_loss, entropy, approx_kl, clipfrac = (sums / max(steps, 1)).tolist()
         explained = explained_variance(ret, old_v)
         return UpdateReport(PPOStats(pg_loss, v_loss, entropy, approx_kl, clipfrac, explained, lr),
