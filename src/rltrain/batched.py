@@ -16,6 +16,8 @@ thread of its own, taking turns, and the updates of an algorithm registered with
 * SIGINT/SIGTERM: every lane finishes its step, checkpoints and stops, as a run alone does;
   the same command resumes every job of the sweep from its checkpoint (``rltrain.sweep``).
 * Each lane's lines on the console start with ``[job N]``.
+* ``hydra.launcher.n_jobs=N`` deals a group's lanes into N batches, each in a worker process
+  of its own (loky, as Hydra's joblib launcher); the jobs that run alone go to the workers too.
 
 Global state a lane has its own copy of, swapped on each turn: the RNGs (torch, numpy,
 Python), the root logger's handlers, Hydra's job config and the console streams.
@@ -38,9 +40,6 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from rltrain import lanes, signals
 from rltrain.algorithms import ALGORITHMS
 from rltrain.sweep import _Prefixed, lanes_in_worker
-
-log = logging.getLogger("rltrain.batched")
-
 
 @dataclass
 class _Job:
