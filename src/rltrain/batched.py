@@ -41,6 +41,7 @@ from rltrain import lanes, signals
 from rltrain.algorithms import ALGORITHMS
 from rltrain.sweep import _Prefixed, lanes_in_worker
 
+
 @dataclass
 class _Job:
     num: int
