@@ -310,3 +310,19 @@ def test_a_signal_stops_every_lane_and_the_same_command_resumes_them_all(cli, tm
         assert (f"[job {num}] rltrain: resuming the unfinished run in {job_dir(broken, num)}"
                 in res.stdout)
         _records_close(job_dir(broken, num), job_dir(full, num), tol=1e-9)
+
+
+def test_a_second_signal_stops_the_lanes_without_a_traceback(tmp_path):
+    """The second SIGTERM lands on the scheduler's thread, which no lane runs in: it stops the
+    batches, each lane stops at once at its next meet (or its step's end, the first signal's
+    stop), and the sweep ends 143 with every job's summary written."""
+    sweep = tmp_path / "sweep"
+    res = signal_when(["--multirun", *SMOKE, "seed=0,1", "trainer.max_epochs=60",
+                       "trainer.epoch_num_steps=4096", BATCHED, f"hydra.sweep.dir={sweep}"],
+                      tmp_path, lambda line: line.startswith("[job 1] epoch   1/60"),
+                      SIGTERM, SIGTERM, ack="SIGTERM received")
+    assert res.returncode == 143, res.stdout + res.stderr
+    assert "Traceback" not in res.stderr
+    for num in (0, 1):
+        summary = (job_dir(sweep, num) / "summary.json").read_text()
+        assert '"status": "interrupted"' in summary

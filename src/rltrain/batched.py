@@ -215,7 +215,11 @@ def _run_lanes(launcher: Any, group: list[_Job], quiet: bool) -> dict[int, JobRe
         ran.append(lanes.Lane(str(job.num), _job_runner(launcher, job), swaps,
                               initial=[None, None, None, console]))
     scheduler = lanes.Scheduler(ran)
-    with signals.training(signals.stop_threads):
+
+    def stop_now(signum: int) -> None:  # the second signal: each lane stops at its next meet
+        scheduler.stop_now(signals.StopNow(signum))
+
+    with signals.training(signals.stop_threads, stop_now):
         scheduler.run()
     for lane in ran:
         for stream in lane.states()[3] or ():

@@ -187,6 +187,13 @@ class Scheduler:
         #: how many batches ran, and how many works they held (for the launcher's summary)
         self.batches = 0
         self.works = 0
+        self._stop: BaseException | None = None
+
+    def stop_now(self, error: BaseException) -> None:
+        """Run no more batches: each lane's next meet raises ``error`` (a second signal's
+        StopNow, which stops its run at once; safe to call from a signal handler). A lane
+        in its turn goes on to its meet, and a batch in flight finishes first."""
+        self._stop = error
 
     def run(self) -> None:
         for lane in self.lanes:
@@ -195,6 +202,10 @@ class Scheduler:
             for lane in live:
                 lane.turn()
             waiting = [lane for lane in self.lanes if not lane.done and lane.work is not None]
+            if self._stop is not None:
+                for lane in waiting:
+                    lane.work, lane.result = None, self._stop
+                continue
             groups: dict[Hashable, list[Lane]] = {}
             for lane in waiting:
                 assert lane.work is not None

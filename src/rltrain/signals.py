@@ -176,12 +176,18 @@ def local_slot_left() -> float:
 
 
 @contextlib.contextmanager
-def training(request_stop: Callable[[int], None]) -> Iterator[None]:
+def training(request_stop: Callable[[int], None],
+             stop_now: Callable[[int], None] | None = None) -> Iterator[None]:
     """First signal: ``request_stop(signum)`` (finish the step, save, stop); second: raise
-    :class:`StopNow`. A signal recorded before training began is honoured at once."""
+    :class:`StopNow`, or call ``stop_now(signum)`` when given (runs in threads of their own,
+    which a signal handler cannot raise into). A signal recorded before training began is
+    honoured at once."""
 
     def second(signum: int, frame: Any) -> None:
         record(signum)
+        if stop_now is not None:
+            stop_now(signum)
+            return
         raise StopNow(signum)
 
     def first(signum: int, frame: Any) -> None:
