@@ -103,7 +103,8 @@ def test_trainer_problem_names_the_algorithms_trainer():
 # --------------------------------------------------------------------------- keys
 @pytest.mark.parametrize(("key", "algos", "message"), [
     ("sead", None, "unknown key sead; did you mean seed? (top-level keys are: algo, buffer, "
-                   "dataset, device, env, logger, seed, torch_threads, trainer, trust, tune)"),
+                   "dataset, device, env, logger, precision, seed, torch_threads, trainer, "
+                   "trust, tune)"),
     ("buffer.siz", None, "unknown key buffer.siz; did you mean buffer.size? (buffer has: "
                    "frame_stack, priority_alpha, priority_beta, priority_eps, sampler, size)"),
     ("tune.objectiv", None, "unknown key tune.objectiv; did you mean tune.objective?"),
