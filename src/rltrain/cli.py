@@ -44,6 +44,8 @@ examples:
   rltrain experiment=smoke                       a run of seconds (what CI runs)
   rltrain --multirun algo=ppo seed=0,1,2         one run directory per job under multirun/
   rltrain --multirun hydra/launcher=joblib seed=0,1,2   jobs in parallel processes
+  rltrain --multirun hydra/launcher=batched seed=0,1,2  seeds in one process, PPO's updates
+                                                 stacked over them
   rltrain --multirun hparams_search=ppo_cartpole hydra.sweeper.n_trials=20
                                                  tune with Optuna (extra: tune)
   rltrain algo=bc env=cartpole dataset=data.h5   learn offline from a dataset (make one
