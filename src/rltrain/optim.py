@@ -206,20 +206,16 @@ class StackedAdam:
                                for s in self.steps], dtype=self.flat.dtype,
                               device=self.flat.device)
         step_size, root = self._lr / scales[:, :1], scales[:, 1:]
-        if all(moving):  # in place, as one run's Adam
-            self.exp_avg.lerp_(grad, 1.0 - beta1)
-            self.exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
-            denom = self.exp_avg_sq.sqrt().div_(root).add_(first.eps)
-            self.flat.sub_(self.exp_avg.div(denom).mul_(step_size))
-            return
-        keep = torch.tensor(moving, device=self.flat.device).unsqueeze(1)
         exp_avg = self.exp_avg.lerp(grad, 1.0 - beta1)
         exp_avg_sq = self.exp_avg_sq.mul(beta2).addcmul_(grad, grad, value=1.0 - beta2)
-        denom = exp_avg_sq.sqrt().div_(root).add_(first.eps)
-        flat = self.flat - exp_avg / denom * step_size
-        self.exp_avg = torch.where(keep, exp_avg, self.exp_avg)
-        self.exp_avg_sq = torch.where(keep, exp_avg_sq, self.exp_avg_sq)
-        self.flat.copy_(torch.where(keep, flat, self.flat))
+        flat = self.flat - exp_avg / exp_avg_sq.sqrt().div_(root).add_(first.eps) * step_size
+        if not all(moving):  # the rows that take no step keep their state
+            keep = torch.tensor(moving, device=self.flat.device).unsqueeze(1)
+            exp_avg = torch.where(keep, exp_avg, self.exp_avg)
+            exp_avg_sq = torch.where(keep, exp_avg_sq, self.exp_avg_sq)
+            flat = torch.where(keep, flat, self.flat)
+        self.exp_avg, self.exp_avg_sq = exp_avg, exp_avg_sq
+        self.flat.copy_(flat)
 
     @torch.no_grad()
     def write_back(self) -> None:

@@ -144,23 +144,21 @@ class PPO(ActorCritic):
         clipfrac) as one tensor, detached. ``weight`` (1 or 0 per sample) leaves out padding:
         a batch of seeds pads each seed's minibatches to one size (:class:`_Minibatches`)."""
         cfg = self.cfg
-        if weight is None:
+        # with weights, each row is a copy's minibatch (the last dimension), padding weighted 0
+        count = None if weight is None else weight.sum(-1)
 
-            def mean(x: torch.Tensor) -> torch.Tensor:
+        def mean(x: torch.Tensor) -> torch.Tensor:
+            if weight is None or count is None:
                 return x.mean()
+            return (x * weight).sum(-1) / count.clamp(min=1.0)
 
+        if weight is None or count is None:
             if cfg.normalize_advantage and len(adv) > 1:
                 adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-        else:  # each row a copy's minibatch (the last dimension), its padding weighted 0
-            count = weight.sum(-1)
-
-            def mean(x: torch.Tensor) -> torch.Tensor:  # noqa: F811 - the weighted one
-                return (x * weight).sum(-1) / count.clamp(min=1.0)
-
-            if cfg.normalize_advantage:
-                centred = adv - mean(adv).unsqueeze(-1)
-                std = ((centred.pow(2) * weight).sum(-1) / (count - 1.0)).sqrt().unsqueeze(-1)
-                adv = torch.where((count > 1.0).unsqueeze(-1), centred / (std + 1e-8), adv)
+        elif cfg.normalize_advantage:
+            centred = adv - mean(adv).unsqueeze(-1)
+            std = ((centred.pow(2) * weight).sum(-1) / (count - 1.0)).sqrt().unsqueeze(-1)
+            adv = torch.where((count > 1.0).unsqueeze(-1), centred / (std + 1e-8), adv)
         logratio = logp - old_logp
         ratio = logratio.exp()
         pg_loss = mean(torch.max(
