@@ -14,7 +14,8 @@ terminal, a ``preexec_fn`` or extra fds, is started the ordinary way instead).
 ``subprocess.Popen`` (and so ``subprocess.run``) is patched, for the test process only, to
 start a program of this environment's ``bin/`` named ``rltrain*`` this way. Set
 ``RLTRAIN_TEST_FRESH_PROCESSES=1`` to start every one the ordinary way (the suite passes
-both ways).
+both ways); a test that passes it in one run's ``env`` starts that run the ordinary way (a
+test of what happens while torch is being imported).
 """
 
 from __future__ import annotations
@@ -196,16 +197,12 @@ class _Server:
     def __init__(self, env: dict[str, str]) -> None:
         self.dir = tempfile.mkdtemp(prefix="rltrain-prewarmed-")
         self.path = os.path.join(self.dir, "socket")
-        self.env = {k: env[k] for k in _STARTUP_VARS if k in env}
         self.proc = subprocess.Popen([sys.executable, __file__, self.path],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
                                      cwd=self.dir, text=True)
         assert self.proc.stdout is not None
         if self.proc.stdout.readline().strip() != "ready":
             raise RuntimeError("the pre-warmed interpreter did not start")
-
-    def fits(self, env: dict[str, str]) -> bool:
-        return {k: env[k] for k in _STARTUP_VARS if k in env} == self.env
 
     def spawn(self, argv: list[str], env: dict[str, str], cwd: str, fds: list[int],
               new_session: bool) -> tuple[int, _Channel]:
@@ -220,8 +217,13 @@ class _Server:
         return reply["pid"], channel
 
 
-_SERVER: _Server | None = None
+#: one pre-warmed interpreter per set of start-up variables this test process has asked for
+#: (the suite uses two: runs with the tests folder on PYTHONPATH, and runs that inherit the
+#: environment as it is)
+_SERVERS: dict[tuple[tuple[str, str], ...], _Server] = {}
 _SERVER_LOCK = threading.Lock()
+#: the most interpreters one test process keeps (each holds torch in memory)
+_MAX_SERVERS = 3
 _ORIGINAL_EXECUTE = subprocess.Popen._execute_child  # type: ignore[attr-defined]
 _ORIGINAL_TRY_WAIT = subprocess.Popen._try_wait  # type: ignore[attr-defined]
 _ORIGINAL_POLL = subprocess.Popen._internal_poll  # type: ignore[attr-defined]
@@ -229,11 +231,13 @@ _EXECUTE_SIGNATURE = inspect.signature(_ORIGINAL_EXECUTE)
 
 
 def _server(env: dict[str, str]) -> _Server | None:
-    global _SERVER
+    key = tuple(sorted((k, env[k]) for k in _STARTUP_VARS if k in env))
     with _SERVER_LOCK:
-        if _SERVER is None:
-            _SERVER = _Server(env)
-        return _SERVER if _SERVER.fits(env) else None
+        if key not in _SERVERS:
+            if len(_SERVERS) >= _MAX_SERVERS:
+                return None
+            _SERVERS[key] = _Server(env)
+        return _SERVERS[key]
 
 
 def _wanted(call: inspect.BoundArguments) -> bool:
@@ -244,7 +248,10 @@ def _wanted(call: inspect.BoundArguments) -> bool:
     program = Path(os.fspath(args[0]))
     if program.parent != BIN or not program.name.startswith("rltrain"):
         return False
-    if a["preexec_fn"] is not None or a["pass_fds"] or a["env"] is None:
+    given = a["env"] if a["env"] is not None else os.environ
+    if given.get("RLTRAIN_TEST_FRESH_PROCESSES", "") not in ("", "0"):  # this run only
+        return False
+    if a["preexec_fn"] is not None or a["pass_fds"]:
         return False
     if any(a.get(k) not in (None, -1) for k in ("gid", "uid", "umask", "process_group")):
         return False
@@ -257,11 +264,13 @@ def _execute_child(self: subprocess.Popen, *args: Any, **kwargs: Any) -> None:
     fds = [a["p2cread"] if a["p2cread"] != -1 else 0,
            a["c2pwrite"] if a["c2pwrite"] != -1 else 1,
            a["errwrite"] if a["errwrite"] != -1 else 2]
-    server = _server(dict(a["env"])) if _wanted(call) else None
+    # no env given: the child inherits this process's environment, as it is now
+    given = a["env"] if a["env"] is not None else os.environ
+    server = _server(dict(given)) if _wanted(call) else None
     if server is None or any(os.isatty(fd) for fd in fds):
         return _ORIGINAL_EXECUTE(self, *args, **kwargs)
     argv = [os.fspath(x) for x in a["args"]]
-    env = {os.fsdecode(k): os.fsdecode(v) for k, v in a["env"].items()}
+    env = {os.fsdecode(k): os.fsdecode(v) for k, v in given.items()}
     pid, channel = server.spawn(argv, env, os.fspath(a["cwd"] or os.getcwd()), fds,
                                 bool(a["start_new_session"]))
     self.pid = pid
