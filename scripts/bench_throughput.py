@@ -13,6 +13,7 @@ does. One torch thread, as in the peer comparison.
 
     .venv/bin/python scripts/bench_throughput.py [--envs 8] [--steps 200000] [--peers]
     .venv/bin/python scripts/bench_throughput.py --only-ppo | --only-sac
+    .venv/bin/python scripts/bench_throughput.py --loop-rounds 5   # PPO loop against SB3's
 """
 
 from __future__ import annotations
@@ -91,8 +92,11 @@ def collector_alone(num_envs: int, steps: int) -> float:
     return episodes.n_steps / (time.perf_counter() - t0)
 
 
-def ppo_training_loop(steps: int) -> tuple[float, float, float]:
+def ppo_training_loop(steps: int, by_hand: bool = True) -> tuple[float, float, float]:
+    """rltrain's PPO loop: env steps per second, and the shares collecting and updating.
+    ``by_hand=False`` differentiates the minibatch steps through autograd instead."""
     b = build([*ZOO_PPO, "trainer.max_epochs=1000"])
+    b.algorithm.by_hand = b.algorithm.by_hand and by_hand
     trainer = b.trainer
     collect = update = 0.0
     t0 = time.perf_counter()
@@ -273,6 +277,25 @@ def sb3_ppo_loop(steps: int) -> float:
     return steps / (time.perf_counter() - t0)
 
 
+def loop_rounds(rounds: int) -> None:
+    """The PPO loop (100k env steps), by hand and through autograd, and SB3's (50k),
+    interleaved ``rounds`` times so that a slow spell of the machine hits all three; medians."""
+    from statistics import median
+
+    hand, auto, sb3 = [], [], []
+    for r in range(rounds):
+        hand.append(ppo_training_loop(100_000)[0])
+        auto.append(ppo_training_loop(100_000, by_hand=False)[0])
+        sb3.append(sb3_ppo_loop(50_000))
+        print(f"round {r + 1}: rltrain {hand[-1]:,.0f} (autograd {auto[-1]:,.0f}), "
+              f"SB3 {sb3[-1]:,.0f} env steps/s; rltrain / SB3 = {hand[-1] / sb3[-1]:.2f}")
+    ratios = [h / s for h, s in zip(hand, sb3, strict=True)]
+    print(f"medians of {rounds}: rltrain {median(hand):,.0f}, autograd {median(auto):,.0f}, "
+          f"SB3 {median(sb3):,.0f} env steps/s; rltrain / SB3 {median(ratios):.2f} "
+          f"(rounds {min(ratios):.2f}-{max(ratios):.2f}); by hand / autograd "
+          f"{median(h / a for h, a in zip(hand, auto, strict=True)):.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--envs", type=int, default=8)
@@ -283,6 +306,9 @@ def main() -> None:
                         help="time PPO's minibatch step only, against its plain-PyTorch floor")
     parser.add_argument("--peers", action="store_true",
                         help="also time Stable-Baselines3's PPO loop (needs the bench extra)")
+    parser.add_argument("--loop-rounds", type=int, default=0, metavar="K",
+                        help="only the PPO loops: rltrain by hand, through autograd, and SB3, "
+                             "interleaved K times, medians")
     args = parser.parse_args()
     torch.set_num_threads(1)
     m, n = args.envs, args.steps
@@ -291,6 +317,9 @@ def main() -> None:
         return
     if args.only_ppo:
         ppo_report()
+        return
+    if args.loop_rounds:
+        loop_rounds(args.loop_rounds)
         return
     a = raw_env(m, n)
     b = env_plus_policy(m, n)

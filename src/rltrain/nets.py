@@ -8,7 +8,7 @@ Encoders are called through ``forward`` directly, as the layers are (see :class:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -21,6 +21,14 @@ from rltrain.masking import ActionMask
 
 ACTIVATIONS = {"tanh": torch.tanh, "relu": torch.relu}
 assert tuple(ACTIVATIONS) == ACTIVATION_NAMES  # the schemas' check names the same ones
+#: each activation's backward from its output, the kernels autograd itself runs for them
+_ACTIVATION_BACKWARDS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "tanh": torch.ops.aten.tanh_backward,
+    "relu": lambda grad, out: torch.ops.aten.threshold_backward(grad, out, 0),
+}
+assert tuple(_ACTIVATION_BACKWARDS) == ACTIVATION_NAMES
+_ACTIVATIONS_IN_PLACE: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "tanh": torch.Tensor.tanh_, "relu": torch.Tensor.relu_}
 
 
 class MLP(nn.Module):
@@ -40,12 +48,51 @@ class MLP(nn.Module):
         # the Parameter objects themselves: .to(), load_state_dict() and deepcopy keep them
         # (the first two change their data in place, the last copies this list along)
         *self._hidden, self._last = [(layer.weight, layer.bias) for layer in linears]
+        self._backward = _ACTIVATION_BACKWARDS[activation]
+        self._act_ = _ACTIVATIONS_IN_PLACE[activation]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         act = self._act
         for weight, bias in self._hidden:
             x = act(F.linear(x, weight, bias))
         return F.linear(x, *self._last)
+
+    # ------------------------------------------------------- backward written out
+    # For the few-layer MLPs of RL on a CPU, autograd's bookkeeping (recording each op, then
+    # walking the graph) costs about as much as the maths. A caller that differentiates its
+    # loss by autograd only up to this network's output can run the network's own forward and
+    # backward here: the same kernels autograd runs (addmm forward; mm and sum for the
+    # weights' and biases' gradients; the activation's backward from its output), without the
+    # graph. ``tests/test_ppo_by_hand.py`` checks the gradients against autograd's.
+    @torch.no_grad()
+    def forward_kept(self, x: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """The forward pass without autograd: each layer's input (what :meth:`backward_into`
+        needs), and the output."""
+        act = self._act_
+        inputs = []
+        for weight, bias in self._hidden:
+            inputs.append(x)
+            x = act(torch.addmm(bias, x, weight.t()))  # F.linear's kernel for a 2-D input
+        inputs.append(x)
+        weight, bias = self._last
+        return inputs, torch.addmm(bias, x, weight.t())
+
+    @torch.no_grad()
+    def backward_into(self, inputs: Sequence[torch.Tensor], grad_out: torch.Tensor) -> None:
+        """The backward pass of :meth:`forward_kept` for the gradient ``grad_out`` of its
+        output: each weight's and bias's gradient written over its ``.grad`` (which must exist,
+        as a flat optimiser's views do), none for the input."""
+        layers = [*self._hidden, self._last]
+        grad = grad_out
+        for i in range(len(layers) - 1, -1, -1):
+            weight, bias = layers[i]
+            if weight.grad is None or bias.grad is None:
+                raise RuntimeError("backward_into writes into existing .grad tensors; "
+                                   "zero the optimiser's gradients first")
+            torch.mm(grad.t(), inputs[i], out=weight.grad)
+            torch.sum(grad, 0, out=bias.grad)
+            if i:
+                grad = self._backward(torch.mm(grad, weight), inputs[i])
 
 
 def stacked_mlp(x: torch.Tensor, layers: Sequence[tuple[torch.Tensor, torch.Tensor]],
@@ -134,6 +181,12 @@ def gaussian_log_prob_entropy(mean: torch.Tensor, log_std: torch.Tensor, act: to
     return logp, (0.5 + _HALF_LOG_2PI + log_std).sum(-1)
 
 
+#: a distribution's backward (``log_prob_entropy_kept``): the gradients of a loss with respect
+#: to each sample's log-probability and entropy (None: the loss has no entropy term) in, the
+#: gradient with respect to the network's output out
+DistributionBackward = Callable[[torch.Tensor, "torch.Tensor | None"], torch.Tensor]
+
+
 class Actor(nn.Module):
     """An encoder, then an MLP whose output layer starts small (gain 0.01, Andrychowicz et al.
     2021): the outputs the actors below turn into a distribution or an action."""
@@ -176,6 +229,29 @@ class CategoricalActor(Actor):
         ``features``: the encoder's output for ``obs``, already computed (a shared encoder)."""
         return categorical_log_prob_entropy(self.logits(obs, features), act)
 
+    @staticmethod
+    @torch.no_grad()
+    def log_prob_entropy_kept(logits: torch.Tensor, act: torch.Tensor
+                              ) -> tuple[torch.Tensor, torch.Tensor, DistributionBackward]:
+        """log pi(a|s) and the entropy from the network's output, without autograd, and
+        their backward: from the gradients of a loss with respect to them, the gradient with
+        respect to the logits (d logp_a/dz = onehot(a) - p; dH/dz = -p (log p + H))."""
+        logp_all = logits.log_softmax(-1)
+        p = logp_all.exp()
+        logp = logp_all.gather(-1, act.unsqueeze(-1)).squeeze(-1)
+        entropy = -(p * logp_all).sum(-1)
+
+        def backward(grad_logp: torch.Tensor, grad_entropy: torch.Tensor | None
+                     ) -> torch.Tensor:
+            grad = p * -grad_logp.unsqueeze(-1)
+            grad.scatter_add_(-1, act.unsqueeze(-1), grad_logp.unsqueeze(-1))
+            if grad_entropy is not None:
+                grad -= (logp_all + entropy.unsqueeze(-1)).mul_(p).mul_(
+                    grad_entropy.unsqueeze(-1))
+            return grad
+
+        return logp, entropy, backward
+
 
 class GaussianActor(Actor):
     """A diagonal Gaussian with a state-independent log standard deviation (PPO); its mean is
@@ -198,6 +274,31 @@ class GaussianActor(Actor):
                          ) -> tuple[torch.Tensor, torch.Tensor]:
         mean = self.outputs(obs) if features is None else self.net.forward(features)
         return gaussian_log_prob_entropy(mean, self.log_std.expand_as(mean), act)
+
+    @torch.no_grad()
+    def log_prob_entropy_kept(self, mean: torch.Tensor, act: torch.Tensor
+                              ) -> tuple[torch.Tensor, torch.Tensor, DistributionBackward]:
+        """As :meth:`CategoricalActor.log_prob_entropy_kept`, from the mean: the backward
+        returns the mean's gradient, (a - mean) / sigma^2 per unit of logp, and writes
+        ``log_std``'s over its ``.grad`` (z^2 - 1 per unit of logp, 1 per unit of entropy)."""
+        log_std = self.log_std.expand_as(mean)
+        z = (act.reshape(mean.shape) - mean) * torch.exp(-log_std)
+        logp = (-0.5 * z.pow(2) - log_std - _HALF_LOG_2PI).sum(-1)
+        entropy = (0.5 + _HALF_LOG_2PI + log_std).sum(-1)
+
+        def backward(grad_logp: torch.Tensor, grad_entropy: torch.Tensor | None
+                     ) -> torch.Tensor:
+            g = grad_logp.unsqueeze(-1)
+            per_sample = (z * z - 1.0) * g
+            if grad_entropy is not None:
+                per_sample += grad_entropy.unsqueeze(-1)
+            if self.log_std.grad is None:
+                raise RuntimeError("the backward writes into log_std.grad; zero the "
+                                   "optimiser's gradients first")
+            torch.sum(per_sample, 0, out=self.log_std.grad)
+            return z * torch.exp(-log_std) * g
+
+        return logp, entropy, backward
 
 
 class TanhMeanGaussianActor(Actor):

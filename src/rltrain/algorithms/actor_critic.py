@@ -7,7 +7,7 @@ and schedule.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -80,6 +80,10 @@ def policy_actor(info: SpaceInfo, cfg: ActorCriticConfig, encoder: Encoder,
         return CategoricalActor(encoder, cfg.hidden_sizes, info.action_dim, cfg.activation, mask)
     return GaussianActor(encoder, cfg.hidden_sizes, info.action_dim, cfg.activation,
                          cfg.init_log_std)
+
+
+#: :meth:`ActorCritic.evaluate_kept`'s backward: d loss / d (logp, entropy or None, value)
+HandBackward = Callable[[torch.Tensor, "torch.Tensor | None", torch.Tensor], None]
 
 
 def explained_variance(ret: torch.Tensor, old_v: torch.Tensor) -> float:
@@ -178,6 +182,26 @@ class ActorCritic(OnPolicyAlgorithm):
         return (not self.shared and isinstance(self.pi.encoder, FlatEncoder)
                 and type(self.pi) in (CategoricalActor, GaussianActor)
                 and self.action_mask is None)
+
+    def evaluate_kept(self, obs: torch.Tensor, act: torch.Tensor
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, HandBackward]:
+        """:meth:`evaluate` without autograd, for a :meth:`stackable` network, and its
+        backward written out: given the gradients of a loss with respect to each sample's
+        log-probability, entropy (None: no entropy term) and value, it writes every trained
+        parameter's gradient over its ``.grad`` (the optimiser's flat views). Used by PPO's
+        minibatch step (see :meth:`rltrain.nets.MLP.forward_kept` for why)."""
+        pi, critic = self.pi, self.critic
+        assert isinstance(pi, (CategoricalActor, GaussianActor))
+        pi_inputs, out = pi.net.forward_kept(pi.encoder.forward(obs))
+        v_inputs, v = critic.forward_kept(critic.encoder.forward(obs))
+        logp, entropy, distribution_backward = pi.log_prob_entropy_kept(out, act)
+
+        def backward(grad_logp: torch.Tensor, grad_entropy: torch.Tensor | None,
+                     grad_v: torch.Tensor) -> None:
+            pi.net.backward_into(pi_inputs, distribution_backward(grad_logp, grad_entropy))
+            critic.backward_into(v_inputs, grad_v.unsqueeze(-1))
+
+        return logp, entropy, v.squeeze(-1), backward
 
     def stacked_evaluate(self, params: Mapping[str, torch.Tensor], obs: torch.Tensor,
                          act: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

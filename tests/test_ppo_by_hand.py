@@ -1,0 +1,133 @@
+"""PPO's minibatch step with its gradient written out (``PPO._minibatch_by_hand``) against the
+same step through autograd: the networks' backward (``MLP.backward_into``), each actor's
+distribution backward, and whole steps over the PPO options, in float64."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import pytest
+import torch
+
+from rltrain.algorithms.ppo import PPO, PPOConfig
+from rltrain.envs import space_info
+from rltrain.nets import MLP, CategoricalActor, GaussianActor
+
+
+@pytest.fixture
+def float64():
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(torch.float32)
+
+
+@pytest.mark.parametrize("activation", ["tanh", "relu"])
+def test_an_mlps_backward_by_hand_equals_autograds(float64, activation):
+    torch.manual_seed(0)
+    net = MLP([5, 16, 16, 3], activation, 1.0)
+    x, grad_out = torch.randn(32, 5), torch.randn(32, 3)
+    net.forward(x).backward(grad_out)
+    expected = [p.grad.clone() for p in net.parameters()]
+    for p in net.parameters():
+        p.grad = torch.full_like(p, float("nan"))  # every entry must be written over
+    inputs, out = net.forward_kept(x)
+    assert torch.equal(out, net.forward(x).detach())
+    assert not out.requires_grad
+    net.backward_into(inputs, grad_out)
+    for p, e in zip(net.parameters(), expected, strict=True):
+        assert torch.allclose(p.grad, e, rtol=1e-13, atol=1e-15)
+
+
+def test_backward_into_needs_the_gradients_to_exist():
+    net = MLP([2, 4, 1], "tanh", 1.0)
+    inputs, _ = net.forward_kept(torch.randn(3, 2))
+    with pytest.raises(RuntimeError, match="zero the optimiser's gradients first"):
+        net.backward_into(inputs, torch.randn(3, 1))
+
+
+def _ppo(env_id: str, **cfg) -> PPO:
+    envs = gym.vector.SyncVectorEnv([lambda: gym.make(env_id)])
+    info = space_info(envs, env_id)
+    envs.close()
+    torch.manual_seed(0)
+    return PPO(PPOConfig(**cfg), info, torch.device("cpu"), 0)
+
+
+def test_the_distributions_backward_equals_autograds(float64):
+    """d loss / d (network output) from d loss / d (logp, entropy), and log_std's gradient."""
+    g = torch.Generator().manual_seed(1)
+    for env_id in ("CartPole-v1", "Pendulum-v1"):
+        algo = _ppo(env_id)
+        pi = algo.pi
+        assert isinstance(pi, (CategoricalActor, GaussianActor))
+        out = torch.randn(20, 2 if algo.discrete else 1, generator=g)
+        act = (torch.randint(0, 2, (20,), generator=g) if algo.discrete
+               else torch.randn(20, 1, generator=g))
+        grad_logp, grad_entropy = torch.randn(20, generator=g), torch.randn(20, generator=g)
+        leaf = out.clone().requires_grad_()
+        if algo.discrete:
+            from rltrain.nets import categorical_log_prob_entropy
+            logp, entropy = categorical_log_prob_entropy(leaf, act)
+        else:
+            from rltrain.nets import gaussian_log_prob_entropy
+            logp, entropy = gaussian_log_prob_entropy(leaf, pi.log_std.expand_as(leaf), act)
+        algo.optim.zero_grad()
+        ((logp * grad_logp).sum() + (entropy * grad_entropy).sum()).backward()
+        expected_out = leaf.grad.clone()
+        expected_log_std = None if algo.discrete else pi.log_std.grad.clone()
+        algo.optim.zero_grad()
+        logp_k, entropy_k, backward = pi.log_prob_entropy_kept(out, act)
+        assert torch.allclose(logp_k, logp.detach(), rtol=0, atol=1e-15)
+        assert torch.allclose(entropy_k, entropy.detach(), rtol=0, atol=1e-15)
+        assert torch.allclose(backward(grad_logp, grad_entropy), expected_out, rtol=1e-13,
+                              atol=1e-15)
+        if expected_log_std is not None:
+            assert torch.allclose(pi.log_std.grad, expected_log_std, rtol=1e-13, atol=1e-15)
+
+
+OPTIONS = [
+    {},
+    {"ent_coef": 0.01, "value_clip": 0.2},
+    {"normalize_advantage": False, "max_grad_norm": None, "activation": "relu"},
+    {"ent_coef": 0.05, "value_clip": 0.05, "clip_ratio": 0.05},
+]
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+@pytest.mark.parametrize("options", OPTIONS)
+def test_ppos_minibatch_steps_by_hand_equal_autograds(float64, env_id, options):
+    """Eight minibatch steps from the same state, by hand and through autograd: the
+    parameters, Adam's moments and the stats agree to 1e-12 (rounding only). The old
+    log-probabilities are moved so that many ratios fall outside the clip range, and the old
+    values so that value clipping cuts."""
+    algo = _ppo(env_id, **options)
+    assert algo.by_hand
+    g = torch.Generator().manual_seed(2)
+    n = 96
+    obs = torch.randn(n, algo.info.obs_shape[0], generator=g)
+    act = (torch.randint(0, algo.info.num_actions, (n,), generator=g) if algo.discrete
+           else torch.randn(n, *algo.info.action_shape, generator=g))
+    adv, ret = torch.randn(n, generator=g), torch.randn(n, generator=g)
+    old_v = ret + torch.randn(n, generator=g)
+    with torch.no_grad():
+        old_logp, _ = algo.pi.log_prob_entropy(obs, act)
+    old_logp = old_logp + 0.3 * torch.randn(n, generator=g)
+    start = {name: getattr(algo.optim, name).clone() for name in ("flat", "exp_avg", "exp_avg_sq")}
+    results = {}
+    for by_hand in (False, True):
+        for name, value in start.items():
+            getattr(algo.optim, name).copy_(value)
+        algo.optim.steps = 0
+        algo.by_hand = by_hand
+        stats = torch.stack([algo._minibatch(obs, act, adv, ret, old_v, old_logp)
+                             for _ in range(8)])
+        results[by_hand] = (stats, *(getattr(algo.optim, name).clone() for name in start))
+    clipfrac = results[False][0][:, 4]
+    assert clipfrac.max() > 0.1  # the clipped branch was taken
+    assert not torch.equal(results[True][1], start["flat"])  # it learned
+    for autograd, hand in zip(results[False], results[True], strict=True):
+        assert torch.allclose(hand, autograd, rtol=1e-12, atol=1e-12)
+
+
+def test_only_plain_ppo_on_vector_observations_steps_by_hand():
+    assert _ppo("CartPole-v1").by_hand
+    assert not _ppo("CartPole-v1", share_encoder=True).by_hand  # a shared encoder: autograd
