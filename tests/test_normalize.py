@@ -220,7 +220,8 @@ def test_eval_reproduces_the_test_step_with_normalised_observations(cli, tmp_pat
 def test_exact_resume_with_normalisation(tmp_path, algo):
     """SIGTERM mid-epoch, resume: the records equal an unbroken run's, observation and reward
     statistics included (time fields aside)."""
-    args = [f"algo={algo}", *NORM, "trainer.max_epochs=3", "trainer.checkpoint_every=1"]
+    args = [f"algo={algo}", *NORM, "trainer.max_epochs=3", "trainer.checkpoint_every=1",
+            "trainer.batch_size=64"]  # small batches: the resume is what is tested
     whole = tmp_path / "whole"
     res = run_cli(*args, f"hydra.run.dir={whole}", cwd=tmp_path)
     assert res.returncode == 0, res.stderr

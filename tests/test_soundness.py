@@ -28,14 +28,15 @@ from conftest import (
 )
 from rltrain.checkpoint import load_checkpoint
 
-# four epochs; long test steps (60 episodes on 2 envs), so that a signal sent as a test step
-# begins lands inside it; a progress line after every training step shows where a run is
+# four epochs; long test steps (30 episodes on 2 envs, about 7,500 steps each by epoch 4), so
+# that a signal sent as a test step begins lands inside it; a progress line after every
+# training step shows where a run is
 LAST_EPOCH = {
     "ppo": ["algo=ppo", "env=cartpole", "trainer.epoch_num_steps=4096"],
     "dqn": ["algo=dqn", "env=cartpole", "trainer.epoch_num_steps=2048", "buffer.size=20000"],
 }
 COMMON = ["seed=1", "trainer.max_epochs=4", "trainer.stop_score=null", "env.num_test_envs=2",
-          "trainer.test_step_num_episodes=60", "logger.progress_interval_s=0",
+          "trainer.test_step_num_episodes=30", "logger.progress_interval_s=0",
           "logger.tensorboard=false"]
 
 
