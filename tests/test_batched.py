@@ -162,14 +162,19 @@ def _work(algo: PPO, n: int, g: torch.Generator) -> _Minibatches:
 
 
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
-def test_ppos_stacked_minibatch_steps_equal_each_seeds_own_in_float64(env_id):
+@pytest.mark.parametrize("by_hand", [True, False], ids=["by-hand", "autograd"])
+def test_ppos_stacked_minibatch_steps_equal_each_seeds_own_in_float64(env_id, by_hand):
     """Three seeds with rollouts of different lengths (so padded minibatches, and a seed
-    without a last minibatch), advantage normalisation, value clipping and gradient
-    clipping: each seed's parameters, Adam state and stats equal its own loop's to 1e-12."""
+    without a last minibatch), advantage normalisation, value clipping, an entropy bonus and
+    gradient clipping: each seed's parameters, Adam state and stats equal its own loop's to
+    1e-12, with the stacked gradient written by hand (the default) or taken by autograd."""
     torch.set_default_dtype(torch.float64)
     try:
-        cfg = {"normalize_advantage": True, "value_clip": 0.2, "max_grad_norm": 0.5}
+        cfg = {"normalize_advantage": True, "value_clip": 0.2, "max_grad_norm": 0.5,
+               "ent_coef": 0.01}
         stacked = [_ppo(env_id, s, **cfg) for s in range(3)]
+        for algo in stacked:
+            algo.by_hand = by_hand
         alone = [_ppo(env_id, s, **cfg) for s in range(3)]
         g = torch.Generator().manual_seed(0)
         works = [_work(a, n, g) for a, n in zip(stacked, (250, 256, 130), strict=True)]

@@ -10,7 +10,13 @@ import torch
 
 from rltrain.algorithms.ppo import PPO, PPOConfig
 from rltrain.envs import space_info
-from rltrain.nets import MLP, CategoricalActor, GaussianActor
+from rltrain.nets import (
+    MLP,
+    categorical_log_prob_entropy,
+    categorical_log_prob_entropy_kept,
+    gaussian_log_prob_entropy,
+    gaussian_log_prob_entropy_kept,
+)
 
 
 @pytest.fixture
@@ -53,35 +59,33 @@ def _ppo(env_id: str, **cfg) -> PPO:
 
 
 def test_the_distributions_backward_equals_autograds(float64):
-    """d loss / d (network output) from d loss / d (logp, entropy), and log_std's gradient."""
+    """d loss / d (network output) and d loss / d log_std from d loss / d (logp, entropy), for
+    one minibatch and for copies stacked in front of it."""
     g = torch.Generator().manual_seed(1)
-    for env_id in ("CartPole-v1", "Pendulum-v1"):
-        algo = _ppo(env_id)
-        pi = algo.pi
-        assert isinstance(pi, (CategoricalActor, GaussianActor))
-        out = torch.randn(20, 2 if algo.discrete else 1, generator=g)
-        act = (torch.randint(0, 2, (20,), generator=g) if algo.discrete
-               else torch.randn(20, 1, generator=g))
-        grad_logp, grad_entropy = torch.randn(20, generator=g), torch.randn(20, generator=g)
-        leaf = out.clone().requires_grad_()
-        if algo.discrete:
-            from rltrain.nets import categorical_log_prob_entropy
+    for discrete, shape in ((True, (20,)), (False, (20,)), (True, (3, 20)), (False, (3, 20))):
+        out = torch.randn(*shape, 2, generator=g)
+        act = torch.randint(0, 2, shape, generator=g) if discrete else torch.randn(
+            *shape, 2, generator=g)
+        log_std = torch.randn(*shape[:-1], 1, 2, generator=g).expand_as(out)
+        grad_logp, grad_entropy = torch.randn(*shape, generator=g), torch.randn(*shape,
+                                                                                generator=g)
+        leaf, std_leaf = out.clone().requires_grad_(), log_std.clone().requires_grad_()
+        if discrete:
             logp, entropy = categorical_log_prob_entropy(leaf, act)
+            kept = categorical_log_prob_entropy_kept(out, act)
         else:
-            from rltrain.nets import gaussian_log_prob_entropy
-            logp, entropy = gaussian_log_prob_entropy(leaf, pi.log_std.expand_as(leaf), act)
-        algo.optim.zero_grad()
+            logp, entropy = gaussian_log_prob_entropy(leaf, std_leaf, act)
+            kept = gaussian_log_prob_entropy_kept(out, log_std, act)
         ((logp * grad_logp).sum() + (entropy * grad_entropy).sum()).backward()
-        expected_out = leaf.grad.clone()
-        expected_log_std = None if algo.discrete else pi.log_std.grad.clone()
-        algo.optim.zero_grad()
-        logp_k, entropy_k, backward = pi.log_prob_entropy_kept(out, act)
-        assert torch.allclose(logp_k, logp.detach(), rtol=0, atol=1e-15)
-        assert torch.allclose(entropy_k, entropy.detach(), rtol=0, atol=1e-15)
-        assert torch.allclose(backward(grad_logp, grad_entropy), expected_out, rtol=1e-13,
-                              atol=1e-15)
-        if expected_log_std is not None:
-            assert torch.allclose(pi.log_std.grad, expected_log_std, rtol=1e-13, atol=1e-15)
+        logp_k, entropy_k, backward = kept
+        assert torch.allclose(logp_k, logp.detach(), rtol=0, atol=1e-14)
+        assert torch.allclose(entropy_k, entropy.detach(), rtol=0, atol=1e-14)
+        grad_out, grad_log_std = backward(grad_logp, grad_entropy)
+        assert torch.allclose(grad_out, leaf.grad, rtol=1e-13, atol=1e-15)
+        if discrete:
+            assert grad_log_std is None
+        else:
+            assert torch.allclose(grad_log_std, std_leaf.grad, rtol=1e-13, atol=1e-15)
 
 
 OPTIONS = [

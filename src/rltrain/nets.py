@@ -150,6 +150,39 @@ def _init(layer: nn.Linear, gain: float) -> nn.Linear:
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
 
+@torch.no_grad()
+def stacked_mlp_kept(x: torch.Tensor, layers: Sequence[tuple[torch.Tensor, torch.Tensor]],
+                     activation: str) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """:func:`stacked_mlp` without autograd, keeping each layer's input for
+    :func:`stacked_mlp_backward_into` (as :meth:`MLP.forward_kept` is to :meth:`MLP.forward`)."""
+    act = _ACTIVATIONS_IN_PLACE[activation]
+    *hidden, (w, b) = layers
+    inputs = []
+    for weight, bias in hidden:
+        inputs.append(x)
+        x = act(torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2)))
+    inputs.append(x)
+    return inputs, torch.baddbmm(b.unsqueeze(1), x, w.transpose(1, 2))
+
+
+@torch.no_grad()
+def stacked_mlp_backward_into(layers: Sequence[tuple[torch.Tensor, torch.Tensor]],
+                              grads: Sequence[tuple[torch.Tensor, torch.Tensor]],
+                              inputs: Sequence[torch.Tensor], grad_out: torch.Tensor,
+                              activation: str) -> None:
+    """The backward pass of :func:`stacked_mlp_kept`: each layer's weight and bias gradients,
+    ``(copies, *shape)``, written over ``grads`` (one pair per layer)."""
+    backward = _ACTIVATION_BACKWARDS[activation]
+    grad = grad_out
+    for i in range(len(layers) - 1, -1, -1):
+        weight = layers[i][0]
+        grad_weight, grad_bias = grads[i]
+        torch.bmm(grad.transpose(1, 2), inputs[i], out=grad_weight)
+        torch.sum(grad, 1, out=grad_bias)
+        if i:
+            grad = backward(torch.bmm(grad, weight), inputs[i])
+
+
 def sample_categorical(logits: torch.Tensor) -> torch.Tensor:
     """One action per row, drawn with probabilities softmax(logits), by the Gumbel-max trick:
     argmax(logits + Gumbel noise), with -Gumbel noise = log(-log(U)). Four small ops, about
@@ -181,10 +214,58 @@ def gaussian_log_prob_entropy(mean: torch.Tensor, log_std: torch.Tensor, act: to
     return logp, (0.5 + _HALF_LOG_2PI + log_std).sum(-1)
 
 
-#: a distribution's backward (``log_prob_entropy_kept``): the gradients of a loss with respect
-#: to each sample's log-probability and entropy (None: the loss has no entropy term) in, the
-#: gradient with respect to the network's output out
-DistributionBackward = Callable[[torch.Tensor, "torch.Tensor | None"], torch.Tensor]
+#: a distribution's backward (``*_log_prob_entropy_kept``): the gradients of a loss with
+#: respect to each sample's log-probability and entropy (None: the loss has no entropy term)
+#: in; out, the gradient with respect to the network's output, and with respect to the
+#: log-standard-deviation as expanded to the output's shape (None for a categorical), which
+#: the caller sums over the samples
+DistributionBackward = Callable[[torch.Tensor, "torch.Tensor | None"],
+                                tuple[torch.Tensor, "torch.Tensor | None"]]
+
+
+@torch.no_grad()
+def categorical_log_prob_entropy_kept(logits: torch.Tensor, act: torch.Tensor
+                                      ) -> tuple[torch.Tensor, torch.Tensor,
+                                                 DistributionBackward]:
+    """:func:`categorical_log_prob_entropy` without autograd, and its backward
+    (d logp_a / dz = onehot(a) - p; dH / dz = -p (log p + H)). Any leading dimensions."""
+    logp_all = logits.log_softmax(-1)
+    p = logp_all.exp()
+    logp = logp_all.gather(-1, act.unsqueeze(-1)).squeeze(-1)
+    entropy = -(p * logp_all).sum(-1)
+
+    def backward(grad_logp: torch.Tensor, grad_entropy: torch.Tensor | None
+                 ) -> tuple[torch.Tensor, None]:
+        grad = p * -grad_logp.unsqueeze(-1)
+        grad.scatter_add_(-1, act.unsqueeze(-1), grad_logp.unsqueeze(-1))
+        if grad_entropy is not None:
+            grad -= (logp_all + entropy.unsqueeze(-1)).mul_(p).mul_(grad_entropy.unsqueeze(-1))
+        return grad, None
+
+    return logp, entropy, backward
+
+
+@torch.no_grad()
+def gaussian_log_prob_entropy_kept(mean: torch.Tensor, log_std: torch.Tensor,
+                                   act: torch.Tensor
+                                   ) -> tuple[torch.Tensor, torch.Tensor, DistributionBackward]:
+    """:func:`gaussian_log_prob_entropy` without autograd (``log_std`` expanded to the mean's
+    shape), and its backward: per unit of logp, (a - mean) / sigma^2 for the mean and
+    z^2 - 1 for log_std; per unit of entropy, 1 for log_std."""
+    inv_std = torch.exp(-log_std)
+    z = (act.reshape(mean.shape) - mean) * inv_std
+    logp = (-0.5 * z.pow(2) - log_std - _HALF_LOG_2PI).sum(-1)
+    entropy = (0.5 + _HALF_LOG_2PI + log_std).sum(-1)
+
+    def backward(grad_logp: torch.Tensor, grad_entropy: torch.Tensor | None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        g = grad_logp.unsqueeze(-1)
+        grad_log_std = (z * z - 1.0) * g
+        if grad_entropy is not None:
+            grad_log_std += grad_entropy.unsqueeze(-1)
+        return z * inv_std * g, grad_log_std
+
+    return logp, entropy, backward
 
 
 class Actor(nn.Module):
@@ -229,29 +310,6 @@ class CategoricalActor(Actor):
         ``features``: the encoder's output for ``obs``, already computed (a shared encoder)."""
         return categorical_log_prob_entropy(self.logits(obs, features), act)
 
-    @staticmethod
-    @torch.no_grad()
-    def log_prob_entropy_kept(logits: torch.Tensor, act: torch.Tensor
-                              ) -> tuple[torch.Tensor, torch.Tensor, DistributionBackward]:
-        """log pi(a|s) and the entropy from the network's output, without autograd, and
-        their backward: from the gradients of a loss with respect to them, the gradient with
-        respect to the logits (d logp_a/dz = onehot(a) - p; dH/dz = -p (log p + H))."""
-        logp_all = logits.log_softmax(-1)
-        p = logp_all.exp()
-        logp = logp_all.gather(-1, act.unsqueeze(-1)).squeeze(-1)
-        entropy = -(p * logp_all).sum(-1)
-
-        def backward(grad_logp: torch.Tensor, grad_entropy: torch.Tensor | None
-                     ) -> torch.Tensor:
-            grad = p * -grad_logp.unsqueeze(-1)
-            grad.scatter_add_(-1, act.unsqueeze(-1), grad_logp.unsqueeze(-1))
-            if grad_entropy is not None:
-                grad -= (logp_all + entropy.unsqueeze(-1)).mul_(p).mul_(
-                    grad_entropy.unsqueeze(-1))
-            return grad
-
-        return logp, entropy, backward
-
 
 class GaussianActor(Actor):
     """A diagonal Gaussian with a state-independent log standard deviation (PPO); its mean is
@@ -274,31 +332,6 @@ class GaussianActor(Actor):
                          ) -> tuple[torch.Tensor, torch.Tensor]:
         mean = self.outputs(obs) if features is None else self.net.forward(features)
         return gaussian_log_prob_entropy(mean, self.log_std.expand_as(mean), act)
-
-    @torch.no_grad()
-    def log_prob_entropy_kept(self, mean: torch.Tensor, act: torch.Tensor
-                              ) -> tuple[torch.Tensor, torch.Tensor, DistributionBackward]:
-        """As :meth:`CategoricalActor.log_prob_entropy_kept`, from the mean: the backward
-        returns the mean's gradient, (a - mean) / sigma^2 per unit of logp, and writes
-        ``log_std``'s over its ``.grad`` (z^2 - 1 per unit of logp, 1 per unit of entropy)."""
-        log_std = self.log_std.expand_as(mean)
-        z = (act.reshape(mean.shape) - mean) * torch.exp(-log_std)
-        logp = (-0.5 * z.pow(2) - log_std - _HALF_LOG_2PI).sum(-1)
-        entropy = (0.5 + _HALF_LOG_2PI + log_std).sum(-1)
-
-        def backward(grad_logp: torch.Tensor, grad_entropy: torch.Tensor | None
-                     ) -> torch.Tensor:
-            g = grad_logp.unsqueeze(-1)
-            per_sample = (z * z - 1.0) * g
-            if grad_entropy is not None:
-                per_sample += grad_entropy.unsqueeze(-1)
-            if self.log_std.grad is None:
-                raise RuntimeError("the backward writes into log_std.grad; zero the "
-                                   "optimiser's gradients first")
-            torch.sum(per_sample, 0, out=self.log_std.grad)
-            return z * torch.exp(-log_std) * g
-
-        return logp, entropy, backward
 
 
 class TanhMeanGaussianActor(Actor):

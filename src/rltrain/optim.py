@@ -178,13 +178,15 @@ class StackedAdam:
         self._lr = torch.tensor([[o.lr] for o in optims], dtype=first.flat.dtype,
                                 device=first.flat.device)
 
-    def stacked_views(self) -> list[torch.Tensor]:
+    def stacked_views(self, of: torch.Tensor | None = None) -> list[torch.Tensor]:
         """Every run's parameters, stacked: views ``(runs, *shape)`` of the flat state, one
-        per parameter of the optimisers, in their order (gradients flow to :attr:`flat`)."""
+        per parameter of the optimisers, in their order (gradients flow to :attr:`flat`); or
+        the same views of ``of``, shaped as the flat state (a gradient written by hand)."""
+        flat = self.flat if of is None else of
         out, offset = [], 0
         for p in self.optims[0].params:
             n = p.numel()
-            out.append(self.flat[:, offset : offset + n].view(len(self.optims), *p.shape))
+            out.append(flat[:, offset : offset + n].view(len(self.optims), *p.shape))
             offset += n
         return out
 

@@ -28,8 +28,12 @@ from rltrain.nets import (
     GaussianActor,
     MultiCategoricalActor,
     categorical_log_prob_entropy,
+    categorical_log_prob_entropy_kept,
     gaussian_log_prob_entropy,
+    gaussian_log_prob_entropy_kept,
     stacked_mlp,
+    stacked_mlp_backward_into,
+    stacked_mlp_kept,
 )
 from rltrain.observations import raw_tensors
 
@@ -80,6 +84,14 @@ def policy_actor(info: SpaceInfo, cfg: ActorCriticConfig, encoder: Encoder,
         return CategoricalActor(encoder, cfg.hidden_sizes, info.action_dim, cfg.activation, mask)
     return GaussianActor(encoder, cfg.hidden_sizes, info.action_dim, cfg.activation,
                          cfg.init_log_std)
+
+
+def _written_over(p: torch.Tensor) -> torch.Tensor:
+    """A parameter's ``.grad``, for a backward written out to write over."""
+    if p.grad is None:
+        raise RuntimeError("the backward writes into existing .grad tensors; zero the "
+                           "optimiser's gradients first")
+    return p.grad
 
 
 #: :meth:`ActorCritic.evaluate_kept`'s backward: d loss / d (logp, entropy or None, value)
@@ -191,15 +203,60 @@ class ActorCritic(OnPolicyAlgorithm):
         parameter's gradient over its ``.grad`` (the optimiser's flat views). Used by PPO's
         minibatch step (see :meth:`rltrain.nets.MLP.forward_kept` for why)."""
         pi, critic = self.pi, self.critic
-        assert isinstance(pi, (CategoricalActor, GaussianActor))
         pi_inputs, out = pi.net.forward_kept(pi.encoder.forward(obs))
         v_inputs, v = critic.forward_kept(critic.encoder.forward(obs))
-        logp, entropy, distribution_backward = pi.log_prob_entropy_kept(out, act)
+        log_std: torch.Tensor | None = None
+        if isinstance(pi, CategoricalActor):
+            logp, entropy, distribution = categorical_log_prob_entropy_kept(out, act)
+        else:
+            assert isinstance(pi, GaussianActor)
+            log_std = pi.log_std
+            logp, entropy, distribution = gaussian_log_prob_entropy_kept(
+                out, log_std.expand_as(out), act)
 
         def backward(grad_logp: torch.Tensor, grad_entropy: torch.Tensor | None,
                      grad_v: torch.Tensor) -> None:
-            pi.net.backward_into(pi_inputs, distribution_backward(grad_logp, grad_entropy))
+            grad_out, grad_log_std = distribution(grad_logp, grad_entropy)
+            pi.net.backward_into(pi_inputs, grad_out)
             critic.backward_into(v_inputs, grad_v.unsqueeze(-1))
+            if log_std is not None and grad_log_std is not None:
+                _written_over(log_std).copy_(grad_log_std.sum(0))
+
+        return logp, entropy, v.squeeze(-1), backward
+
+    def stacked_evaluate_kept(self, params: Mapping[str, torch.Tensor],
+                              grads: Mapping[str, torch.Tensor], obs: torch.Tensor,
+                              act: torch.Tensor
+                              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, HandBackward]:
+        """:meth:`stacked_evaluate` without autograd, and its backward, which writes each
+        parameter's stacked gradient over ``grads[name]`` (shaped as ``params[name]``)."""
+        x = obs.reshape(obs.shape[0], obs.shape[1], -1)
+        activation = self.cfg.activation
+
+        def layers(of: Mapping[str, torch.Tensor], prefix: str, net: MLP
+                   ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+            return [(of[f"{prefix}.layers.{i}.weight"], of[f"{prefix}.layers.{i}.bias"])
+                    for i in range(len(net.layers))]
+
+        pi_layers, v_layers = layers(params, "pi.net", self.pi.net), layers(params, "critic",
+                                                                           self.critic)
+        pi_inputs, out = stacked_mlp_kept(x, pi_layers, activation)
+        v_inputs, v = stacked_mlp_kept(x, v_layers, activation)
+        if isinstance(self.pi, CategoricalActor):
+            logp, entropy, distribution = categorical_log_prob_entropy_kept(out, act)
+        else:
+            logp, entropy, distribution = gaussian_log_prob_entropy_kept(
+                out, params["pi.log_std"].unsqueeze(1).expand_as(out), act)
+
+        def backward(grad_logp: torch.Tensor, grad_entropy: torch.Tensor | None,
+                     grad_v: torch.Tensor) -> None:
+            grad_out, grad_log_std = distribution(grad_logp, grad_entropy)
+            stacked_mlp_backward_into(pi_layers, layers(grads, "pi.net", self.pi.net),
+                                      pi_inputs, grad_out, activation)
+            stacked_mlp_backward_into(v_layers, layers(grads, "critic", self.critic),
+                                      v_inputs, grad_v.unsqueeze(-1), activation)
+            if grad_log_std is not None:
+                torch.sum(grad_log_std, 1, out=grads["pi.log_std"])
 
         return logp, entropy, v.squeeze(-1), backward
 

@@ -9,7 +9,7 @@ Discrete (categorical) and continuous (diagonal Gaussian) actions.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -177,21 +177,8 @@ class PPO(ActorCritic):
         clipfrac) as one tensor, detached. ``weight`` (1 or 0 per sample) leaves out padding:
         a batch of seeds pads each seed's minibatches to one size (:class:`_Minibatches`)."""
         cfg = self.cfg
-        # with weights, each row is a copy's minibatch (the last dimension), padding weighted 0
-        count = None if weight is None else weight.sum(-1)
-
-        def mean(x: torch.Tensor) -> torch.Tensor:
-            if weight is None or count is None:
-                return x.mean()
-            return (x * weight).sum(-1) / count.clamp(min=1.0)
-
-        if weight is None or count is None:
-            if cfg.normalize_advantage and len(adv) > 1:
-                adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-        elif cfg.normalize_advantage:
-            centred = adv - mean(adv).unsqueeze(-1)
-            std = ((centred.pow(2) * weight).sum(-1) / (count - 1.0)).sqrt().unsqueeze(-1)
-            adv = torch.where((count > 1.0).unsqueeze(-1), centred / (std + 1e-8), adv)
+        mean = _mean(weight)
+        adv = self._normalized(adv, weight)
         logratio = logp - old_logp
         ratio = logratio.exp()
         pg_loss = mean(torch.max(
@@ -220,6 +207,7 @@ class PPO(ActorCritic):
         ret: torch.Tensor,
         old_v: torch.Tensor,
         old_logp: torch.Tensor,
+        weight: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor]:
         """The gradient of :meth:`clipped_losses`'s loss (unweighted) with respect to each
         sample's log-probability, entropy (None when ``ent_coef`` is 0) and value, and the
@@ -227,36 +215,50 @@ class PPO(ActorCritic):
         exactly equal with ``clamp`` cutting: autograd then passes half the gradient, this
         none (an event of probability 0 but for a zero advantage, whose gradient is 0)."""
         cfg = self.cfg
-        n = float(len(logp))
-        if cfg.normalize_advantage and len(adv) > 1:
-            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        mean = _mean(weight)
+        # d mean(x) / d x_i: 1/n, or a copy's weight over its count (padding weighted 0)
+        per = (1.0 / logp.shape[-1] if weight is None
+               else weight / weight.sum(-1, keepdim=True).clamp(min=1.0))
+        adv = self._normalized(adv, weight)
         low, high = 1.0 - cfg.clip_ratio, 1.0 + cfg.clip_ratio
         logratio = logp - old_logp
         ratio = logratio.exp()
         plain, clipped = -adv * ratio, -adv * ratio.clamp(low, high)
-        pg_loss = torch.max(plain, clipped).mean()
+        pg_loss = mean(torch.max(plain, clipped))
         # the plain term is the max, or the clamp passes the ratio (then the two are equal):
         # d pg_loss / d logp = d pg_loss / d ratio * ratio = -adv * ratio / n
         passes = (plain > clipped).logical_or_((ratio >= low).logical_and_(ratio <= high))
-        grad_logp = torch.where(passes, plain, 0.0).div_(n)
+        grad_logp = torch.where(passes, plain, 0.0).mul_(per)
         diff = v - ret
         if cfg.value_clip is None:
-            v_loss = 0.5 * diff.pow(2).mean()
-            grad_v = diff * (cfg.vf_coef / n)
+            v_loss = 0.5 * mean(diff.pow(2))
+            grad_v = diff * cfg.vf_coef * per
         else:
             dv = v - old_v
             diff_clipped = old_v + dv.clamp(-cfg.value_clip, cfg.value_clip) - ret
             a, b = diff.pow(2), diff_clipped.pow(2)
-            v_loss = 0.5 * torch.max(a, b).mean()
+            v_loss = 0.5 * mean(torch.max(a, b))
             passes_v = (a > b).logical_or_(dv.abs() <= cfg.value_clip)
-            grad_v = torch.where(passes_v, diff, 0.0).mul_(cfg.vf_coef / n)
-        entropy = entropy_all.mean()
+            grad_v = torch.where(passes_v, diff, 0.0).mul_(per).mul_(cfg.vf_coef)
+        entropy = mean(entropy_all)
         grad_entropy = (None if cfg.ent_coef == 0.0
-                        else torch.full_like(entropy_all, -cfg.ent_coef / n))
-        approx_kl = ((ratio - 1.0) - logratio).mean()
-        clipfrac = ((ratio - 1.0).abs() > cfg.clip_ratio).to(ratio.dtype).mean()
+                        else torch.zeros_like(entropy_all).add_(per).mul_(-cfg.ent_coef))
+        approx_kl = mean((ratio - 1.0) - logratio)
+        clipfrac = mean(((ratio - 1.0).abs() > cfg.clip_ratio).to(ratio.dtype))
         stats = torch.stack((pg_loss, v_loss, entropy, approx_kl, clipfrac), dim=-1)
         return grad_logp, grad_entropy, grad_v, stats
+
+    def _normalized(self, adv: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
+        """The minibatch's advantages normalised to mean 0 and standard deviation 1 (each
+        copy's over its own samples, with ``weight``), when the config asks for it."""
+        if not self.cfg.normalize_advantage:
+            return adv
+        if weight is None:
+            return (adv - adv.mean()) / (adv.std() + 1e-8) if len(adv) > 1 else adv
+        count = weight.sum(-1)
+        centred = adv - _mean(weight)(adv).unsqueeze(-1)
+        std = ((centred.pow(2) * weight).sum(-1) / (count - 1.0)).sqrt().unsqueeze(-1)
+        return torch.where((count > 1.0).unsqueeze(-1), centred / (std + 1e-8), adv)
 
     def batchable(self) -> bool:
         """Whether this run's minibatch steps can run stacked with other seeds' (plain PPO
@@ -311,6 +313,9 @@ class _Minibatches(lanes.Work):
                    for group in zip(*(w.tensors for w in works), strict=True)]
         rows = torch.arange(len(works), device=device).unsqueeze(1)
         dtype = optim.flat.dtype
+        # by hand (as each seed's own step is): the gradient rows written here, no graph
+        grad = torch.zeros_like(optim.flat, requires_grad=False)
+        grads = dict(zip(keys, optim.stacked_views(grad), strict=True))
         sums = torch.zeros(len(works), 5, dtype=dtype, device=device)
         steps = torch.zeros(len(works), dtype=torch.long, device=device)
         for r in range(len(works[0].perms)):
@@ -325,15 +330,32 @@ class _Minibatches(lanes.Work):
                 active = wt[:, 0] > 0  # a seed has a k-th minibatch: its first sample
                 obs, act, adv, ret, old_v, old_logp = (t[rows, idx] for t in stacked)
                 params = dict(zip(keys, optim.stacked_views(), strict=True))
-                logp, entropy, v = first.stacked_evaluate(params, obs, act)
-                loss, stats = first.clipped_losses(logp, entropy, v, adv, ret, old_v, old_logp,
-                                                   wt)
-                (grad,) = torch.autograd.grad(loss.sum(), optim.flat)
+                if first.by_hand:
+                    with torch.no_grad():
+                        logp, entropy, v, backward = first.stacked_evaluate_kept(
+                            params, grads, obs, act)
+                        grad_logp, grad_entropy, grad_v, stats = first.clipped_gradients(
+                            logp, entropy, v, adv, ret, old_v, old_logp, wt)
+                        backward(grad_logp, grad_entropy, grad_v)
+                else:
+                    logp, entropy, v = first.stacked_evaluate(params, obs, act)
+                    loss, stats = first.clipped_losses(logp, entropy, v, adv, ret, old_v,
+                                                       old_logp, wt)
+                    (grad,) = torch.autograd.grad(loss.sum(), optim.flat)
                 optim.step(grad, first.cfg.max_grad_norm, active)
                 sums += stats * active.unsqueeze(1)
                 steps += active
         optim.write_back()
         return [(sums[i], int(steps[i])) for i in range(len(works))]
+
+
+def _mean(weight: torch.Tensor | None) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The mean of a minibatch's values; with ``weight``, each row is a copy's minibatch (the
+    last dimension) and its mean is weighted (padding 0)."""
+    if weight is None:
+        return torch.mean
+    count = weight.sum(-1).clamp(min=1.0)
+    return lambda x: (x * weight).sum(-1) / count
 
 
 def _padded(tensors: Sequence[torch.Tensor], length: int) -> torch.Tensor:
