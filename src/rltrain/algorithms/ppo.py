@@ -209,9 +209,9 @@ class PPO(ActorCritic):
         old_logp: torch.Tensor,
         weight: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor]:
-        """The gradient of :meth:`clipped_losses`'s loss (unweighted) with respect to each
-        sample's log-probability, entropy (None when ``ent_coef`` is 0) and value, and the
-        same stats. It is autograd's up to rounding, but where ``max``'s two arguments are
+        """The gradient of :meth:`clipped_losses`'s loss (each copy's, with ``weight``) with
+        respect to each sample's log-probability, entropy (None when ``ent_coef`` is 0) and
+        value, and the same stats. It is autograd's up to rounding, but where ``max``'s two arguments are
         exactly equal with ``clamp`` cutting: autograd then passes half the gradient, this
         none (an event of probability 0 but for a zero advantage, whose gradient is 0)."""
         cfg = self.cfg
