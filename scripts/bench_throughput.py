@@ -14,6 +14,7 @@ does. One torch thread, as in the peer comparison.
     .venv/bin/python scripts/bench_throughput.py [--envs 8] [--steps 200000] [--peers]
     .venv/bin/python scripts/bench_throughput.py --only-ppo | --only-sac
     .venv/bin/python scripts/bench_throughput.py --loop-rounds 5   # PPO loop against SB3's
+    .venv/bin/python scripts/bench_throughput.py --sac-collector   # SAC's collection, Hopper
 """
 
 from __future__ import annotations
@@ -277,6 +278,40 @@ def sb3_ppo_loop(steps: int) -> float:
     return steps / (time.perf_counter() - t0)
 
 
+def sac_collector_rounds(env_name: str = "hopper", n: int = 3000, rounds: int = 3) -> None:
+    """SAC's collection on a MuJoCo env (one env, one step per training step, as SAC trains)
+    against its floor: ``env.step`` and the actor's ``sample`` written as plainly as possible.
+    What the collector adds beyond that is rltrain's own (observation handling, the buffer
+    write, episode bookkeeping, the gymnasium vector and wrapper layers)."""
+    b = build(["algo=sac", f"env={env_name}"])
+    actor = b.algorithm.actor()
+    env = gym.make(b.s.env.id)
+    obs, _ = env.reset(seed=0)
+    policy = b.algorithm.policy(Progress(0, 0, 0.5))
+
+    def floor() -> float:
+        nonlocal obs
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            for _ in range(n):
+                act, _ = actor.sample(torch.as_tensor(obs, dtype=torch.float32).unsqueeze(0))
+                obs, _, terminated, truncated, _ = env.step(act[0].numpy())
+                if terminated or truncated:
+                    obs, _ = env.reset()
+        return n / (time.perf_counter() - t0)
+
+    def collector() -> float:
+        t0 = time.perf_counter()
+        b.train_collector.collect(policy, n_steps=n)
+        return n / (time.perf_counter() - t0)
+
+    for r in range(rounds):
+        f, c = floor(), collector()
+        print(f"round {r + 1}: {b.s.env.id} floor (env.step + actor.sample) {1e6 / f:,.0f} us "
+              f"a step; rltrain's collector {1e6 / c:,.0f} us; collector / floor speed "
+              f"{c / f:.2f}")
+
+
 def loop_rounds(rounds: int) -> None:
     """The PPO loop (100k env steps), by hand and through autograd, and SB3's (50k),
     interleaved ``rounds`` times so that a slow spell of the machine hits all three; medians."""
@@ -306,6 +341,8 @@ def main() -> None:
                         help="time PPO's minibatch step only, against its plain-PyTorch floor")
     parser.add_argument("--peers", action="store_true",
                         help="also time Stable-Baselines3's PPO loop (needs the bench extra)")
+    parser.add_argument("--sac-collector", action="store_true",
+                        help="only SAC's collector on Hopper against env.step + actor.sample")
     parser.add_argument("--loop-rounds", type=int, default=0, metavar="K",
                         help="only the PPO loops: rltrain by hand, through autograd, and SB3, "
                              "interleaved K times, medians")
@@ -317,6 +354,9 @@ def main() -> None:
         return
     if args.only_ppo:
         ppo_report()
+        return
+    if args.sac_collector:
+        sac_collector_rounds()
         return
     if args.loop_rounds:
         loop_rounds(args.loop_rounds)
