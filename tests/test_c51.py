@@ -232,7 +232,7 @@ def test_sigterm_then_resume_of_a_noisy_c51_equals_the_unbroken_run(cli, tmp_pat
             "trainer.update_step_num_gradient_steps_per_sample=0.25",
             "trainer.stop_score=null", "seed=1", "logger.progress_bar=false",
             "env.num_test_envs=2", "trainer.test_step_num_episodes=2",
-            "logger.tensorboard=false"]
+            "logger.tensorboard=false", "trainer.batch_size=32"]
     full, broken = tmp_path / "full", tmp_path / "broken"
     assert cli(*args, f"hydra.run.dir={full}").returncode == 0
     res = signal_when([*args, f"hydra.run.dir={broken}"], tmp_path,

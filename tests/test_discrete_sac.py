@@ -227,7 +227,7 @@ def test_sigterm_then_resume_with_prioritized_replay_equals_unbroken_run(cli, tm
     args = ["algo=discrete_sac", "env=cartpole", "buffer=prioritized", "trainer.max_epochs=3",
             "trainer.epoch_num_steps=512", "buffer.size=20000", "trainer.stop_score=null",
             "seed=1", "logger.progress_bar=false", "env.num_test_envs=5",
-            "trainer.test_step_num_episodes=5"]
+            "trainer.test_step_num_episodes=5", "trainer.batch_size=64"]
     assert cli(*args, f"hydra.run.dir={full}").returncode == 0
     res = interrupt_after_first_epoch([*args, f"hydra.run.dir={broken}"], tmp_path,
                                       signal.SIGTERM, unbroken=full)

@@ -20,7 +20,7 @@ COMMON = ["trainer.stop_score=null", "seed=2", "logger.progress_bar=false",
 RUNS = {
     # a collection step of 256 env steps: a signal after epoch 1's line lands mid-epoch 2
     "minigrid-ppo": ["algo=ppo", "env=minigrid", "trainer.max_epochs=3",
-                     "trainer.epoch_num_steps=4096", "trainer.collection_step_num_env_steps=256",
+                     "trainer.epoch_num_steps=2048", "trainer.collection_step_num_env_steps=256",
                      "trainer.update_step_num_repetitions=2", "trainer.batch_size=256"],
     "minatar-dqn": ["algo=dqn", "env=minatar", "env.id=MinAtar/Breakout-v1",
                     "trainer.max_epochs=3", "trainer.epoch_num_steps=1600",
