@@ -211,9 +211,10 @@ class PPO(ActorCritic):
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor]:
         """The gradient of :meth:`clipped_losses`'s loss (each copy's, with ``weight``) with
         respect to each sample's log-probability, entropy (None when ``ent_coef`` is 0) and
-        value, and the same stats. It is autograd's up to rounding, but where ``max``'s two arguments are
-        exactly equal with ``clamp`` cutting: autograd then passes half the gradient, this
-        none (an event of probability 0 but for a zero advantage, whose gradient is 0)."""
+        value, and the same stats. It is autograd's up to rounding, but where ``max``'s two
+        arguments are exactly equal with ``clamp`` cutting: autograd then passes half the
+        gradient, this none (an event of probability 0 but for a zero advantage, whose
+        gradient is 0)."""
         cfg = self.cfg
         mean = _mean(weight)
         # d mean(x) / d x_i: 1/n, or a copy's weight over its count (padding weighted 0)
