@@ -86,13 +86,18 @@ class MLP(nn.Module):
         grad = grad_out
         for i in range(len(layers) - 1, -1, -1):
             weight, bias = layers[i]
-            if weight.grad is None or bias.grad is None:
-                raise RuntimeError("backward_into writes into existing .grad tensors; "
-                                   "zero the optimiser's gradients first")
-            torch.mm(grad.t(), inputs[i], out=weight.grad)
-            torch.sum(grad, 0, out=bias.grad)
+            torch.mm(grad.t(), inputs[i], out=written_over(weight))
+            torch.sum(grad, 0, out=written_over(bias))
             if i:
                 grad = self._backward(torch.mm(grad, weight), inputs[i])
+
+
+def written_over(p: torch.Tensor) -> torch.Tensor:
+    """A parameter's ``.grad``, for a backward written out by hand to write over."""
+    if p.grad is None:
+        raise RuntimeError("a backward written out writes into existing .grad tensors; zero "
+                           "the optimiser's gradients first")
+    return p.grad
 
 
 def stacked_mlp(x: torch.Tensor, layers: Sequence[tuple[torch.Tensor, torch.Tensor]],

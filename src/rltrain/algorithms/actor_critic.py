@@ -34,6 +34,7 @@ from rltrain.nets import (
     stacked_mlp,
     stacked_mlp_backward_into,
     stacked_mlp_kept,
+    written_over,
 )
 from rltrain.observations import raw_tensors
 
@@ -84,14 +85,6 @@ def policy_actor(info: SpaceInfo, cfg: ActorCriticConfig, encoder: Encoder,
         return CategoricalActor(encoder, cfg.hidden_sizes, info.action_dim, cfg.activation, mask)
     return GaussianActor(encoder, cfg.hidden_sizes, info.action_dim, cfg.activation,
                          cfg.init_log_std)
-
-
-def _written_over(p: torch.Tensor) -> torch.Tensor:
-    """A parameter's ``.grad``, for a backward written out to write over."""
-    if p.grad is None:
-        raise RuntimeError("the backward writes into existing .grad tensors; zero the "
-                           "optimiser's gradients first")
-    return p.grad
 
 
 #: :meth:`ActorCritic.evaluate_kept`'s backward: d loss / d (logp, entropy or None, value)
@@ -220,7 +213,7 @@ class ActorCritic(OnPolicyAlgorithm):
             pi.net.backward_into(pi_inputs, grad_out)
             critic.backward_into(v_inputs, grad_v.unsqueeze(-1))
             if log_std is not None and grad_log_std is not None:
-                _written_over(log_std).copy_(grad_log_std.sum(0))
+                written_over(log_std).copy_(grad_log_std.sum(0))
 
         return logp, entropy, v.squeeze(-1), backward
 

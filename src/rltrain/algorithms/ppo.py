@@ -178,12 +178,8 @@ class PPO(ActorCritic):
         a batch of seeds pads each seed's minibatches to one size (:class:`_Minibatches`)."""
         cfg = self.cfg
         mean = _mean(weight)
-        adv = self._normalized(adv, weight)
-        logratio = logp - old_logp
-        ratio = logratio.exp()
-        pg_loss = mean(torch.max(
-            -adv * ratio, -adv * ratio.clamp(1.0 - cfg.clip_ratio, 1.0 + cfg.clip_ratio)
-        ))
+        logratio, ratio, plain, clipped = self._surrogate(logp, old_logp, adv, weight)
+        pg_loss = mean(torch.max(plain, clipped))
         if cfg.value_clip is None:
             v_loss = 0.5 * mean((v - ret).pow(2))
         else:
@@ -192,11 +188,8 @@ class PPO(ActorCritic):
         entropy = mean(entropy_all)
         loss = pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss
         with torch.no_grad():
-            approx_kl = mean((ratio - 1.0) - logratio)
-            clipfrac = mean(((ratio - 1.0).abs() > cfg.clip_ratio).to(ratio.dtype))
-            # one small tensor: read out once per update, not once per minibatch
-            return loss, torch.stack((pg_loss.detach(), v_loss.detach(), entropy.detach(),
-                                      approx_kl, clipfrac), dim=-1)
+            return loss, self._stats(mean, pg_loss.detach(), v_loss.detach(), entropy.detach(),
+                                     ratio, logratio)
 
     def clipped_gradients(
         self,
@@ -220,11 +213,8 @@ class PPO(ActorCritic):
         # d mean(x) / d x_i: 1/n, or a copy's weight over its count (padding weighted 0)
         per = (1.0 / logp.shape[-1] if weight is None
                else weight / weight.sum(-1, keepdim=True).clamp(min=1.0))
-        adv = self._normalized(adv, weight)
+        logratio, ratio, plain, clipped = self._surrogate(logp, old_logp, adv, weight)
         low, high = 1.0 - cfg.clip_ratio, 1.0 + cfg.clip_ratio
-        logratio = logp - old_logp
-        ratio = logratio.exp()
-        plain, clipped = -adv * ratio, -adv * ratio.clamp(low, high)
         pg_loss = mean(torch.max(plain, clipped))
         # the plain term is the max, or the clamp passes the ratio (then the two are equal):
         # d pg_loss / d logp = d pg_loss / d ratio * ratio = -adv * ratio / n
@@ -244,10 +234,28 @@ class PPO(ActorCritic):
         entropy = mean(entropy_all)
         grad_entropy = (None if cfg.ent_coef == 0.0
                         else torch.zeros_like(entropy_all).add_(per).mul_(-cfg.ent_coef))
-        approx_kl = mean((ratio - 1.0) - logratio)
-        clipfrac = mean(((ratio - 1.0).abs() > cfg.clip_ratio).to(ratio.dtype))
-        stats = torch.stack((pg_loss, v_loss, entropy, approx_kl, clipfrac), dim=-1)
+        stats = self._stats(mean, pg_loss, v_loss, entropy, ratio, logratio)
         return grad_logp, grad_entropy, grad_v, stats
+
+    def _surrogate(self, logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor,
+                   weight: torch.Tensor | None
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(log-ratio, ratio, -adv * ratio, -adv * clipped ratio)``: the clipped surrogate's
+        parts, shared by :meth:`clipped_losses` and :meth:`clipped_gradients`."""
+        adv = self._normalized(adv, weight)
+        logratio = logp - old_logp
+        ratio = logratio.exp()
+        clip = self.cfg.clip_ratio
+        return logratio, ratio, -adv * ratio, -adv * ratio.clamp(1.0 - clip, 1.0 + clip)
+
+    def _stats(self, mean: Callable[[torch.Tensor], torch.Tensor], pg_loss: torch.Tensor,
+               v_loss: torch.Tensor, entropy: torch.Tensor, ratio: torch.Tensor,
+               logratio: torch.Tensor) -> torch.Tensor:
+        """The minibatch's stats as one tensor (pg_loss, v_loss, entropy, approx_kl, clipfrac):
+        read out once per update, not once per minibatch."""
+        approx_kl = mean((ratio - 1.0) - logratio)
+        clipfrac = mean(((ratio - 1.0).abs() > self.cfg.clip_ratio).to(ratio.dtype))
+        return torch.stack((pg_loss, v_loss, entropy, approx_kl, clipfrac), dim=-1)
 
     def _normalized(self, adv: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
         """The minibatch's advantages normalised to mean 0 and standard deviation 1 (each
