@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import rltrain
-from rltrain import signals
+from rltrain import garbage, signals
 from rltrain.streams import ConsoleHandler, clip_long_words, fast_exit, guard_streams
 
 STARTED = time.perf_counter()
@@ -491,6 +491,7 @@ def main() -> None:
             completion_command([a for a in args if a not in ("-sc", "--shell-completion")])
         except ValueError as e:
             fast_exit(_error(str(e)))
+    garbage.hold()  # until training begins: rltrain.garbage says why
     signals.startup()
     if any(a in ("-q", "--quiet") for a in args):
         quiet = [] if any(a.startswith("resume=") for a in args) else ["logger.quiet=true"]

@@ -17,7 +17,7 @@ from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 
-from rltrain import signals
+from rltrain import garbage, signals
 from rltrain.build import Parts, build_parts, build_trainer, log_build, run_loggers
 from rltrain.errors import TrainingError
 from rltrain.files import open_append
@@ -90,6 +90,7 @@ def _run_trainer(s: Settings, ctx: RunContext, parts: Parts, loggers: list[Logge
         trainer.crash_hint = f" (the env was made with env.kwargs={dict(s.env.kwargs)})"
     log_build(s, parts, trainer, ctx.run_dir)
     life.summary["startup_time"] = time.perf_counter() - ctx.started
+    garbage.release()  # start-up done: its objects frozen, collection back on
     try:
         with signals.training(trainer.request_stop):
             result = trainer.run()
