@@ -254,6 +254,45 @@ def test_a_batched_sweep_equals_its_seeds_run_by_the_basic_launcher_in_float64(c
         assert read_jsonl(a / "epochs.jsonl")[-1]["gradient_step"] > 0
 
 
+#: runs a sweep under the batched launcher, and before its jobs run compares each job's
+#: config with the one Hydra composes for the job's overrides (a job that differs from an
+#: earlier one only in seed gets a copy of that job's config, reseeded)
+_COMPARE_CONFIGS = """
+import sys
+from omegaconf import OmegaConf
+from rltrain import batched, cli
+def compare(launcher, unit, quiet):
+    for job in unit:
+        hydras = batched._compose(launcher.hydra_context, launcher.config, job.overrides,
+                                  job.num)
+        same = (OmegaConf.to_container(job.cfg, resolve=False)
+                == OmegaConf.to_container(hydras, resolve=False)
+                and OmegaConf.get_type(job.cfg) is OmegaConf.get_type(hydras)
+                and job.cfg._get_flag("struct") == hydras._get_flag("struct"))
+        print("job", job.num, job.cfg.seed, job.cfg.hydra.job.override_dirname, same)
+    return {}
+batched._run_unit = compare
+sys.argv = ["rltrain", "--multirun", *sys.argv[1:]]
+cli.main()
+"""
+
+
+def test_jobs_that_differ_in_seed_get_the_config_hydra_would_compose(tmp_path):
+    import subprocess
+    import sys
+
+    res = subprocess.run(
+        [sys.executable, "-c", _COMPARE_CONFIGS, *SMOKE, "seed=0,1,12", "algo.lr=1e-3,2e-3",
+         "trainer.max_epochs=2", "hydra.job.chdir=false", BATCHED, f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    jobs = re.findall(r"^job (\d+) (\d+) (\S+) (True|False)$", res.stdout, re.M)
+    assert len(jobs) == 6, res.stdout + res.stderr
+    for num, seed, dirname, same in jobs:
+        assert same == "True", f"job {num}: its config differs from Hydra's"
+        assert dirname.endswith(f"seed={seed}")
+    assert sorted(int(seed) for _, seed, _, _ in jobs) == [0, 0, 1, 1, 12, 12]
+
+
 def test_batches_in_worker_processes_equal_the_basic_launchers_too(cli, tmp_path):
     """``hydra.launcher.n_jobs=2``: four seeds dealt into two batches of two lanes, each in a
     worker process of its own; every seed's records equal the basic launcher's (float64)."""
