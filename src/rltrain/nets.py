@@ -18,6 +18,7 @@ from torch import nn
 from rltrain.config import ACTIVATION_NAMES
 from rltrain.encoders import Encoder
 from rltrain.masking import ActionMask
+from rltrain.nograd import no_grad
 
 ACTIVATIONS = {"tanh": torch.tanh, "relu": torch.relu}
 assert tuple(ACTIVATIONS) == ACTIVATION_NAMES  # the schemas' check names the same ones
@@ -77,7 +78,7 @@ class MLP(nn.Module):
     # backward here: the same kernels autograd runs (addmm forward; mm and sum for the
     # weights' and biases' gradients; the activation's backward from its output), without the
     # graph. ``tests/test_ppo_by_hand.py`` checks the gradients against autograd's.
-    @torch.no_grad()
+    @no_grad
     def forward_kept(self, x: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
         """The forward pass without autograd: each layer's input (what :meth:`backward_into`
         needs), and the output."""
@@ -90,7 +91,7 @@ class MLP(nn.Module):
         weight, bias = self._last
         return inputs, torch.addmm(bias, x, weight.t())
 
-    @torch.no_grad()
+    @no_grad
     def backward_into(self, inputs: Sequence[torch.Tensor], grad_out: torch.Tensor) -> None:
         """The backward pass of :meth:`forward_kept` for the gradient ``grad_out`` of its
         output: each weight's and bias's gradient written over its ``.grad`` (which must exist,
@@ -185,7 +186,7 @@ def _init(layer: nn.Linear, gain: float) -> nn.Linear:
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
 
-@torch.no_grad()
+@no_grad
 def stacked_mlp_kept(x: torch.Tensor, layers: Sequence[tuple[torch.Tensor, torch.Tensor]],
                      activation: str) -> tuple[list[torch.Tensor], torch.Tensor]:
     """:func:`stacked_mlp` without autograd, keeping each layer's input for
@@ -200,7 +201,7 @@ def stacked_mlp_kept(x: torch.Tensor, layers: Sequence[tuple[torch.Tensor, torch
     return inputs, torch.baddbmm(b.unsqueeze(1), x, w.transpose(1, 2))
 
 
-@torch.no_grad()
+@no_grad
 def stacked_mlp_backward_into(layers: Sequence[tuple[torch.Tensor, torch.Tensor]],
                               grads: Sequence[tuple[torch.Tensor, torch.Tensor]],
                               inputs: Sequence[torch.Tensor], grad_out: torch.Tensor,
@@ -258,7 +259,7 @@ DistributionBackward = Callable[[torch.Tensor, "torch.Tensor | None"],
                                 tuple[torch.Tensor, "torch.Tensor | None"]]
 
 
-@torch.no_grad()
+@no_grad
 def categorical_log_prob_entropy_kept(logits: torch.Tensor, act: torch.Tensor
                                       ) -> tuple[torch.Tensor, torch.Tensor,
                                                  DistributionBackward]:
@@ -280,7 +281,7 @@ def categorical_log_prob_entropy_kept(logits: torch.Tensor, act: torch.Tensor
     return logp, entropy, backward
 
 
-@torch.no_grad()
+@no_grad
 def gaussian_log_prob_entropy_kept(mean: torch.Tensor, log_std: torch.Tensor,
                                    act: torch.Tensor
                                    ) -> tuple[torch.Tensor, torch.Tensor, DistributionBackward]:

@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 
+from rltrain.nograd import no_grad
+
 
 def flatten_parameters(params: Iterable[torch.Tensor]) -> torch.Tensor:
     """Move the parameters' data into one new flat tensor, in order, each parameter becoming
@@ -41,7 +43,7 @@ def flatten_parameters(params: Iterable[torch.Tensor]) -> torch.Tensor:
     return flat
 
 
-@torch.no_grad()
+@no_grad
 def soft_update(target: torch.Tensor, source: torch.Tensor, tau: float) -> None:
     """Polyak averaging, ``target <- (1 - tau) * target + tau * source``, in place. Over the
     flat parameter buffers of a network and its target copy this is one kernel (instead of
@@ -84,7 +86,7 @@ class FlatOptimizer:
             if p.grad is not view:  # set to None or replaced by someone else
                 p.grad = view
 
-    @torch.no_grad()
+    @no_grad
     def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
         """Scale the gradient to a global L2 norm of at most ``max_norm``; returns the norm
         before clipping (as ``torch.nn.utils.clip_grad_norm_`` does)."""
@@ -141,7 +143,7 @@ class Adam(FlatOptimizer):
         self._step_t = (torch.zeros((), device=self.flat.device)
                         if _fused_adam(self.flat.device, self.flat.dtype) else None)
 
-    @torch.no_grad()
+    @no_grad
     def step(self) -> None:
         beta1, beta2 = self.betas
         self.steps += 1
@@ -177,7 +179,7 @@ class RMSprop(FlatOptimizer):
         self.alpha, self.eps = alpha, eps
         self.square_avg = torch.zeros_like(self.flat)
 
-    @torch.no_grad()
+    @no_grad
     def step(self) -> None:
         self.steps += 1
         grad = self.grad
@@ -217,7 +219,7 @@ class StackedAdam:
             offset += n
         return out
 
-    @torch.no_grad()
+    @no_grad
     def step(self, grad: torch.Tensor, max_norm: float | None,
              active: torch.Tensor | None = None) -> None:
         """One Adam step of every row from its gradient row (clipped per row to an L2 norm
@@ -246,7 +248,7 @@ class StackedAdam:
         self.exp_avg, self.exp_avg_sq = exp_avg, exp_avg_sq
         self.flat.copy_(flat)
 
-    @torch.no_grad()
+    @no_grad
     def write_back(self) -> None:
         for i, o in enumerate(self.optims):
             o.flat.copy_(self.flat[i])

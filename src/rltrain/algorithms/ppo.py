@@ -22,6 +22,7 @@ from rltrain.config import check_positive, check_unit_interval
 from rltrain.core import Progress, SpaceInfo
 from rltrain.data.buffers import Rollout
 from rltrain.data.returns import gae
+from rltrain.nograd import no_grad
 from rltrain.optim import Adam, StackedAdam
 
 
@@ -117,7 +118,7 @@ class PPO(ActorCritic):
         logp, entropy_all, v = self.evaluate(obs, act)
         return self._clipped_step(logp, entropy_all, v, adv, ret, old_v, old_logp)
 
-    @torch.no_grad()
+    @no_grad
     def _minibatch_by_hand(
         self,
         obs: torch.Tensor,
