@@ -283,7 +283,8 @@ def test_jobs_that_differ_in_seed_get_the_config_hydra_would_compose(tmp_path):
 
     res = subprocess.run(
         [sys.executable, "-c", _COMPARE_CONFIGS, *SMOKE, "seed=0,1,12", "algo.lr=1e-3,2e-3",
-         "trainer.max_epochs=2", "hydra.job.chdir=false", BATCHED, f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+         "trainer.max_epochs=2", "hydra.job.chdir=false", BATCHED,
+         f"hydra.sweep.dir={tmp_path / 'sweep'}"],
         cwd=tmp_path, capture_output=True, text=True, timeout=120)
     jobs = re.findall(r"^job (\d+) (\d+) (\S+) (True|False)$", res.stdout, re.M)
     assert len(jobs) == 6, res.stdout + res.stderr

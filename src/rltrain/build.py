@@ -268,9 +268,12 @@ def log_build(s: Settings, parts: Parts, trainer: Trainer, run_dir: Path) -> Non
     if s.env.wrappers:
         log.info(f"env wrappers: {', '.join(map(str, s.env.wrappers))}")
     algorithm = parts.algorithm
+    compiled = getattr(s.algo, "compile", False)
     log.info(f"algorithm {type(algorithm).__name__}: "
              f"{sum(p.numel() for p in algorithm.parameters()):,} parameters on "
-             f"{s.device}, seed {s.seed}")
+             f"{s.device}, seed {s.seed}"
+             + (", its update's losses compiled by torch.compile as they are first called "
+                "(tens of seconds on a CPU)" if compiled else ""))
     unit = "gradient steps" if trainer.step_key == "gradient_step" else "env steps"
     stop = ("no stop score (every epoch runs)" if trainer.stop_score is None
             else f"stop score {trainer.stop_score:g}")

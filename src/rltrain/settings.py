@@ -207,6 +207,10 @@ def check_pairing(s: Settings) -> None:
                               f"discounted return, and algo={s.algo.name} has no discount")
     if isinstance(s.algo, NetworkConfig):
         check_encoder_name(s.algo.encoder)
+        if s.algo.compile and not ALGORITHMS[s.algo.name].compiles:
+            able = sorted(n for n, spec in ALGORITHMS.items() if spec.compiles)
+            raise ConfigError(f"algo.compile=true: algo={s.algo.name} has no compiled update; "
+                              f"the algorithms that have one: {', '.join(able)}")
 
 
 def torch_device(name: str) -> torch.device:

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -31,6 +31,8 @@ from rltrain.noise import ColoredNoise
 from rltrain.normalize import ObsNormalizer, RewardScaler
 from rltrain.observations import layout, raw_tensors
 from rltrain.optim import FlatOptimizer
+
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -358,6 +360,35 @@ def td_priorities(td_error: torch.Tensor) -> torch.Tensor:
     so each one's error counts; the mean of absolute values (not the absolute value of the
     mean) lets twin critics that err in opposite directions add up rather than cancel."""
     return td_error.detach().abs().mean(0)
+
+
+#: the compiled loss functions, by (function, mode): one per process, shared by every
+#: instance (each instance is an argument, so torch.compile guards and recompiles for it)
+_COMPILED: dict[tuple[Callable[..., Any], str], Callable[..., Any]] = {}
+
+
+def compiled(algo: Algorithm, fn: Callable[..., R]) -> Callable[..., R]:
+    """``fn`` (a function of the algorithm's class, called as ``fn(algo, ...)``) compiled by
+    ``torch.compile`` when ``algo.compile=true``, else ``fn`` itself.
+
+    What is compiled is a loss: its forward pass through inductor, its backward by
+    AOTAutograd when the caller's ``loss.backward()`` runs it; the optimiser's step stays
+    rltrain's (one fused kernel). On CUDA the mode is ``reduce-overhead``: the compiled
+    graphs replay as CUDA graphs. Random numbers drawn inside (SAC's and TD3's noise) come
+    from torch's own generator as in eager mode (inductor's ``fallback_random``), so a
+    compiled run draws what an eager one draws and its checkpoints resume the same way; the
+    two differ only by floating-point reordering (``tests/test_compile.py``)."""
+    cfg = algo.cfg
+    if not (isinstance(cfg, NetworkConfig) and cfg.compile):
+        return fn
+    mode = "reduce-overhead" if algo.device.type == "cuda" else "default"
+    key = (fn, mode)
+    if key not in _COMPILED:
+        import torch._inductor.config as inductor  # imported only for a compiled run
+
+        inductor.fallback_random = True
+        _COMPILED[key] = torch.compile(fn, mode=mode)
+    return _COMPILED[key]
 
 
 def clip_and_step(loss: torch.Tensor, optimizer: FlatOptimizer, max_norm: float | None

@@ -19,6 +19,7 @@ from rltrain.algorithms.base import (
     TDAlgorithm,
     UpdateReport,
     clip_and_step,
+    compiled,
     frozen,
     number,
     td_priorities,
@@ -116,10 +117,28 @@ class DDPG(TDAlgorithm):
         """The deterministic policy gradient: ascend the first critic's value of the actor's
         action, Q1(s, pi(s)); then the targets follow. Returns the actor's loss."""
         with frozen(self.critic):  # the actor's loss needs no critic gradients
-            actor_loss = -self.critic(obs, self.pi(obs))[0].mean()
+            actor_loss = compiled(self, DDPG.actor_loss)(self, obs)
             clip_and_step(actor_loss, self.actor_optim, self.cfg.max_grad_norm)
         self.follow_targets()
         return actor_loss
+
+    def actor_loss(self, obs: torch.Tensor) -> torch.Tensor:
+        """-Q1(s, pi(s)), averaged over the batch."""
+        return -self.critic(obs, self.pi(obs))[0].mean()
+
+    def critic_loss(self, obs: torch.Tensor, act: torch.Tensor, rew: torch.Tensor,
+                    discount: torch.Tensor, next_obs: torch.Tensor,
+                    weights: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor,
+                                                           torch.Tensor]:
+        """The critic's loss against r + discount * Q'(s', pi'(s')) (both targets), each
+        sample's squared error weighted by ``weights`` (prioritised replay; None: the plain
+        mean); returns it, the critics' values at the batch's actions and their TD errors,
+        both ``(critics, batch)``."""
+        with torch.no_grad():
+            target = rew + discount * self.critic_target(next_obs, self.pi_target(next_obs))[0]
+        q = self.critic(obs, act)
+        td_error = q - target
+        return weighted_mean(td_error.pow(2), weights).sum(), q, td_error
 
     def follow_targets(self) -> None:
         soft_update(self.pi_target_flat, self.actor_optim.flat, self.cfg.tau)
@@ -128,13 +147,8 @@ class DDPG(TDAlgorithm):
     def update(self, batch: Batch, *, progress: Progress) -> UpdateReport:
         cfg = self.cfg
         obs, act, rew, discount, next_obs = self.tensors(batch)
-        # critic: regress onto r + discount * Q'(s', pi'(s')), both targets, each sample's
-        # squared error weighted by its importance-sampling weight (prioritised replay)
-        with torch.no_grad():
-            target = rew + discount * self.critic_target(next_obs, self.pi_target(next_obs))[0]
-        q = self.critic(obs, act)
-        td_error = q - target
-        critic_loss = weighted_mean(td_error.pow(2), self.batch_weights(batch)).sum()
+        critic_loss, q, td_error = compiled(self, DDPG.critic_loss)(
+            self, obs, act, rew, discount, next_obs, self.batch_weights(batch))
         clip_and_step(critic_loss, self.critic_optim, cfg.max_grad_norm)
         # actor (and targets), every policy_delay gradient steps
         actor_loss = None
@@ -150,5 +164,5 @@ register(AlgoSpec(
     console=(("critic_loss", "q_loss"), ("actor_loss", "pi"), ("q_mean", "q")),
     bounded_actions=True,
     paper="Lillicrap et al. 2016, arXiv:1509.02971",
-    prioritized=True,
+    prioritized=True, compiles=True,
 ))

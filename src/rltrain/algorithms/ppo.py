@@ -16,7 +16,7 @@ import torch
 
 from rltrain import lanes
 from rltrain.algorithms.actor_critic import ActorCritic, ActorCriticConfig, explained_variance
-from rltrain.algorithms.base import UpdateReport, clip_and_step
+from rltrain.algorithms.base import UpdateReport, clip_and_step, compiled
 from rltrain.algorithms.registry import CONTINUOUS, DISCRETE, MULTIDISCRETE, AlgoSpec, register
 from rltrain.config import check_positive, check_unit_interval
 from rltrain.core import Progress, SpaceInfo
@@ -65,8 +65,9 @@ class PPO(ActorCritic):
         self.to(device)
         self.optim = Adam(self.parameters(), lr=cfg.lr, eps=1e-5)
         #: the minibatch step differentiates by hand (:meth:`_minibatch_by_hand`): plain PPO
-        #: with MLPs on vector observations; tests set it False to compare with autograd
-        self.by_hand = type(self) is PPO and self.stackable()
+        #: with MLPs on vector observations, not compiled; tests set it False to compare with
+        #: autograd
+        self.by_hand = type(self) is PPO and self.stackable() and not cfg.compile
 
     def optimizers(self) -> dict[str, Adam]:
         return {"optim": self.optim}
@@ -115,8 +116,20 @@ class PPO(ActorCritic):
     ) -> torch.Tensor:
         if self.by_hand:
             return self._minibatch_by_hand(obs, act, adv, ret, old_v, old_logp)
+        if self.cfg.compile:
+            loss, stats = compiled(self, PPO._minibatch_loss)(self, obs, act, adv, ret, old_v,
+                                                              old_logp)
+            clip_and_step(loss, self.optim, self.cfg.max_grad_norm)
+            return stats
         logp, entropy_all, v = self.evaluate(obs, act)
         return self._clipped_step(logp, entropy_all, v, adv, ret, old_v, old_logp)
+
+    def _minibatch_loss(self, obs: torch.Tensor, act: torch.Tensor, adv: torch.Tensor,
+                        ret: torch.Tensor, old_v: torch.Tensor, old_logp: torch.Tensor
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The minibatch's loss and stats (what ``algo.compile=true`` compiles)."""
+        logp, entropy_all, v = self.evaluate(obs, act)
+        return self.clipped_losses(logp, entropy_all, v, adv, ret, old_v, old_logp)
 
     @no_grad
     def _minibatch_by_hand(
@@ -274,7 +287,7 @@ class PPO(ActorCritic):
         """Whether this run's minibatch steps can run stacked with other seeds' (plain PPO
         on a :meth:`stackable` network). Any other PPO run in a batched sweep updates alone,
         as it would in its own process."""
-        return type(self) is PPO and self.stackable()
+        return type(self) is PPO and self.stackable() and not self.cfg.compile
 
 
 @dataclass(eq=False)
@@ -380,5 +393,5 @@ register(AlgoSpec(
     name="ppo", config=PPOConfig, build=PPO, trainers=("onpolicy",),
     actions=(DISCRETE, MULTIDISCRETE, CONTINUOUS),
     console=(("pg_loss", "pg"), ("v_loss", "vf"), ("entropy", "ent"), ("approx_kl", "kl")),
-    paper="Schulman et al. 2017, arXiv:1707.06347", masks=True, batched=True,
+    paper="Schulman et al. 2017, arXiv:1707.06347", masks=True, batched=True, compiles=True,
 ))

@@ -63,6 +63,8 @@ class AlgoSpec:
     #: its updates can run stacked with other seeds' in one process (``hydra/launcher=batched``,
     #: rltrain.lanes); the others run there too, each updating alone
     batched: bool = False
+    #: ``algo.compile=true`` compiles its update's losses (:func:`rltrain.algorithms.base.compiled`)
+    compiles: bool = False
 
 
 ALGORITHMS: dict[str, AlgoSpec] = {}

@@ -21,6 +21,7 @@ from rltrain.algorithms.base import (
     TDAlgorithm,
     UpdateReport,
     clip_and_step,
+    compiled,
     frozen,
     number,
     td_priorities,
@@ -174,16 +175,32 @@ class SAC(SoftActorCritic):
         alpha = self.log_alpha.detach().exp()
         # critics: regress both onto the soft TD target, each sample's squared error weighted
         # by its importance-sampling weight (prioritised replay; none under uniform sampling)
-        target = self.td_target(rew, discount, next_obs, alpha, entropy_bonus=True)
-        q = self.critic(obs, act)
-        td_error = q - target
-        critic_loss = weighted_mean(td_error.pow(2), weights).sum()
+        critic_loss, q, td_error = compiled(self, SAC.critic_loss)(self, obs, act, rew, discount,
+                                                                   next_obs, alpha, weights)
         clip_and_step(critic_loss, self.critic_optim, cfg.max_grad_norm)
         actor_loss, alpha_loss, entropy = self.policy_and_targets(obs, alpha, progress)
         return UpdateReport(SACStats(float(critic_loss.detach()), number(actor_loss),
                                      number(alpha_loss), float(alpha), number(entropy),
                                      float(q.detach().mean())),
                             priorities=td_priorities(td_error))
+
+    def critic_loss(self, obs: torch.Tensor, act: torch.Tensor, rew: torch.Tensor,
+                    discount: torch.Tensor, next_obs: torch.Tensor, alpha: torch.Tensor,
+                    weights: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor,
+                                                           torch.Tensor]:
+        """Both critics' loss against the soft TD target, each sample's squared error
+        weighted by ``weights`` (prioritised replay; None: the plain mean); returns it, the
+        critics' values at the batch's actions and their TD errors, ``(2, batch)``."""
+        target = self.td_target(rew, discount, next_obs, alpha, entropy_bonus=True)
+        q = self.critic(obs, act)
+        td_error = q - target
+        return weighted_mean(td_error.pow(2), weights).sum(), q, td_error
+
+    def actor_loss(self, obs: torch.Tensor, alpha: torch.Tensor
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+        """alpha log pi(a|s) - min_i Q_i(s, a), a ~ pi(.|s), averaged; and the log pi(a|s)."""
+        new_act, logp = self.pi.sample(obs)
+        return (alpha * logp - self.critic(obs, new_act).min(0).values).mean(), logp
 
     def td_target(self, rew: torch.Tensor, discount: torch.Tensor, next_obs: torch.Tensor,
                   alpha: torch.Tensor, *, entropy_bonus: bool) -> torch.Tensor:
@@ -204,8 +221,7 @@ class SAC(SoftActorCritic):
         actor_loss = alpha_loss = entropy = None
         if progress.gradient_step % cfg.policy_delay == 0:
             with frozen(self.critic):  # the actor's loss needs no critic gradients
-                new_act, logp = self.pi.sample(obs)
-                actor_loss = (alpha * logp - self.critic(obs, new_act).min(0).values).mean()
+                actor_loss, logp = compiled(self, SAC.actor_loss)(self, obs, alpha)
                 clip_and_step(actor_loss, self.actor_optim, cfg.max_grad_norm)
             entropy = -logp.detach().mean()
             alpha_loss = self.temperature_step(entropy)
@@ -219,5 +235,5 @@ register(AlgoSpec(
              ("entropy", "ent")),
     bounded_actions=True,
     paper="Haarnoja et al. 2018, arXiv:1812.05905",
-    prioritized=True,
+    prioritized=True, compiles=True,
 ))

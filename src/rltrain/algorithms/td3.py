@@ -16,6 +16,7 @@ import torch
 from rltrain.algorithms.base import (
     UpdateReport,
     clip_and_step,
+    compiled,
     number,
     td_priorities,
     weighted_mean,
@@ -64,15 +65,23 @@ class TD3(DDPG):
         sample's squared error weighted by ``weights`` (prioritised replay; None: the plain
         mean); returns the critics' loss, their values at the batch's actions, ``(2, batch)``,
         and each sample's priority (:func:`td_priorities`), ``(batch,)``."""
+        critic_loss, q, td_error = compiled(self, TD3.critic_loss)(self, obs, act, rew, discount,
+                                                                   next_obs, weights)
+        clip_and_step(critic_loss, self.critic_optim, self.cfg.max_grad_norm)
+        return critic_loss, q, td_priorities(td_error)
+
+    def critic_loss(self, obs: torch.Tensor, act: torch.Tensor, rew: torch.Tensor,
+                    discount: torch.Tensor, next_obs: torch.Tensor,
+                    weights: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor,
+                                                           torch.Tensor]:
+        """DDPG's, with the smaller of the two target critics at a smoothed target action."""
         cfg = self.cfg
         with torch.no_grad():
             next_act = smoothed(self.pi_target(next_obs), cfg.target_noise, cfg.target_noise_clip)
             target = rew + discount * self.critic_target(next_obs, next_act).min(0).values
         q = self.critic(obs, act)
         td_error = q - target
-        critic_loss = weighted_mean(td_error.pow(2), weights).sum()
-        clip_and_step(critic_loss, self.critic_optim, cfg.max_grad_norm)
-        return critic_loss, q, td_priorities(td_error)
+        return weighted_mean(td_error.pow(2), weights).sum(), q, td_error
 
     def update(self, batch: Batch, *, progress: Progress) -> UpdateReport:
         obs, act, rew, discount, next_obs = self.tensors(batch)
@@ -92,5 +101,5 @@ register(AlgoSpec(
     console=(("critic_loss", "q_loss"), ("actor_loss", "pi"), ("q_mean", "q")),
     bounded_actions=True,
     paper="Fujimoto et al. 2018, arXiv:1802.09477",
-    prioritized=True,
+    prioritized=True, compiles=True,
 ))
