@@ -89,3 +89,56 @@ def test_a_wrong_completion_command_is_one_line_and_exit_2(cli, words, says):
     assert res.returncode == 2
     assert res.stderr.startswith("rltrain: error: -sc") and says in res.stderr
     assert len(res.stderr.splitlines()) == 1 and res.stdout == ""
+
+
+def _query(line: str, cache: Path, cwd: Path, importtime: bool = False
+           ) -> subprocess.CompletedProcess:
+    """``rltrain -sc query=bash`` for ``line``, as the installed function calls it, with the
+    schema cache under ``cache``; ``importtime``: under ``python -X importtime``."""
+    import sys
+
+    env = cli_env({"COMP_LINE": line, "COMP_POINT": str(len(line)),
+                   "XDG_CACHE_HOME": str(cache)})
+    argv = ([sys.executable, "-X", "importtime", "-m", "rltrain.cli"] if importtime
+            else [str(BIN / "rltrain")])
+    return subprocess.run([*argv, "-sc", "query=bash"], cwd=cwd, capture_output=True,
+                          text=True, timeout=300, env=env)
+
+
+LINES = ["rltrain algo=sac algo.", "rltrain env.", "rltrain logger.", "rltrain algo=dqn tr"]
+
+
+def test_completion_keeps_the_schemas_and_then_answers_without_torch(tmp_path):
+    """The first completion writes the schemas' plain values to the cache; the next ones
+    answer the same from it and never import torch (rltrain.completion)."""
+    cache = tmp_path / "cache"
+    cold = [_query(line, tmp_path / f"cold{i}", tmp_path) for i, line in enumerate(LINES)]
+    assert all(r.returncode == 0 and r.stdout.strip() for r in cold), cold
+    assert "algo.actor_lr=" in cold[0].stdout.split()
+    _query(LINES[0], cache, tmp_path)
+    written = list((cache / "rltrain").glob("schemas-*.json"))
+    assert len(written) == 1
+    warm = [_query(line, cache, tmp_path, importtime=True) for line in LINES]
+    assert [r.stdout for r in warm] == [r.stdout for r in cold]
+    imported = {line.split("|")[-1].strip() for r in warm for line in r.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "rltrain.completion" in imported and "hydra" in imported
+    assert "torch" not in imported and "rltrain.algorithms" not in imported
+
+
+def test_a_broken_or_linked_cache_is_not_trusted_or_written_through(tmp_path):
+    cache = tmp_path / "cache"
+    _query("rltrain env.", cache, tmp_path)
+    path = next((cache / "rltrain").glob("schemas-*.json"))
+    expected = _query("rltrain algo=sac algo.", cache, tmp_path).stdout
+    path.write_text('{"schema/algo/sac": "not a mapping"')  # cut short
+    again = _query("rltrain algo=sac algo.", cache, tmp_path)
+    assert again.returncode == 0 and again.stdout == expected and "Traceback" not in again.stderr
+    elsewhere = tmp_path / "elsewhere.txt"
+    elsewhere.write_text("mine")
+    path.unlink()
+    path.symlink_to(elsewhere)  # read as JSON, it is no cache; replaced, never written through
+    again = _query("rltrain algo=sac algo.", cache, tmp_path)
+    assert again.returncode == 0 and again.stdout == expected
+    assert elsewhere.read_text() == "mine"
+    assert not path.is_symlink() and path.is_file()

@@ -102,14 +102,29 @@ def typed_run_config(raw: DictConfig) -> DictConfig:
     return merged
 
 
+def stored_schemas() -> dict[str, type]:
+    """Each schema by the ConfigStore path it is stored under: ``rltrain_schema`` (the run
+    config), ``schema/algo/<name>``, ``schema/trainer/<name>``, ``schema/env`` ..."""
+    out: dict[str, type] = {"rltrain_schema": RunConfig}
+    out.update({f"schema/{path}": node for path, node in schemas().items()})
+    return out
+
+
 def register_configs() -> None:
     """Store every schema under ``schema/...`` so YAML files can extend them."""
     register_resolvers()
     cs = ConfigStore.instance()
-    cs.store(name="rltrain_schema", node=RunConfig)
-    for path, node in schemas().items():
+    for path, node in stored_schemas().items():
         group, _, name = path.rpartition("/")
-        cs.store(group=f"schema/{group}" if group else "schema", name=name, node=node)
+        cs.store(group=group or None, name=name, node=node)
+
+
+def plain_schemas() -> dict[str, Any]:
+    """:func:`stored_schemas` as plain values, keys and defaults (``???`` for a required
+    one): what tab completion needs of them (rltrain.completion)."""
+    return {path: OmegaConf.to_container(OmegaConf.structured(node), resolve=False,
+                                         enum_to_str=True)
+            for path, node in stored_schemas().items()}
 
 
 # --------------------------------------------------------------------------- known keys

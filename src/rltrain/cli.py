@@ -330,8 +330,6 @@ def _hydra(argv: list[str]) -> tuple[int, bool]:
     register_configs()
     if shown in ("--cfg", "-c") and _after(argv, shown) in ("job", "all"):
         print(_tuned_note(argv), flush=True)
-    if any(a in ("-sc", "--shell-completion") for a in argv):
-        return _shell_completion(argv), False
     if multirun and not _full_error():
         def could_not_run(e: Exception) -> str:
             if sweep.STATE.directory is not None and sweep.jobs_ran(sweep.STATE.directory):
@@ -446,7 +444,6 @@ def _shell_completion(argv: list[str]) -> int:
     the answers."""
     import io
 
-    import hydra
 
     words = [a for a in argv if a not in ("-sc", "--shell-completion")]
     command, shell = completion_command(words)  # checked in main
@@ -455,19 +452,44 @@ def _shell_completion(argv: list[str]) -> int:
     if command == "uninstall" and shell in ("bash", "zsh"):
         print(f"complete -r {Path(sys.argv[0]).name} 2> /dev/null")
     answer = io.StringIO()
-    code = 0
     with contextlib.redirect_stdout(answer) if command == "query" else contextlib.nullcontext():
-        try:
-            hydra.main(config_path=str(conf_dir()), config_name="config",
-                       version_base="1.3")(task)()
-        except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        code = _hydra_main()
     if command == "query":
         sep = "\n" if shell == "fish" else " "
         offered = answer.getvalue().split("\n" if shell == "fish" else None)
         print(sep.join(w for w in offered if w and not w.split("\t")[0].startswith(
             _INTERNAL_GROUPS)))
     return code
+
+
+def _complete(argv: list[str]) -> int:
+    """``rltrain -sc ...`` and ``rltrain --hydra-help``: Hydra over the schemas as plain values,
+    kept between calls so that neither imports torch nor the algorithms (rltrain.completion);
+    the first one after an install or a change of rltrain imports them to write the cache."""
+    from rltrain import completion
+
+    snapshot = completion.cached()
+    if snapshot is None:
+        from rltrain.catalogue import plain_schemas
+
+        snapshot = plain_schemas()
+        completion.write(snapshot)
+    completion.register(snapshot)
+    sys.argv = [sys.argv[0], *argv]
+    if argv == ["--hydra-help"]:
+        return _hydra_main()
+    return _shell_completion(argv)
+
+
+def _hydra_main() -> int:
+    """Hydra's main over ``conf/`` with ``sys.argv``: its exit code."""
+    import hydra
+
+    try:
+        hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")(task)()
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    return 0
 
 
 def _error(message: str, code: int = 2) -> int:
@@ -491,6 +513,9 @@ def main() -> None:
             completion_command([a for a in args if a not in ("-sc", "--shell-completion")])
         except ValueError as e:
             fast_exit(_error(str(e)))
+        fast_exit(_complete(args))
+    if args == ["--hydra-help"]:  # Hydra's help over the plain schemas, as completion's
+        fast_exit(_complete(args))
     garbage.hold()  # until training begins: rltrain.garbage says why
     signals.startup()
     if any(a in ("-q", "--quiet") for a in args):
