@@ -444,7 +444,6 @@ def _shell_completion(argv: list[str]) -> int:
     the answers."""
     import io
 
-
     words = [a for a in argv if a not in ("-sc", "--shell-completion")]
     command, shell = completion_command(words)  # checked in main
     if command == "install" and shell == "zsh":
