@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -31,8 +31,6 @@ from rltrain.noise import ColoredNoise
 from rltrain.normalize import ObsNormalizer, RewardScaler
 from rltrain.observations import layout, raw_tensors
 from rltrain.optim import FlatOptimizer
-
-R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -367,9 +365,9 @@ def td_priorities(td_error: torch.Tensor) -> torch.Tensor:
 _COMPILED: dict[tuple[Callable[..., Any], str], Callable[..., Any]] = {}
 
 
-def compiled(algo: Algorithm, fn: Callable[..., R]) -> Callable[..., R]:
-    """``fn`` (a function of the algorithm's class, called as ``fn(algo, ...)``) compiled by
-    ``torch.compile`` when ``algo.compile=true``, else ``fn`` itself.
+def compiled(algo: Algorithm, name: str) -> Callable[..., Any]:
+    """The method ``name`` of ``algo`` (a loss), compiled by ``torch.compile`` when
+    ``algo.compile=true``, else the plain method.
 
     What is compiled is a loss: its forward pass through inductor, its backward by
     AOTAutograd when the caller's ``loss.backward()`` runs it; the optimiser's step stays
@@ -377,10 +375,13 @@ def compiled(algo: Algorithm, fn: Callable[..., R]) -> Callable[..., R]:
     graphs replay as CUDA graphs. Random numbers drawn inside (SAC's and TD3's noise) come
     from torch's own generator as in eager mode (inductor's ``fallback_random``), so a
     compiled run draws what an eager one draws and its checkpoints resume the same way; the
-    two differ only by floating-point reordering (``tests/test_compile.py``)."""
+    two differ only by floating-point reordering (``tests/test_compile.py``). The function of
+    the class is compiled once per process and called with ``algo`` as its first argument, so
+    torch.compile guards on the instance and compiles again for another one."""
     cfg = algo.cfg
     if not (isinstance(cfg, NetworkConfig) and cfg.compile):
-        return fn
+        return cast(Callable[..., Any], getattr(algo, name))
+    fn = getattr(type(algo), name)
     mode = "reduce-overhead" if algo.device.type == "cuda" else "default"
     key = (fn, mode)
     if key not in _COMPILED:
@@ -388,7 +389,7 @@ def compiled(algo: Algorithm, fn: Callable[..., R]) -> Callable[..., R]:
 
         inductor.fallback_random = True
         _COMPILED[key] = torch.compile(fn, mode=mode)
-    return _COMPILED[key]
+    return partial(_COMPILED[key], algo)
 
 
 def clip_and_step(loss: torch.Tensor, optimizer: FlatOptimizer, max_norm: float | None

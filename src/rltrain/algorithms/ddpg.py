@@ -117,7 +117,7 @@ class DDPG(TDAlgorithm):
         """The deterministic policy gradient: ascend the first critic's value of the actor's
         action, Q1(s, pi(s)); then the targets follow. Returns the actor's loss."""
         with frozen(self.critic):  # the actor's loss needs no critic gradients
-            actor_loss = compiled(self, DDPG.actor_loss)(self, obs)
+            actor_loss = compiled(self, "actor_loss")(obs)
             clip_and_step(actor_loss, self.actor_optim, self.cfg.max_grad_norm)
         self.follow_targets()
         return actor_loss
@@ -147,8 +147,8 @@ class DDPG(TDAlgorithm):
     def update(self, batch: Batch, *, progress: Progress) -> UpdateReport:
         cfg = self.cfg
         obs, act, rew, discount, next_obs = self.tensors(batch)
-        critic_loss, q, td_error = compiled(self, DDPG.critic_loss)(
-            self, obs, act, rew, discount, next_obs, self.batch_weights(batch))
+        critic_loss, q, td_error = compiled(self, "critic_loss")(
+            obs, act, rew, discount, next_obs, self.batch_weights(batch))
         clip_and_step(critic_loss, self.critic_optim, cfg.max_grad_norm)
         # actor (and targets), every policy_delay gradient steps
         actor_loss = None

@@ -117,8 +117,7 @@ class PPO(ActorCritic):
         if self.by_hand:
             return self._minibatch_by_hand(obs, act, adv, ret, old_v, old_logp)
         if self.cfg.compile:
-            loss, stats = compiled(self, PPO._minibatch_loss)(self, obs, act, adv, ret, old_v,
-                                                              old_logp)
+            loss, stats = compiled(self, "_minibatch_loss")(obs, act, adv, ret, old_v, old_logp)
             clip_and_step(loss, self.optim, self.cfg.max_grad_norm)
             return stats
         logp, entropy_all, v = self.evaluate(obs, act)

@@ -175,8 +175,8 @@ class SAC(SoftActorCritic):
         alpha = self.log_alpha.detach().exp()
         # critics: regress both onto the soft TD target, each sample's squared error weighted
         # by its importance-sampling weight (prioritised replay; none under uniform sampling)
-        critic_loss, q, td_error = compiled(self, SAC.critic_loss)(self, obs, act, rew, discount,
-                                                                   next_obs, alpha, weights)
+        critic_loss, q, td_error = compiled(self, "critic_loss")(obs, act, rew, discount,
+                                                                 next_obs, alpha, weights)
         clip_and_step(critic_loss, self.critic_optim, cfg.max_grad_norm)
         actor_loss, alpha_loss, entropy = self.policy_and_targets(obs, alpha, progress)
         return UpdateReport(SACStats(float(critic_loss.detach()), number(actor_loss),
@@ -221,7 +221,7 @@ class SAC(SoftActorCritic):
         actor_loss = alpha_loss = entropy = None
         if progress.gradient_step % cfg.policy_delay == 0:
             with frozen(self.critic):  # the actor's loss needs no critic gradients
-                actor_loss, logp = compiled(self, SAC.actor_loss)(self, obs, alpha)
+                actor_loss, logp = compiled(self, "actor_loss")(obs, alpha)
                 clip_and_step(actor_loss, self.actor_optim, cfg.max_grad_norm)
             entropy = -logp.detach().mean()
             alpha_loss = self.temperature_step(entropy)

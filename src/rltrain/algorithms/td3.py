@@ -65,8 +65,8 @@ class TD3(DDPG):
         sample's squared error weighted by ``weights`` (prioritised replay; None: the plain
         mean); returns the critics' loss, their values at the batch's actions, ``(2, batch)``,
         and each sample's priority (:func:`td_priorities`), ``(batch,)``."""
-        critic_loss, q, td_error = compiled(self, TD3.critic_loss)(self, obs, act, rew, discount,
-                                                                   next_obs, weights)
+        critic_loss, q, td_error = compiled(self, "critic_loss")(obs, act, rew, discount,
+                                                                 next_obs, weights)
         clip_and_step(critic_loss, self.critic_optim, self.cfg.max_grad_norm)
         return critic_loss, q, td_priorities(td_error)
 
