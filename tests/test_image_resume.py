@@ -27,11 +27,15 @@ RUNS = {
                     "trainer.random_warmup_env_steps=400", "buffer.size=20000",
                     "algo.target_update_interval=100", "trainer.batch_size=32",
                     "trainer.update_step_num_gradient_steps_per_sample=0.25"],
+    # Atari without sticky actions: with them ALE's state is incomplete, and the resume says
+    # so (tests/test_ale_state.py)
     "atari-ppo": ["algo=ppo", "env=atari", "env.id=ALE/Pong-v5", "trainer.max_epochs=3",
+                  "env.kwargs.repeat_action_probability=0.0",
                   "trainer.epoch_num_steps=1024", "trainer.collection_step_num_env_steps=256",
                   "env.num_train_envs=4", "trainer.update_step_num_repetitions=1",
                   "trainer.test_step_num_episodes=1", "env.num_test_envs=1"],
     "atari-dqn": ["algo=dqn", "env=atari", "env.id=ALE/Breakout-v5", "trainer.max_epochs=3",
+                  "env.kwargs.repeat_action_probability=0.0",
                   "trainer.epoch_num_steps=1024", "trainer.random_warmup_env_steps=256",
                   "buffer.size=20000", "algo.target_update_interval=50",
                   "trainer.collection_step_num_env_steps=64",

@@ -133,7 +133,13 @@ class Collector:
             "starts": torch.from_numpy(self._starts.copy()),
             "envs": snap.state,
             "not_captured": list(snap.not_captured),
+            "caveats": list(snap.caveats),
         }
+
+    def state_caveats(self) -> list[str]:
+        """What the envs' captured state is known to leave out (:attr:`envstate.Snapshot
+        .caveats`): a restore goes on from it, and is not exact."""
+        return envstate.snapshot(self.envs).caveats
 
     def load_state_dict(self, state: dict[str, Any], *, seed: int) -> list[str]:
         """Continue the episodes in flight. Returns what prevented an exact restore (empty

@@ -239,12 +239,20 @@ class Lifecycle:
                       if c is not None}
         missing = [f"{name} envs: {what}" for name, c in collectors.items()
                    for what in c["not_captured"]]
-        if missing and not self._warned_inexact:
+        caveats = [f"{name} envs: {what}" for name, c in collectors.items()
+                   for what in c["caveats"]]
+        if (missing or caveats) and not self._warned_inexact:
             self._warned_inexact = True
-            self.summary["env_state"] = {"exact": False, "not_captured": missing}
-            log.warning(f"the envs' state cannot be saved exactly ({grouped(missing)}): a resume "
-                        "from a checkpoint will start fresh episodes from a seeded reset, so "
-                        "its records will differ from an unbroken run's")
+            self.summary["env_state"] = {"exact": False, "not_captured": missing,
+                                         **({"caveats": caveats} if caveats else {})}
+            if missing:
+                log.warning(f"the envs' state cannot be saved exactly ({grouped(missing)}): a "
+                            "resume from a checkpoint will start fresh episodes from a seeded "
+                            "reset, so its records will differ from an unbroken run's")
+            else:
+                log.warning(f"the envs' state is saved, but not all of it ({grouped(caveats)}): "
+                            "a resume continues the episodes in flight, and its records may "
+                            "differ from an unbroken run's")
         trainer_state = trainer.state_dict()  # with its kind's storage
         state = {
             "config": self.config,
@@ -291,6 +299,12 @@ class Lifecycle:
                 continue
             problems = collector.load_state_dict(ckpt["collectors"][name],
                                                  seed=derived_seed(seed, env_step))
+            # what the envs' own state is known to leave out, read off the live envs (a
+            # checkpoint written before caveats were recorded holds none)
+            caveats = collector.state_caveats()
+            if caveats and not problems:
+                notes.append(f"the {name} envs' state was restored, but not all of it "
+                             f"({grouped(caveats)})")
             if problems and name == "train":
                 notes.append(f"the train envs' state could not be restored ({grouped(problems)})"
                              ": training continues with fresh episodes from a seeded reset")
