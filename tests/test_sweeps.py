@@ -60,6 +60,8 @@ def test_a_job_with_a_config_error_does_not_end_the_sweep(cli, tmp_path, launche
               f"hydra.sweep.dir={sweep}")
     assert res.returncode == 1
     assert "Traceback" not in res.stderr
+    assert "HYDRA_FULL_ERROR" not in res.stderr  # rltrain said what failed, and where
+    assert "rltrain: job 0: failed (see" in res.stderr
     assert summary(job_dir(sweep, 1))["status"] == "completed"  # the good job ran
     failed = summary(job_dir(sweep, 0))
     assert failed["status"] == "failed"

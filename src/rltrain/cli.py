@@ -338,7 +338,7 @@ def _hydra(argv: list[str]) -> tuple[int, bool]:
             sweep.judge(2)  # the sweep could not start: no job report
             return f"rltrain: error: the sweep could not run: {failure_text(e)}"
 
-        brief_plugin_errors(could_not_run)
+        brief_plugin_errors(could_not_run, said=(sweep.JobFailed,))
     if not multirun:
         skip_mode_probe(argv)
     else:

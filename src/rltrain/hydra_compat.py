@@ -31,13 +31,19 @@ the one-line message with a real launcher setting that submitit refuses, and
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
 
-def brief_plugin_errors(on_error: Callable[[Exception], str]) -> None:
+def brief_plugin_errors(on_error: Callable[[Exception], str],
+                        said: tuple[type[Exception], ...] = ()) -> None:
     """Turn a plain exception raised by a sweeper or launcher into one line: ``on_error``
-    is told of it and returns the line (and may record that the sweep could not start)."""
+    is told of it and returns the line (and may record that the sweep could not start).
+    An exception of a type in ``said`` (a failed job, whose line rltrain wrote) is printed as
+    its message alone, without Hydra's "Set the environment variable HYDRA_FULL_ERROR=1"
+    line, which it adds even to its own one-line errors, and the sweep exits 1 as Hydra
+    would."""
     try:
         from hydra._internal import utils as hydra_utils
     except ImportError:  # a Hydra without it: its own report stays
@@ -53,6 +59,10 @@ def brief_plugin_errors(on_error: Callable[[Exception], str]) -> None:
         def call() -> Any:
             try:
                 return func()
+            except said as e:
+                sys.stderr.write(f"{e}\n")
+                sys.stderr.flush()
+                raise SystemExit(1) from None
             except (HydraException, OmegaConfBaseException):
                 raise
             except Exception as e:  # noqa: BLE001 - reported in one line
