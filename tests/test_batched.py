@@ -346,6 +346,9 @@ def test_a_signal_stops_every_lane_and_the_same_command_resumes_them_all(cli, tm
                       lambda line: line.startswith("[job 1] epoch   1/3"), SIGTERM)
     assert res.returncode == 143, res.stdout + res.stderr
     assert "Traceback" not in res.stderr
+    # the process's line, not a lane's: no [job N] before it
+    assert re.search(r"^rltrain: SIGTERM received; finishing the current step", res.stderr,
+                     re.M), res.stderr
     for num in (0, 1):
         summary = (job_dir(broken, num) / "summary.json").read_text()
         assert '"status": "interrupted"' in summary

@@ -181,7 +181,12 @@ def training(request_stop: Callable[[int], None],
     """First signal: ``request_stop(signum)`` (finish the step, save, stop); second: raise
     :class:`StopNow`, or call ``stop_now(signum)`` when given (runs in threads of their own,
     which a signal handler cannot raise into). A signal recorded before training began is
-    honoured at once."""
+    honoured at once.
+
+    The handlers' lines go to the ``sys.stderr`` of the moment this is entered: the
+    process's own, not the stream of whichever lane of a batched sweep (rltrain.batched)
+    runs when the signal lands, whose lines carry that lane's ``[job N]``."""
+    err = sys.stderr
 
     def second(signum: int, frame: Any) -> None:
         record(signum)
@@ -199,7 +204,7 @@ def training(request_stop: Callable[[int], None],
         record(signum)
         request_stop(signum)
         print(f"\nrltrain: {name(signum)} received; finishing the current step and saving "
-              "(send it again to stop at once)", file=sys.stderr, flush=True)
+              "(send it again to stop at once)", file=err, flush=True)
 
     preempt_sig = preemption_signal()
     scheduler = signal.getsignal(preempt_sig) if preempt_sig is not None else None
@@ -216,7 +221,7 @@ def training(request_stop: Callable[[int], None],
         _preempted = (signum, scheduler)
         request_stop(signum)
         print(f"\nrltrain: {name(signum)} from the scheduler (timeout or preemption): "
-              "finishing the current step and checkpointing", file=sys.stderr, flush=True)
+              "finishing the current step and checkpointing", file=err, flush=True)
 
     def preempt(signum: int, frame: Any) -> None:
         left = local_slot_left()
@@ -226,7 +231,7 @@ def training(request_stop: Callable[[int], None],
             later[0].start()
             print(f"\nrltrain: {name(signum)} from submitit's local executor: its time ends "
                   f"soon; training on for {left:.0f} s, then checkpointing (the signal again "
-                  "checkpoints now)", file=sys.stderr, flush=True)
+                  "checkpoints now)", file=err, flush=True)
             return
         stop_for_scheduler(signum)
 
