@@ -212,8 +212,8 @@ class _CState:
     capture: Callable[[Any], dict[str, Any]]
     #: (live value, unpacked data) -> problems; writes nothing when there are any
     restore: Callable[[Any, dict[str, Any]], list[str]]
-    #: live value -> what the captured state is known to leave out (reported as not
-    #: captured, though the state is kept and restored), or None
+    #: live value -> what the captured state is known to leave out, or None: reported in
+    #: :attr:`Snapshot.caveats` (the state is still kept and restored)
     caveat: Callable[[Any], str | None] | None = None
 
 
