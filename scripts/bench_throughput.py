@@ -12,7 +12,7 @@ torch.optim.Adam, a parameter loop for the Polyak update), as CleanRL's sac_cont
 does. One torch thread, as in the peer comparison.
 
     .venv/bin/python scripts/bench_throughput.py [--envs 8] [--steps 200000] [--peers]
-    .venv/bin/python scripts/bench_throughput.py --only-ppo | --only-sac
+    .venv/bin/python scripts/bench_throughput.py --only-ppo | --only-sac | --only-dqn
     .venv/bin/python scripts/bench_throughput.py --loop-rounds 5   # PPO loop against SB3's
     .venv/bin/python scripts/bench_throughput.py --sac-collector   # SAC's collection, Hopper
 """
@@ -133,6 +133,30 @@ def gradient_steps(overrides: list[str], batch_size: int, n: int) -> tuple[float
 
 def dqn_gradient_steps(batch_size: int, n: int = 2000) -> tuple[float, float]:
     return gradient_steps(["algo=dqn", "env=cartpole"], batch_size, n)
+
+
+def dqn_report(rounds: int = 5, n: int = 1000) -> None:
+    """DQN's gradient step on CartPole's tuned 128x128 network and batch 128 (one batch,
+    update alone), written out by hand against autograd: interleaved rounds, medians."""
+    b = build(["algo=dqn", "env=cartpole"])
+    b.train_collector.collect(b.trainer.random_policy, n_steps=5000)
+    batch_size = b.trainer.params.batch_size
+    batch = b.algorithm.batch(b.buffer, *b.trainer.sampler.sample(b.buffer, batch_size))
+    algo = b.algorithm
+    times: dict[bool, list[float]] = {True: [], False: []}
+    for _ in range(rounds):
+        for by_hand in (True, False):
+            algo.by_hand = by_hand
+            for i in range(50):
+                algo.update(batch, progress=Progress(0, i, 0.5))
+            t0 = time.perf_counter()
+            for i in range(n):
+                algo.update(batch, progress=Progress(0, i, 0.5))
+            times[by_hand].append((time.perf_counter() - t0) / n * 1e6)
+    hand, auto = (float(np.median(times[k])) for k in (True, False))
+    print(f"DQN gradient step, CartPole tuned (128x128, batch {batch_size}), medians of "
+          f"{rounds}: by hand {hand:,.0f} us, autograd {auto:,.0f} us "
+          f"(by hand / autograd = {hand / auto:.2f})")
 
 
 def sac_gradient_steps(hidden: int, batch_size: int = 256, n: int = 1000) -> tuple[float, float]:
@@ -339,6 +363,8 @@ def main() -> None:
                         help="time SAC's update only (skip the CartPole measurements)")
     parser.add_argument("--only-ppo", action="store_true",
                         help="time PPO's minibatch step only, against its plain-PyTorch floor")
+    parser.add_argument("--only-dqn", action="store_true",
+                        help="time DQN's gradient step only, by hand against autograd")
     parser.add_argument("--peers", action="store_true",
                         help="also time Stable-Baselines3's PPO loop (needs the bench extra)")
     parser.add_argument("--sac-collector", action="store_true",
@@ -354,6 +380,9 @@ def main() -> None:
         return
     if args.only_ppo:
         ppo_report()
+        return
+    if args.only_dqn:
+        dqn_report()
         return
     if args.sac_collector:
         sac_collector_rounds()
@@ -382,6 +411,7 @@ def main() -> None:
         alone, sampled = dqn_gradient_steps(bs)
         print(f"DQN gradient steps/s, batch {bs:>3}, tuned net: update alone {alone:,.0f}, "
               f"with buffer sampling {sampled:,.0f}")
+    dqn_report()
     sac_report()
 
 

@@ -62,8 +62,7 @@ class MLP(nn.Module):
         # the Parameter objects themselves: .to(), load_state_dict() and deepcopy keep them
         # (the first two change their data in place, the last copies this list along)
         *self._hidden, self._last = [(layer.weight, layer.bias) for layer in linears]
-        self._backward = _ACTIVATION_BACKWARDS[activation]
-        self._act_ = _ACTIVATIONS_IN_PLACE[activation]
+        self.activation = activation
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         act = self._act
@@ -82,28 +81,46 @@ class MLP(nn.Module):
     def forward_kept(self, x: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
         """The forward pass without autograd: each layer's input (what :meth:`backward_into`
         needs), and the output."""
-        act = self._act_
-        inputs = []
-        for weight, bias in self._hidden:
-            inputs.append(x)
-            x = act(torch.addmm(bias, x, weight.t()))  # F.linear's kernel for a 2-D input
-        inputs.append(x)
-        weight, bias = self._last
-        return inputs, torch.addmm(bias, x, weight.t())
+        return forward_kept(x, [*self._hidden, self._last], self.activation)
 
     @no_grad
     def backward_into(self, inputs: Sequence[torch.Tensor], grad_out: torch.Tensor) -> None:
         """The backward pass of :meth:`forward_kept` for the gradient ``grad_out`` of its
         output: each weight's and bias's gradient written over its ``.grad`` (which must exist,
         as a flat optimiser's views do), none for the input."""
-        layers = [*self._hidden, self._last]
-        grad = grad_out
-        for i in range(len(layers) - 1, -1, -1):
-            weight, bias = layers[i]
-            weight_grad(grad, inputs[i], written_over(weight))
-            torch.sum(grad, 0, out=written_over(bias))
-            if i:
-                grad = self._backward(torch.mm(grad, weight), inputs[i])
+        backward_into([*self._hidden, self._last], inputs, grad_out, self.activation)
+
+
+@no_grad
+def forward_kept(x: torch.Tensor, layers: Sequence[tuple[torch.Tensor, torch.Tensor]],
+                 activation: str) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """Linear layers ``(weight, bias)`` with ``activation`` between them (none after the
+    last), without autograd: each layer's input, what :func:`backward_into` needs, and the
+    output. The maths of :meth:`MLP.forward` (and of a plain Q-network's layers)."""
+    act = _ACTIVATIONS_IN_PLACE[activation]
+    inputs = []
+    for weight, bias in layers[:-1]:
+        inputs.append(x)
+        x = act(torch.addmm(bias, x, weight.t()))  # F.linear's kernel for a 2-D input
+    inputs.append(x)
+    weight, bias = layers[-1]
+    return inputs, torch.addmm(bias, x, weight.t())
+
+
+@no_grad
+def backward_into(layers: Sequence[tuple[torch.Tensor, torch.Tensor]],
+                  inputs: Sequence[torch.Tensor], grad_out: torch.Tensor, activation: str
+                  ) -> None:
+    """The backward pass of :func:`forward_kept` for the gradient ``grad_out`` of its output:
+    each weight's and bias's gradient written over its ``.grad``, none for the input."""
+    backward = _ACTIVATION_BACKWARDS[activation]
+    grad = grad_out
+    for i in range(len(layers) - 1, -1, -1):
+        weight, bias = layers[i]
+        weight_grad(grad, inputs[i], written_over(weight))
+        torch.sum(grad, 0, out=written_over(bias))
+        if i:
+            grad = backward(torch.mm(grad, weight), inputs[i])
 
 
 def weight_grad(grad: torch.Tensor, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:

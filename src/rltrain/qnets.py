@@ -113,6 +113,7 @@ class Layers(nn.Module):
         self.layers = nn.ModuleList(linears)
         self._linears = linears  # typed: a ModuleList hands its items back as plain Modules
         self._act = ACTIVATIONS[activation]
+        self.activation = activation
         self.activate_last = activate_last
         self.out_dim = sizes[-1]
         #: observations to the first layer's input (``sizes[0]`` is its out_dim); None: the
@@ -170,6 +171,15 @@ class QNetwork(nn.Module):
             a = self.advantage(x, noise).unflatten(-1, (self.num_actions, self.atoms))
             out = v + a - a.mean(1, keepdim=True)
         return out.squeeze(-1) if self.atoms == 1 else out
+
+    def plain_layers(self) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
+        """Every layer's ``(weight, bias)`` when the network is its encoder and plain linear
+        layers in a row (not dueling, not noisy), the form :func:`rltrain.nets.forward_kept`
+        runs without autograd; None otherwise."""
+        plain = [x for x in self.net._linears if isinstance(x, Linear)]
+        if self.value is not None or len(plain) != len(self.net._linears):
+            return None
+        return [(x.weight, x.bias) for x in plain]
 
 
 class CategoricalQ(nn.Module):
