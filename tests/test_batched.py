@@ -20,6 +20,7 @@ from conftest import (
     job_dir,
     learning_records,
     read_jsonl,
+    run_cli,
     signal_when,
 )
 from rltrain import lanes
@@ -302,12 +303,43 @@ def test_batches_in_worker_processes_equal_the_basic_launchers_too(cli, tmp_path
     assert cli(*args, f"hydra.sweep.dir={basic}").returncode == 0
     res = cli(*args, BATCHED, "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={workers}")
     assert res.returncode == 0, res.stderr
-    assert "rltrain: jobs 0, 2; 1, 3 run as 2 batch(es) of lanes (in 2 worker processes)" \
-        in res.stdout
+    # forked from the main process (which has no other Python thread when it launches)
+    assert ("rltrain: jobs 0, 2; 1, 3 run as 2 batch(es) of lanes (in 2 worker processes, "
+            "forked)") in res.stdout
     for jobs in ("0, 2", "1, 3"):
         assert re.search(rf"the batch of jobs {jobs} ran \d+ updates", res.stdout), res.stdout
     for num in range(4):
         _records_close(job_dir(workers, num), job_dir(basic, num), tol=1e-9)
+
+
+#: the CLI with another Python thread running when the sweep launches
+_WITH_A_THREAD = """
+import sys, threading
+threading.Thread(target=threading.Event().wait, daemon=True).start()
+from rltrain import cli
+sys.argv = ["rltrain", *sys.argv[1:]]
+cli.main()
+"""
+
+
+def test_workers_are_loky_s_when_the_main_process_runs_another_thread(tmp_path):
+    """A fork copies every lock as it is, held ones too, but runs only the forking thread:
+    with another thread alive the workers are loky's, fresh processes, with equal records."""
+    import subprocess
+    import sys
+
+    args = ["--multirun", *SMOKE, "seed=0,1,2,3", "precision=float64",
+            "hydra.launcher.n_jobs=2"]
+    forked, fresh = tmp_path / "forked", tmp_path / "fresh"
+    res = run_cli(*args, BATCHED, f"hydra.sweep.dir={forked}", cwd=tmp_path)
+    assert "(in 2 worker processes, forked)" in res.stdout, res.stdout + res.stderr
+    res = subprocess.run([sys.executable, "-c", _WITH_A_THREAD, *args, BATCHED,
+                          f"hydra.sweep.dir={fresh}"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "run as 2 batch(es) of lanes (in 2 worker processes)\n" in res.stdout, res.stdout
+    for num in range(4):
+        _records_close(job_dir(fresh, num), job_dir(forked, num), tol=1e-9)
 
 
 def test_a_batched_launcher_without_workers_is_refused(cli, tmp_path):
@@ -334,12 +366,16 @@ def test_jobs_that_cannot_be_lanes_run_alone_and_say_why(cli, tmp_path):
     assert "runs alone: no other job differs from it only in seed" in res.stdout
 
 
-def test_a_signal_stops_every_lane_and_the_same_command_resumes_them_all(cli, tmp_path):
+@pytest.mark.parametrize("n_jobs", [1, 2])
+def test_a_signal_stops_every_lane_and_the_same_command_resumes_them_all(cli, tmp_path,
+                                                                          n_jobs):
     """SIGTERM in epoch 1: each lane finishes its step, checkpoints and stops (exit 143);
     the same command again resumes every job, and the records equal an unbroken batched
-    sweep's (float64: to 1e-9)."""
-    args = ["--multirun", *SMOKE, "seed=0,1", "precision=float64", "trainer.max_epochs=3",
-            BATCHED]
+    sweep's (float64: to 1e-9). With two workers (forked from the main process), the main
+    process passes the signal on to them."""
+    seeds = 2 * n_jobs
+    args = ["--multirun", *SMOKE, f"seed=range({seeds})", "precision=float64",
+            "trainer.max_epochs=3", BATCHED, f"hydra.launcher.n_jobs={n_jobs}"]
     full, broken = tmp_path / "full", tmp_path / "broken"
     assert cli(*args, f"hydra.sweep.dir={full}").returncode == 0
     res = signal_when([*args, f"hydra.sweep.dir={broken}"], tmp_path,
@@ -349,12 +385,12 @@ def test_a_signal_stops_every_lane_and_the_same_command_resumes_them_all(cli, tm
     # the process's line, not a lane's: no [job N] before it
     assert re.search(r"^rltrain: SIGTERM received; finishing the current step", res.stderr,
                      re.M), res.stderr
-    for num in (0, 1):
+    for num in range(seeds):
         summary = (job_dir(broken, num) / "summary.json").read_text()
         assert '"status": "interrupted"' in summary
     res = cli(*args, f"hydra.sweep.dir={broken}")
     assert res.returncode == 0, res.stderr
-    for num in (0, 1):
+    for num in range(seeds):
         assert (f"[job {num}] rltrain: resuming the unfinished run in {job_dir(broken, num)}"
                 in res.stdout)
         _records_close(job_dir(broken, num), job_dir(full, num), tol=1e-9)

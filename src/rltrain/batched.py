@@ -17,7 +17,10 @@ thread of its own, taking turns, and the updates of an algorithm registered with
   the same command resumes every job of the sweep from its checkpoint (``rltrain.sweep``).
 * Each lane's lines on the console start with ``[job N]``.
 * ``hydra.launcher.n_jobs=N`` deals a group's lanes into N batches, each in a worker process
-  of its own (loky, as Hydra's joblib launcher); the jobs that run alone go to the workers too.
+  of its own; the jobs that run alone go to the workers too. The workers are forked from
+  this process, so they start with its modules imported and its jobs composed; where this
+  process runs another Python thread, whose locks a fork could copy held, they are loky's
+  (as Hydra's joblib launcher), which import and compose again.
 
 Global state a lane has its own copy of, swapped on each turn: the RNGs (torch, numpy,
 Python), the root logger's handlers, Hydra's job config and the console streams.
@@ -27,8 +30,12 @@ from __future__ import annotations
 
 import copy
 import logging
+import multiprocessing
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -128,6 +135,7 @@ def launch(launcher: Any, job_overrides: Sequence[Sequence[str]],
         groups.setdefault(group_key(job.cfg), []).append(job)
     quiet = bool(OmegaConf.select(config, "logger.quiet", default=False))
     units: list[list[_Job]] = []
+    fork = n_jobs > 1 and single_threaded()
     for group in groups.values():
         alone = why_alone(group[0].cfg, len(group))
         if alone is not None:
@@ -138,7 +146,8 @@ def launch(launcher: Any, job_overrides: Sequence[Sequence[str]],
         parts = min(n_jobs, len(group))
         batches = [group[p::parts] for p in range(parts)]
         if not quiet:
-            where = "in this process" if n_jobs == 1 else f"in {parts} worker processes"
+            where = ("in this process" if n_jobs == 1 else
+                     f"in {parts} worker processes{', forked' if fork else ''}")
             shown = "; ".join(", ".join(str(j.num) for j in b) for b in batches)
             print(f"rltrain: jobs {shown} run as {parts} batch(es) of lanes ({where})",
                   flush=True)
@@ -149,15 +158,63 @@ def launch(launcher: Any, job_overrides: Sequence[Sequence[str]],
             results.update(_run_unit(launcher, unit, quiet))
             configure_log(config.hydra.hydra_logging, config.hydra.verbose)
     else:
-        from joblib import Parallel, delayed  # type: ignore[import-untyped]
+        if fork:
+            # forked workers start with every module this process imported (torch, Hydra,
+            # rltrain) and the jobs' composed configs: a loky worker imports them again and
+            # composes each job, about 1.8 s of the 2-core VM per worker before its first
+            # job. The pool forks its workers before it starts its own management thread, so
+            # no Python thread's lock is inherited held; the units stay in this process's
+            # memory, which the workers inherit, and only their indices and the jobs'
+            # results cross the pipe
+            global _FORKED
+            _FORKED = (launcher, units, quiet)
+            try:
+                with ProcessPoolExecutor(n_jobs, mp_context=multiprocessing.get_context("fork"),
+                                         initializer=_forked_worker) as pool:
+                    done = [f.result() for f in [pool.submit(_forked_unit, i)
+                                                 for i in range(len(units))]]
+            finally:
+                _FORKED = None
+        else:
+            from joblib import Parallel, delayed  # type: ignore[import-untyped]
 
-        state = Singleton.get_state()
-        done = Parallel(n_jobs=n_jobs, backend="loky")(
-            delayed(_unit_in_worker)(context, config, launcher.task_function,
-                                     [(j.num, j.overrides) for j in unit], state, quiet)
-            for unit in units)
+            state = Singleton.get_state()
+            done = Parallel(n_jobs=n_jobs, backend="loky")(
+                delayed(_unit_in_worker)(context, config, launcher.task_function,
+                                         [(j.num, j.overrides) for j in unit], state, quiet)
+                for unit in units)
         results = {num: ret for part in done for num, ret in part.items()}
     return [results[job.num] for job in jobs]
+
+
+def single_threaded() -> bool:
+    """Whether this process runs no Python thread but the main one. Native threads may exist:
+    numpy's OpenBLAS starts its pool at import and shuts it down around a fork itself
+    (pthread_atfork); torch's pools have run nothing yet when a sweep launches."""
+    return threading.active_count() == 1
+
+
+#: what a forked pool's workers run (set while the pool runs): the launcher, the units of
+#: jobs, whether the console is quiet
+_FORKED: tuple[Any, list[list[_Job]], bool] | None = None
+
+
+def _forked_unit(index: int) -> dict[int, JobReturn]:
+    """Unit ``index`` of the sweep in a forked worker (the jobs composed by the main
+    process, Hydra's globals inherited from it)."""
+    assert _FORKED is not None  # set before the pool forked this worker
+    launcher, units, quiet = _FORKED
+    with lanes_in_worker():
+        return _run_unit(launcher, units[index], quiet)
+
+
+def _forked_worker() -> None:
+    """A forked worker's signals as a fresh process's would be, but for the terminal's SIGINT
+    and SIGHUP, which the sweep's main process answers for its workers (:mod:`rltrain.sweep`):
+    the handlers the main process had when it forked are not the worker's to run."""
+    for sig in (signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def compose_jobs(context: Any, config: DictConfig,
