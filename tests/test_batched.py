@@ -239,7 +239,7 @@ def test_a_batched_sweep_equals_its_seeds_run_by_the_basic_launcher_in_float64(c
     basic, batched = tmp_path / "basic", tmp_path / "batched"
     res = cli(*args, f"hydra.sweep.dir={basic}")
     assert res.returncode == 0, res.stderr
-    res = cli(*args, BATCHED, f"hydra.sweep.dir={batched}")
+    res = cli(*args, BATCHED, "hydra.launcher.n_jobs=1", f"hydra.sweep.dir={batched}")
     assert res.returncode == 0, res.stderr
     assert "Traceback" not in res.stderr
     assert "rltrain: jobs 0, 1 run as 1 batch(es) of lanes (in this process)" in res.stdout
@@ -284,7 +284,7 @@ def test_jobs_that_differ_in_seed_get_the_config_hydra_would_compose(tmp_path):
 
     res = subprocess.run(
         [sys.executable, "-c", _COMPARE_CONFIGS, *SMOKE, "seed=0,1,12", "algo.lr=1e-3,2e-3",
-         "trainer.max_epochs=2", "hydra.job.chdir=false", BATCHED,
+         "trainer.max_epochs=2", "hydra.job.chdir=false", BATCHED, "hydra.launcher.n_jobs=1",
          f"hydra.sweep.dir={tmp_path / 'sweep'}"],
         cwd=tmp_path, capture_output=True, text=True, timeout=120)
     jobs = re.findall(r"^job (\d+) (\d+) (\S+) (True|False)$", res.stdout, re.M)
@@ -346,7 +346,7 @@ def test_a_batched_launcher_without_workers_is_refused(cli, tmp_path):
     res = cli("--multirun", *SMOKE, "seed=0,1", BATCHED, "hydra.launcher.n_jobs=0",
               f"hydra.sweep.dir={tmp_path / 'sweep'}")
     assert res.returncode == 2
-    assert "hydra.launcher.n_jobs must be >= 1, got 0" in res.stderr
+    assert "hydra.launcher.n_jobs must be >= 1, or -1 for one per CPU; got 0" in res.stderr
     assert "Traceback" not in res.stderr
     assert not list((tmp_path / "sweep").glob("*job*"))
 
@@ -402,7 +402,8 @@ def test_a_second_signal_stops_the_lanes_without_a_traceback(tmp_path):
     stop), and the sweep ends 143 with every job's summary written."""
     sweep = tmp_path / "sweep"
     res = signal_when(["--multirun", *SMOKE, "seed=0,1", "trainer.max_epochs=60",
-                       "trainer.epoch_num_steps=4096", BATCHED, f"hydra.sweep.dir={sweep}"],
+                       "trainer.epoch_num_steps=4096", BATCHED, "hydra.launcher.n_jobs=1",
+                       f"hydra.sweep.dir={sweep}"],
                       tmp_path, lambda line: line.startswith("[job 1] epoch   1/60"),
                       SIGTERM, SIGTERM, ack="SIGTERM received")
     assert res.returncode == 143, res.stdout + res.stderr
@@ -410,3 +411,17 @@ def test_a_second_signal_stops_the_lanes_without_a_traceback(tmp_path):
     for num in (0, 1):
         summary = (job_dir(sweep, num) / "summary.json").read_text()
         assert '"status": "interrupted"' in summary
+
+
+def test_the_default_is_a_worker_per_cpu():
+    import os
+
+    from hydra_plugins.rltrain_batched_launcher.batched_launcher import BatchedLauncherConf
+    from rltrain.batched import worker_count
+
+    assert BatchedLauncherConf().n_jobs == -1
+    assert worker_count(-1) == len(os.sched_getaffinity(0))
+    assert worker_count(3) == 3
+    for bad in (0, -2):
+        with pytest.raises(ValueError, match="or -1 for one per CPU"):
+            worker_count(bad)

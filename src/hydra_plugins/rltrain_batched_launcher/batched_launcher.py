@@ -17,8 +17,9 @@ from hydra.plugins.launcher import Launcher
 class BatchedLauncherConf:
     _target_: str = "hydra_plugins.rltrain_batched_launcher.batched_launcher.BatchedLauncher"
     #: worker processes: a group's lanes are dealt into this many batches, each in a process
-    #: of its own (the jobs that run alone too); 1: every lane in this process
-    n_jobs: int = 1
+    #: of its own (the jobs that run alone too); 1: every lane in this process; -1: one per
+    #: CPU this process may run on (as Hydra's joblib launcher)
+    n_jobs: int = -1
 
 
 ConfigStore.instance().store(group="hydra/launcher", name="batched", node=BatchedLauncherConf,
@@ -31,7 +32,7 @@ class BatchedLauncher(Launcher):
     #: every job's config is composed before any job runs (rltrain.hydra_compat)
     composes_every_job_first = True
 
-    def __init__(self, n_jobs: int = 1) -> None:
+    def __init__(self, n_jobs: int = -1) -> None:
         super().__init__()
         self.n_jobs = n_jobs
         self.config: Any = None
