@@ -58,7 +58,8 @@ TASKS = {
     "dqn_cartpole": ["algo=dqn", "env=cartpole"],
     "sac_pendulum": ["algo=sac", "env=pendulum"],
 }
-#: batched2: the batched launcher with hydra.launcher.n_jobs=2 (two worker processes)
+#: batched: the batched launcher in one process (hydra.launcher.n_jobs=1); batched2: with
+#: hydra.launcher.n_jobs=2 (two worker processes, forked; the launcher's default on 2 CPUs)
 LAUNCHERS = ("basic", "joblib", "batched", "batched2")
 #: the batched launcher's last line (rltrain.batched), printed once per batch of lanes
 BATCH_LINE = re.compile(r"rltrain: the batch (?:of jobs [\d, ]+ )?ran \d+ updates as \d+ "
@@ -79,7 +80,7 @@ def launcher_overrides(launcher: str, n_jobs: int) -> list[str]:
         return ["hydra/launcher=joblib", f"hydra.launcher.n_jobs={n_jobs}"]
     if launcher == "batched2":
         return ["hydra/launcher=batched", "hydra.launcher.n_jobs=2"]
-    return ["hydra/launcher=batched"]
+    return ["hydra/launcher=batched", "hydra.launcher.n_jobs=1"]
 
 
 def budget_overrides(budget: str, epochs: int) -> list[str]:

@@ -152,7 +152,7 @@ def launch(launcher: Any, job_overrides: Sequence[Sequence[str]],
             print(f"rltrain: jobs {shown} run as {parts} batch(es) of lanes ({where})",
                   flush=True)
         units += batches
-    if n_jobs == 1:
+    if n_jobs == 1 or len(units) == 1:  # one unit: no worker to start for it
         results: dict[int, JobReturn] = {}
         for unit in units:
             results.update(_run_unit(launcher, unit, quiet))
