@@ -17,10 +17,11 @@ thread of its own, taking turns, and the updates of an algorithm registered with
   the same command resumes every job of the sweep from its checkpoint (``rltrain.sweep``).
 * Each lane's lines on the console start with ``[job N]``.
 * ``hydra.launcher.n_jobs=N`` deals a group's lanes into N batches, each in a worker process
-  of its own; the jobs that run alone go to the workers too. The workers are forked from
-  this process, so they start with its modules imported and its jobs composed; where this
-  process runs another Python thread, whose locks a fork could copy held, they are loky's
-  (as Hydra's joblib launcher), which import and compose again.
+  of its own (-1, the default: one per CPU); the jobs that run alone go to the workers too.
+  On Linux the workers are forked from this process, so they start with its modules
+  imported and its jobs composed; elsewhere, or where this process runs another Python
+  thread, whose locks a fork could copy held, they are loky's (as Hydra's joblib
+  launcher), which import and compose again.
 
 Global state a lane has its own copy of, swapped on each turn: the RNGs (torch, numpy,
 Python), the root logger's handlers, Hydra's job config and the console streams.
@@ -135,7 +136,7 @@ def launch(launcher: Any, job_overrides: Sequence[Sequence[str]],
         groups.setdefault(group_key(job.cfg), []).append(job)
     quiet = bool(OmegaConf.select(config, "logger.quiet", default=False))
     units: list[list[_Job]] = []
-    fork = n_jobs > 1 and single_threaded()
+    fork = n_jobs > 1 and forkable()
     for group in groups.values():
         alone = why_alone(group[0].cfg, len(group))
         if alone is not None:
@@ -201,11 +202,13 @@ def worker_count(n_jobs: int) -> int:
     return n_jobs
 
 
-def single_threaded() -> bool:
-    """Whether this process runs no Python thread but the main one. Native threads may exist:
-    numpy's OpenBLAS starts its pool at import and shuts it down around a fork itself
-    (pthread_atfork); torch's pools have run nothing yet when a sweep launches."""
-    return threading.active_count() == 1
+def forkable() -> bool:
+    """Whether the workers may be forked: on Linux (macOS's system libraries are not safe to
+    use in a forked child, and Windows has no fork), from a process that runs no Python
+    thread but the main one. Native threads may exist: numpy's OpenBLAS starts its pool at
+    import and shuts it down around a fork itself (pthread_atfork); torch's pools have run
+    nothing yet when a sweep launches."""
+    return sys.platform.startswith("linux") and threading.active_count() == 1
 
 
 #: what a forked pool's workers run (set while the pool runs): the launcher, the units of
