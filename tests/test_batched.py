@@ -301,11 +301,14 @@ def test_batches_in_worker_processes_equal_the_basic_launchers_too(cli, tmp_path
     args = ["--multirun", *SMOKE, "seed=0,1,2,3", "precision=float64"]
     basic, workers = tmp_path / "basic", tmp_path / "workers"
     assert cli(*args, f"hydra.sweep.dir={basic}").returncode == 0
-    res = cli(*args, BATCHED, "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={workers}")
+    # stdout block-buffered, as in a pipe without PYTHONUNBUFFERED: what the main process
+    # wrote before forking is written once, not again by each worker
+    res = cli(*args, BATCHED, "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={workers}",
+              env={"PYTHONUNBUFFERED": ""})
     assert res.returncode == 0, res.stderr
     # forked from the main process (which has no other Python thread when it launches)
-    assert ("rltrain: jobs 0, 2; 1, 3 run as 2 batch(es) of lanes (in 2 worker processes, "
-            "forked)") in res.stdout
+    assert res.stdout.count("rltrain: jobs 0, 2; 1, 3 run as 2 batch(es) of lanes (in 2 "
+                            "worker processes, forked)") == 1, res.stdout
     for jobs in ("0, 2", "1, 3"):
         assert re.search(rf"the batch of jobs {jobs} ran \d+ updates", res.stdout), res.stdout
     for num in range(4):

@@ -169,6 +169,8 @@ def launch(launcher: Any, job_overrides: Sequence[Sequence[str]],
             # results cross the pipe
             global _FORKED
             _FORKED = (launcher, units, quiet)
+            for stream in (sys.stdout, sys.stderr):  # or a child would write it out again
+                stream.flush()
             try:
                 with ProcessPoolExecutor(n_jobs, mp_context=multiprocessing.get_context("fork"),
                                          initializer=_forked_worker) as pool:
