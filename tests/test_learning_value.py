@@ -78,8 +78,10 @@ def test_dqn_learns_with_uniform_and_prioritized_replay(cli, tmp_path, task, buf
 
 
 @pytest.mark.slow
-def test_dqn_on_mountaincar_reaches_rl_zoos_result_at_the_median_of_three_seeds(cli, tmp_path):
-    """Seeds 0-2 as one joblib sweep (two at a time); each runs its full 120k env steps."""
+def test_dqn_on_mountaincar_reaches_rl_zoos_result_on_three_seeds(cli, tmp_path):
+    """Seeds 0-2 as one joblib sweep (two at a time); each runs its full 120k env steps, and
+    each one's best test is within the band -110 +- 15 or above it (measured 2026-11-27:
+    -109.0, -105.5, -118.8)."""
     sweep = tmp_path / "sweep"
     res = cli("--multirun", "hydra/launcher=joblib", "algo=dqn", "env=mountaincar",
               "seed=0,1,2", "trainer.stop_score=null", f"hydra.sweep.dir={sweep}",
@@ -88,5 +90,5 @@ def test_dqn_on_mountaincar_reaches_rl_zoos_result_at_the_median_of_three_seeds(
     summaries = [json.loads(p.read_text()) for p in sorted(sweep.glob("*/summary.json"))]
     assert len(summaries) == 3
     scores = sorted(s["best_score"] for s in summaries)
-    assert scores[1] >= -110.0 - 15.0, scores
+    assert scores[0] >= -110.0 - 15.0, scores
     assert all(s["env_step"] <= 120_000 for s in summaries), summaries
