@@ -305,6 +305,9 @@ def test_a_sweep_run_again_skips_finished_jobs_and_resumes_unfinished_ones(cli, 
     assert f"{job_dir(broken, 0)} already holds a different run" in res.stderr
     assert "Traceback" not in res.stderr
     assert {p: p.read_bytes() for p in job_dir(broken, 0).rglob("*") if p.is_file()} == job_0_files
+    # the same command would be refused again: the way on is another directory
+    assert "next: run this sweep with a new hydra.sweep.dir" in res.stderr
+    assert "next: finish the sweep" not in res.stderr
 
 
 SUBMITIT_RUN = ["algo=dqn", "env=cartpole", "seed=0", "trainer.stop_score=null",

@@ -199,27 +199,30 @@ def write_status(job_dir: Path, status: str, error: str | None = None,
         pass
 
 
-def refuse(job_dir: Path, message: str) -> None:
-    """Record that this sweep did not run a job because its directory is another run's or in
-    use by another process (another sweep into the same ``hydra.sweep.dir``)."""
+def refuse(job_dir: Path, message: str, *, lasting: bool = False) -> None:
+    """Record that this sweep did not run a job because its directory is another run's
+    (``lasting``: the same command would be refused again) or in use by another process
+    (another sweep into the same ``hydra.sweep.dir``)."""
     ledger = os.environ.get(REFUSED_ENV)
     if not ledger:
         return
     with contextlib.suppress(OSError), open_append(ledger) as f:
-        f.write(json.dumps({"job": str(job_dir), "error": message}) + "\n")
+        f.write(json.dumps({"job": str(job_dir), "error": message, "lasting": lasting}) + "\n")
 
 
-def _refusals() -> dict[Path, str]:
-    """The jobs this sweep refused (:func:`refuse`), read once: the file is removed."""
+def _refusals() -> dict[Path, tuple[str, bool]]:
+    """The jobs this sweep refused (:func:`refuse`), each with its message and whether the
+    refusal lasts, read once: the file is removed."""
     ledger = os.environ.get(REFUSED_ENV)
     if not ledger:
         return {}
-    found: dict[Path, str] = {}
+    found: dict[Path, tuple[str, bool]] = {}
     with contextlib.suppress(OSError):
         for line in Path(ledger).read_text(encoding="utf-8").splitlines():
             with contextlib.suppress(ValueError, KeyError, TypeError):
                 record = json.loads(line)
-                found[Path(record["job"])] = str(record["error"])
+                found[Path(record["job"])] = (str(record["error"]),
+                                              record.get("lasting") is True)
     with contextlib.suppress(OSError):
         Path(ledger).unlink()
     return found
@@ -262,7 +265,8 @@ def report(path: Path, quiet: bool = False) -> tuple[int, int, int]:
         except (OSError, ValueError):
             summary = {"status": "unknown", "error": "no summary.json (killed?)"}
         if job in refusals:  # what the directory holds is another run's
-            summary = {"status": "refused", "error": refusals[job].removeprefix(f"{job} ")}
+            summary = {"status": "refused",
+                       "error": refusals[job][0].removeprefix(f"{job} ")}
         status = summary.get("status") or ("interrupted" if summary.get("interrupted")
                                            else "completed")
         if status in ("completed", "pruned"):
@@ -286,15 +290,25 @@ def report(path: Path, quiet: bool = False) -> tuple[int, int, int]:
         print(f"rltrain: sweep {path}: {counts}", file=out)
         for row in rows:
             print(row, file=out)
-    print(next_step(path, clean, failed > refused), file=out, flush=True)
+    # every job that did not finish was refused for good: the same command would be again
+    only_refused = (refused > 0 and failed == refused and not interrupted
+                    and all(lasting for _, lasting in refusals.values()))
+    print(next_step(path, clean, failed > refused, only_refused), file=out, flush=True)
     return failed, interrupted, total
 
 
-def next_step(path: Path, clean: bool, failed: bool = False) -> str:
+def next_step(path: Path, clean: bool, failed: bool = False, only_refused: bool = False
+              ) -> str:
     """What to do after the sweep, in one line: compare its runs; or, when jobs did not
     finish, run the same sweep into its directory again, which skips the finished jobs and
-    resumes the unfinished ones from their checkpoints (:func:`earlier_attempt`)."""
+    resumes the unfinished ones from their checkpoints (:func:`earlier_attempt`); or, when
+    the only jobs that did not finish were refused (their directories hold another sweep's
+    runs), give the sweep a directory of its own, since the same command would be refused
+    again."""
     compare = "rltrain-report " + shlex.quote(str(path))
+    if only_refused:
+        return (f"next: run this sweep with a new hydra.sweep.dir (the refused jobs' "
+                f"directories in {path} hold another sweep's runs, left as they were)")
     if clean or STATE.command is None or STATE.outcome is not None:
         return f"next: {compare}"
     args = [a for a in STATE.command[1:]
@@ -331,7 +345,8 @@ def earlier_attempt(job_dir: Path, overrides: list[str], label: str) -> dict[str
         stored = None
     if not isinstance(stored, list) or not all(isinstance(o, str) for o in stored) \
             or not _same_job(stored, list(overrides)):
-        refuse(job_dir, f"holds a different run (overrides {stored}); nothing was overwritten")
+        refuse(job_dir, f"holds a different run (overrides {stored}); nothing was overwritten",
+               lasting=True)
         print(f"rltrain: error: {label}{job_dir} already holds a different run "
               f"(overrides {stored}); nothing was overwritten: give the sweep a new "
               "hydra.sweep.dir", file=sys.stderr)
