@@ -55,6 +55,35 @@ def job_dirs(sweep: Path) -> dict[int, Path]:
     return {n: p for p in sweep.iterdir() if p.is_dir() and (n := job_number(p.name)) is not None}
 
 
+def _open_and_say(url: str, answers) -> None:
+    try:
+        open_storage(url)
+        answers.put("ok")
+    except Exception as e:  # noqa: BLE001 - the answer the test reads
+        answers.put(f"{type(e).__name__}: {e}")
+
+
+def test_processes_opening_a_new_sqlite_study_at_once_all_get_it(tmp_path):
+    """Optuna creates its tables and stamps their version in steps: four processes opening a
+    new SQLite file at the same moment collided (IntegrityError or 'table ... already
+    exists') in 4 of 5 tries before open_storage tried again; now every one gets the
+    storage, in each of three rounds."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    for round_ in range(3):
+        url = f"sqlite:///{tmp_path / f'study{round_}.db'}"
+        answers = ctx.Queue()
+        procs = [ctx.Process(target=_open_and_say, args=(url, answers)) for _ in range(4)]
+        for p in procs:
+            p.start()
+        got = [answers.get(timeout=120) for _ in procs]
+        for p in procs:
+            p.join(timeout=60)
+        assert got == ["ok"] * 4, got
+    assert open_storage(url).get_all_studies() == []  # a sound database, no study yet
+
+
 @pytest.mark.parametrize(("kind", "n_sweeps", "sampler"), [
     ("sqlite", 2, "tpe"), ("journal", 2, "grid"), ("sqlite", 3, "tpe"), ("journal", 3, "tpe")])
 def test_concurrent_sweeps_fill_one_study_once(tmp_path, kind, n_sweeps, sampler):

@@ -112,10 +112,33 @@ def open_storage(url: str, heartbeat: tuple[float, float] | None = None
         # whole seconds anyway; the interval only switches the table on (Heartbeats beats)
         kwargs["heartbeat_interval"] = math.ceil(heartbeat[0])
         kwargs["grace_period"] = math.ceil(heartbeat[1])
-    with warnings.catch_warnings():
-        # Optuna marks heartbeat_interval experimental (since 2.9, unchanged through 5)
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return optuna.storages.RDBStorage(url, **kwargs)
+    for attempt in range(_CREATE_TRIES):
+        try:
+            with warnings.catch_warnings():
+                # Optuna marks heartbeat_interval experimental (since 2.9, unchanged through 5)
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.storages.RDBStorage(url, **kwargs)
+        except Exception as e:
+            # sweeps started together into a new database: Optuna creates its tables and
+            # stamps their version in steps, not in one transaction, so another process's
+            # creation can collide with this one's (four processes at once on a new SQLite
+            # file: a collision in 4 of 5 tries); the tables are there on the next attempt
+            if attempt == _CREATE_TRIES - 1 or not _created_beside(e):
+                raise
+            time.sleep(0.2 * (attempt + 1))
+    raise AssertionError("unreachable")  # the loop returns or raises
+
+
+#: attempts at opening an RDB storage whose tables another process is creating
+_CREATE_TRIES = 5
+
+
+def _created_beside(e: Exception) -> bool:
+    """Whether ``e`` is what creating Optuna's tables raises when another process created
+    them at the same moment (a table or its version row already there)."""
+    text = str(e)
+    return (type(e).__name__ in ("IntegrityError", "OperationalError")
+            and ("already exists" in text or "alembic_version" in text))
 
 
 #: a trial's system attribute, set once the sweep that runs it has recorded its first
