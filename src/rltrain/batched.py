@@ -159,35 +159,47 @@ def launch(launcher: Any, job_overrides: Sequence[Sequence[str]],
             results.update(_run_unit(launcher, unit, quiet))
             configure_log(config.hydra.hydra_logging, config.hydra.verbose)
     else:
-        if fork:
-            # forked workers start with every module this process imported (torch, Hydra,
-            # rltrain) and the jobs' composed configs: a loky worker imports them again and
-            # composes each job, about 1.8 s of the 2-core VM per worker before its first
-            # job. The pool forks its workers before it starts its own management thread, so
-            # no Python thread's lock is inherited held; the units stay in this process's
-            # memory, which the workers inherit, and only their indices and the jobs'
-            # results cross the pipe
-            global _FORKED
-            _FORKED = (launcher, units, quiet)
-            for stream in (sys.stdout, sys.stderr):  # or a child would write it out again
-                stream.flush()
-            try:
-                with ProcessPoolExecutor(n_jobs, mp_context=multiprocessing.get_context("fork"),
-                                         initializer=_forked_worker) as pool:
-                    done = [f.result() for f in [pool.submit(_forked_unit, i)
-                                                 for i in range(len(units))]]
-            finally:
-                _FORKED = None
-        else:
-            from joblib import Parallel, delayed  # type: ignore[import-untyped]
-
-            state = Singleton.get_state()
-            done = Parallel(n_jobs=n_jobs, backend="loky")(
-                delayed(_unit_in_worker)(context, config, launcher.task_function,
-                                         [(j.num, j.overrides) for j in unit], state, quiet)
-                for unit in units)
-        results = {num: ret for part in done for num, ret in part.items()}
+        workers = min(n_jobs, len(units))
+        run = _in_forked_workers if fork else _in_loky_workers
+        results = {num: ret for part in run(launcher, units, quiet, workers)
+                   for num, ret in part.items()}
     return [results[job.num] for job in jobs]
+
+
+def _in_forked_workers(launcher: Any, units: list[list[_Job]], quiet: bool,
+                       workers: int) -> list[dict[int, JobReturn]]:
+    """Each unit in a worker forked from this process. Forked workers start with every module
+    this process imported (torch, Hydra, rltrain) and the jobs' composed configs, where a loky
+    worker imports them again and composes each job (about 1.8 s of the 2-core VM per worker
+    before its first job). The pool forks its workers before it starts its own management
+    thread, so no Python thread's lock is inherited held; the units stay in this process's
+    memory, which the workers inherit, and only their indices and the jobs' results cross
+    the pipe."""
+    global _FORKED
+    _FORKED = (launcher, units, quiet)
+    for stream in (sys.stdout, sys.stderr):  # or a child would write it out again
+        stream.flush()
+    try:
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"),
+                                 initializer=_forked_worker) as pool:
+            return [f.result() for f in [pool.submit(_forked_unit, i)
+                                         for i in range(len(units))]]
+    finally:
+        _FORKED = None
+
+
+def _in_loky_workers(launcher: Any, units: list[list[_Job]], quiet: bool,
+                     workers: int) -> list[dict[int, JobReturn]]:
+    """Each unit in a fresh loky worker (as Hydra's joblib launcher runs jobs), which
+    composes its jobs again from their overrides."""
+    from joblib import Parallel, delayed  # type: ignore[import-untyped]
+
+    state = Singleton.get_state()
+    return list(Parallel(n_jobs=workers, backend="loky")(
+        delayed(_unit_in_worker)(launcher.hydra_context, launcher.config,
+                                 launcher.task_function, [(j.num, j.overrides) for j in unit],
+                                 state, quiet)
+        for unit in units))
 
 
 def worker_count(n_jobs: int) -> int:

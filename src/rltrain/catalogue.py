@@ -19,7 +19,6 @@ import typing
 from collections.abc import Mapping
 from typing import Any, TypeGuard
 
-from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -31,7 +30,7 @@ from rltrain.config import (
     RunConfig,
     TrainerParams,
     TuneConfig,
-    register_resolvers,
+    store_schemas,
 )
 from rltrain.loggers import logger_schema
 from rltrain.trainer import TRAINERS
@@ -112,11 +111,7 @@ def stored_schemas() -> dict[str, type]:
 
 def register_configs() -> None:
     """Store every schema under ``schema/...`` so YAML files can extend them."""
-    register_resolvers()
-    cs = ConfigStore.instance()
-    for path, node in stored_schemas().items():
-        group, _, name = path.rpartition("/")
-        cs.store(group=group or None, name=name, node=node)
+    store_schemas(stored_schemas())
 
 
 def plain_schemas() -> dict[str, Any]:

@@ -79,12 +79,6 @@ def write(snapshot: dict[str, Any]) -> None:
 def register(snapshot: dict[str, Any]) -> None:
     """Store each schema's plain values in Hydra's ConfigStore under its path (what
     :func:`rltrain.catalogue.register_configs` stores as dataclasses)."""
-    from hydra.core.config_store import ConfigStore
+    from rltrain.config import store_schemas
 
-    from rltrain.config import register_resolvers
-
-    register_resolvers()
-    cs = ConfigStore.instance()
-    for path, node in snapshot.items():
-        group, _, name = path.rpartition("/")
-        cs.store(group=group or None, name=name, node=node)
+    store_schemas(snapshot)

@@ -384,6 +384,19 @@ def register_resolvers() -> None:
     OmegaConf.register_new_resolver("rltrain_job_dir", job_dir_name, replace=True)
 
 
+def store_schemas(nodes: Mapping[str, Any]) -> None:
+    """Register the resolvers and store each schema in Hydra's ConfigStore under its path
+    (``rltrain_schema``, ``schema/algo/ppo`` ...): the typed dataclasses for a run
+    (rltrain.catalogue), their plain values for tab completion (rltrain.completion)."""
+    from hydra.core.config_store import ConfigStore
+
+    register_resolvers()
+    cs = ConfigStore.instance()
+    for path, node in nodes.items():
+        group, _, name = path.rpartition("/")
+        cs.store(group=group or None, name=name, node=node)
+
+
 # --------------------------------------------------------------------------- checks
 #: the largest seed a run accepts: numpy's legacy seeding takes 32-bit seeds, and the envs,
 #: eval and test seeds are derived by adding offsets, so 31 bits leave room for them

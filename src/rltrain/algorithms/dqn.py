@@ -196,13 +196,12 @@ class DQN(QLearning):
     def __init__(self, cfg: DQNConfig, info: SpaceInfo, device: torch.device, seed: int
                  ) -> None:
         super().__init__(cfg, info, device, seed)
-        layers, encoder = self.q.plain_layers(), self.q.net.encoder
+        layers = self.q.plain_layers()
         #: the Q-network's ``(weight, bias)`` layers when the gradient step differentiates
         #: by hand (:meth:`_update_by_hand`): DQN's own loss (not a subclass's) on plain layers
         #: and the flat encoder; None: autograd
         self.by_hand_layers = (layers if layers is not None and type(self) is DQN
-                               and type(encoder) is FlatEncoder else None)
-        self._flat = encoder if isinstance(encoder, FlatEncoder) else None
+                               and type(self.q.net.encoder) is FlatEncoder else None)
         #: tests set it False to compare the two
         self.by_hand = self.by_hand_layers is not None
 
@@ -245,11 +244,11 @@ class DQN(QLearning):
         matrix products, at MKL's speed either way (``scripts/bench_throughput.py
         --only-dqn``). ``tests/test_dqn_by_hand.py`` checks it against autograd in float64."""
         cfg = self.cfg
-        layers, flat = self.by_hand_layers, self._flat
-        assert layers is not None and flat is not None  # by_hand is only set with them
+        layers, encoder = self.by_hand_layers, self.q.net.encoder
+        assert layers is not None and encoder is not None  # by_hand is only set with them
         obs, act, rew, discount, next_obs = self.tensors(batch)
         n = len(obs)
-        encode = flat.forward
+        encode = encoder.forward
         if cfg.double_q:
             # the online network at s and at s' in one pass (one matrix product per layer);
             # the backward reads the first n rows of each layer's input
