@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import threading
@@ -285,6 +286,32 @@ def test_a_sweep_run_again_skips_finished_jobs_and_resumes_unfinished_ones(cli, 
     assert summary(job_dir(broken, 0))["status"] == "completed"
     assert summary(job_dir(broken, 1))["status"] == "interrupted"
     job_0_files = {p: p.read_bytes() for p in job_dir(broken, 0).rglob("*") if p.is_file()}
+    # a copy of that directory, and another sweep into it: seed 0's job has the name of the
+    # first sweep's job 0 but other settings (refused, nothing touched), seed 5's is new (runs).
+    # The first sweep's job 1, interrupted, is listed with its resume command, but this
+    # command would not resume it: the way on for this sweep is a directory of its own
+    shared = tmp_path / "shared"
+    shutil.copytree(broken, shared)
+    first_job_1 = job_dir(shared, 1)
+    interrupted_files = {p: p.read_bytes() for p in first_job_1.rglob("*") if p.is_file()}
+    res = cli("--multirun", *SMOKE, "seed=0,5", "trainer.max_epochs=5",
+              "trainer.epoch_num_steps=1024", f"hydra.sweep.dir={shared}")
+    assert res.returncode == 1
+    assert "already holds a different run" in res.stderr
+    assert "  interrupted  " in res.stderr and "resume with: rltrain resume=" in res.stderr
+    assert "next: run this sweep with a new hydra.sweep.dir" in res.stderr
+    assert "next: finish the sweep" not in res.stderr
+    assert {p: p.read_bytes() for p in first_job_1.rglob("*") if p.is_file()} == interrupted_files
+    # the same, with this sweep's own seed-5 job interrupted: finishing it is the way on, and
+    # the line says that the refused job will be refused again
+    shared = tmp_path / "shared2"
+    shutil.copytree(broken, shared)
+    res = signal_when(["--multirun", *SMOKE, "seed=0,5", "trainer.max_epochs=5",
+                       "trainer.epoch_num_steps=1024", f"hydra.sweep.dir={shared}"],
+                      tmp_path, lambda line: line.startswith("epoch   2/5"), SIGTERM)
+    assert res.returncode == 143, res.stderr
+    assert "next: finish the sweep" in res.stderr
+    assert "(1 refused job(s) will be refused again" in res.stderr
 
     res = cli(*args, f"hydra.sweep.dir={broken}")
     assert res.returncode == 0, res.stderr

@@ -242,12 +242,17 @@ def _jobs(path: Path) -> list[Path]:
 def jobs_ran(path: Path) -> bool:
     """Whether a job of this sweep has run in ``path`` (written its records since the sweep
     started; the directory may hold an earlier sweep's)."""
+    return any(_ran_now(job) for job in _jobs(path))
+
+
+def _ran_now(job: Path) -> bool:
+    """Whether ``job`` has written its records since this sweep started (else it is an
+    earlier sweep's, left in the same directory)."""
     since = STATE.started or 0.0
-    for job in _jobs(path):
-        for name in ("epochs.jsonl", "summary.json"):
-            with contextlib.suppress(OSError):
-                if (job / name).stat().st_mtime >= since:
-                    return True
+    for name in ("epochs.jsonl", "summary.json"):
+        with contextlib.suppress(OSError):
+            if (job / name).stat().st_mtime >= since:
+                return True
     return False
 
 
@@ -255,7 +260,7 @@ def report(path: Path, quiet: bool = False) -> tuple[int, int, int]:
     """Print every job of the sweep with its status, then what to do next in one line (on
     stdout if all completed, only that line then if ``quiet``; else on stderr); return
     (failed or refused, interrupted, total)."""
-    rows, failed, interrupted = [], 0, 0
+    rows, failed, interrupted, interrupted_now = [], 0, 0, 0
     refusals = _refusals()
     jobs = _jobs(path)
     jobs += sorted(set(refusals) - set(jobs))
@@ -274,6 +279,7 @@ def report(path: Path, quiet: bool = False) -> tuple[int, int, int]:
                 f" (pruned after epoch {summary.get('epochs')})" if status == "pruned" else "")
         elif status == "interrupted":
             interrupted += 1
+            interrupted_now += _ran_now(job)
             detail = f"resume with: {rundir.resume_command(job)}"
         else:
             failed += status in ("failed", "unknown", "refused")
@@ -290,21 +296,25 @@ def report(path: Path, quiet: bool = False) -> tuple[int, int, int]:
         print(f"rltrain: sweep {path}: {counts}", file=out)
         for row in rows:
             print(row, file=out)
-    # every job that did not finish was refused for good: the same command would be again
-    only_refused = (refused > 0 and failed == refused and not interrupted
-                    and all(lasting for _, lasting in refusals.values()))
-    print(next_step(path, clean, failed > refused, only_refused), file=out, flush=True)
+    # refused for good: the same command would be refused again. When nothing else of this
+    # sweep is left to finish (the interrupted jobs listed, if any, are an earlier sweep's,
+    # which this command would not resume), the way on is a directory of its own
+    refused_for_good = refused > 0 and all(lasting for _, lasting in refusals.values())
+    only_refused = refused_for_good and failed == refused and not interrupted_now
+    print(next_step(path, clean, failed > refused, only_refused,
+                    refused if refused_for_good else 0), file=out, flush=True)
     return failed, interrupted, total
 
 
-def next_step(path: Path, clean: bool, failed: bool = False, only_refused: bool = False
-              ) -> str:
+def next_step(path: Path, clean: bool, failed: bool = False, only_refused: bool = False,
+              refused_for_good: int = 0) -> str:
     """What to do after the sweep, in one line: compare its runs; or, when jobs did not
     finish, run the same sweep into its directory again, which skips the finished jobs and
     resumes the unfinished ones from their checkpoints (:func:`earlier_attempt`); or, when
-    the only jobs that did not finish were refused (their directories hold another sweep's
-    runs), give the sweep a directory of its own, since the same command would be refused
-    again."""
+    the only jobs of this sweep that did not finish were refused (their directories hold
+    another sweep's runs), give the sweep a directory of its own, since the same command
+    would be refused again. ``refused_for_good`` jobs refused so, beside others to finish:
+    the line says that running the sweep again will not run those."""
     compare = "rltrain-report " + shlex.quote(str(path))
     if only_refused:
         return (f"next: run this sweep with a new hydra.sweep.dir (the refused jobs' "
@@ -315,8 +325,11 @@ def next_step(path: Path, clean: bool, failed: bool = False, only_refused: bool 
             if not a.startswith(("hydra.sweep.dir=", "++hydra.sweep.dir="))]
     again = shlex.join(["rltrain", *args, f"hydra.sweep.dir={path}"])
     first = ", once what failed is fixed" if failed else ""
+    refused = (f" ({refused_for_good} refused job(s) will be refused again: their "
+               f"directories hold another sweep's runs; give those a new hydra.sweep.dir)"
+               if refused_for_good else "")
     return (f"next: finish the sweep{first} (finished jobs are skipped, unfinished ones "
-            f"resume from their checkpoints): {again}; then {compare}")
+            f"resume from their checkpoints): {again}{refused}; then {compare}")
 
 
 # --------------------------------------------------------------------------- a job run again
