@@ -13,6 +13,7 @@ import torch
 
 from rltrain.algorithms.dqn import DQNConfig
 from rltrain.algorithms.ppo import PPOConfig
+from rltrain.algorithms.sac import SACConfig
 from rltrain.build import build_algorithm, seed_everything
 from rltrain.collector import Collector, random_policy
 from rltrain.config import (
@@ -435,6 +436,58 @@ def test_an_interruption_never_hands_over_non_finite_parameters():
     with pytest.raises(NonFiniteError, match="is not finite"):
         next(trainer)
     built.close()
+
+
+@pytest.mark.parametrize("defer", [False, True], ids=["floats", "tensors"])
+def test_a_non_finite_loss_is_named_within_the_check_interval(defer):
+    """A NaN loss stops the epoch at the next check (every PARAMETER_CHECK_INTERVAL training
+    steps and at the epoch's end), named before the parameters it spoils, whether the
+    update's stats are Python floats (the CPU) or tensors left on the device (an
+    accelerator; here forced on the CPU)."""
+    built = Built(dqn(), offpolicy(max_epochs=3))
+    built.algorithm.defer_stats = defer
+    trainer = built.trainer
+    next(trainer)
+    poison(built.algorithm)
+    with pytest.raises(NonFiniteError, match=r"^the update's loss is nan$"):
+        next(trainer)
+    built.close()
+
+
+@pytest.mark.parametrize("algo", ["dqn", "sac"])
+def test_stats_left_on_the_device_read_the_same_as_floats(algo):
+    """An algorithm on an accelerator reports its stats as tensors (no host sync per
+    gradient step); the trainer reads them at its checks in one transfer. The epochs'
+    records are the same numbers as when each stat is a float at once (forced on the CPU:
+    the same run, seed for seed), and the epoch's unread stats are read at its end."""
+    def records(defer):
+        config = dqn() if algo == "dqn" else SACConfig(hidden_sizes=[16])
+        env_id = "CartPole-v1" if algo == "dqn" else "Pendulum-v1"
+        built = Built(config, offpolicy(max_epochs=2, epoch_num_steps=150,
+                                        collection_step_num_env_steps=1,
+                                        update_step_num_gradient_steps_per_sample=1.0),
+                      env_id=env_id, num_train_envs=1)
+        built.algorithm.defer_stats = defer
+        reports = []
+        real = built.algorithm.update
+
+        def update(*args, **kwargs):
+            reports.append(real(*args, **kwargs))
+            return reports[-1]
+
+        built.algorithm.update = update
+        epochs = [dataclasses.asdict(stats) for stats in built.trainer]
+        built.close()
+        kinds = {type(v) for r in reports for v in vars(r.stats).values() if v is not None}
+        return epochs, kinds
+
+    floats, float_kinds = records(False)
+    tensors, tensor_kinds = records(True)
+    assert torch.Tensor in tensor_kinds and torch.Tensor not in float_kinds
+    for a, b in zip(floats, tensors, strict=True):
+        assert a["update"] == b["update"] and len(a["update"]) >= 3
+        assert a["train"]["return_mean"] == b["train"]["return_mean"]
+        assert a["test"]["return_mean"] == b["test"]["return_mean"]
 
 
 def test_parameters_are_checked_every_interval_and_at_every_epochs_end(monkeypatch):

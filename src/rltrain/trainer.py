@@ -33,6 +33,7 @@ from rltrain.algorithms.base import (
     Algorithm,
     OffPolicyAlgorithm,
     OnPolicyAlgorithm,
+    Stat,
     UpdateReport,
 )
 from rltrain.collector import CollectionStopped, Collector, random_policy
@@ -285,26 +286,28 @@ class Trainer(Iterator[EpochStats]):
         self._early_test = None
         while part.steps < self.params.epoch_num_steps and self._early_test is None:
             if self.stop_signal is not None:
-                self._check_parameters()  # the checkpoint an interruption writes is good
+                self._settle(part)  # the checkpoint an interruption writes is good
+                self._check_parameters()
                 raise Interrupted(self.stop_signal)
             n, episodes, update_stats, spent = self.training_step()
-            # what each update measured (a stat it did not measure this time is None)
-            updates = [{k: float(v) for k, v in dataclasses.asdict(s).items() if v is not None}
-                       for s in update_stats]
-            self._check_losses(updates)
-            if updates and (part.training_steps + 1) % PARAMETER_CHECK_INTERVAL == 0:
+            # what each update measured (a stat it did not measure this time is None), read
+            # as Python numbers only at the checks below (see _settle)
+            part.unread += [{k: v for k, v in vars(s).items() if v is not None}
+                            for s in update_stats]
+            if update_stats and (part.training_steps + 1) % PARAMETER_CHECK_INTERVAL == 0:
+                self._settle(part)
                 self._check_parameters()
             part.steps += n
             part.training_steps += 1
             if episodes is not None:
                 part.collected.append(episodes)
-            part.updates += updates
             part.timing = _add(part.timing, spent)
             for logger in self.loggers:
                 logger.advance(n)
 
-        # every parameter before the epoch's test and checkpoint (between the checks above a
-        # non-finite weight almost always shows in the next loss first)
+        # every loss and parameter before the epoch's test and checkpoint (between the checks
+        # above a non-finite weight almost always shows in the next loss first)
+        self._settle(part)
         self._check_parameters()
         t0 = time.perf_counter()
         if self._early_test is None:
@@ -386,10 +389,19 @@ class Trainer(Iterator[EpochStats]):
             self.failure = error
             self.failure_at = f"epoch {self.epoch} (env step {self.env_step:,})"
 
-    def _check_losses(self, updates: list[dict[str, float]]) -> None:
-        """Stop at the first non-finite loss (every training step: the losses are already
-        Python floats). Statistics other than losses may be undefined (NaN) by design, e.g.
-        PPO's explained variance of constant returns."""
+    def _settle(self, part: _EpochInProgress) -> None:
+        """Read the updates' stats not yet read as Python floats (those an algorithm left as
+        tensors on its device, :meth:`Algorithm.stat`, in one transfer), add them to the
+        epoch's, and stop at the first non-finite loss. Run where the parameters are checked:
+        every :data:`PARAMETER_CHECK_INTERVAL` training steps, at the end of each epoch's
+        training and before an interruption's checkpoint, so that on an accelerator the loop
+        does not wait for each gradient step (a host sync per stat per step) and a
+        non-finite loss is still reported within the interval. Statistics other than losses
+        may be undefined (NaN) by design, e.g. PPO's explained variance of constant
+        returns."""
+        updates = _read_stats(part.unread)
+        part.unread = []
+        part.updates += updates
         for record in updates:
             for key, value in record.items():
                 if key.endswith("loss") and not math.isfinite(value):
@@ -433,7 +445,7 @@ class Trainer(Iterator[EpochStats]):
                 "returns": torch.from_numpy(merged.returns.astype(np.float64)),
                 "lengths": torch.from_numpy(merged.lengths.astype(np.int64)),
                 "collect_time": merged.time,
-                "updates": part.updates,
+                "updates": part.updates + _read_stats(part.unread),
                 "timing": dataclasses.asdict(part.timing),
             },
         }
@@ -532,7 +544,18 @@ class _EpochInProgress:
     training_steps: int = 0
     collected: list[Episodes] = field(default_factory=list)
     updates: list[Mapping[str, float]] = field(default_factory=list)
+    #: the updates' stats since the last check, as measured (floats, or tensors on the
+    #: algorithm's device): :meth:`Trainer._settle` reads them into ``updates``
+    unread: list[Mapping[str, Stat]] = field(default_factory=list)
     timing: Timing = field(default_factory=Timing)
+
+
+def _read_stats(records: list[Mapping[str, Stat]]) -> list[dict[str, float]]:
+    """Update stats as Python floats: the tensors among them read in one transfer."""
+    tensors = [v for r in records for v in r.values() if isinstance(v, torch.Tensor)]
+    read = iter(torch.stack(tensors).tolist() if tensors else [])
+    return [{k: next(read) if isinstance(v, torch.Tensor) else float(v) for k, v in r.items()}
+            for r in records]
 
 
 class OnlineTrainer(Trainer):

@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, cast
+from typing import Any, TypeAlias, cast, overload
 
 import numpy as np
 import torch
@@ -72,6 +72,24 @@ class Algorithm(nn.Module, ABC):
         #: the actions the env allows, read from each observation (None: all, always)
         self.action_mask = (action_mask(info.obs_space, info.num_actions) if info.discrete
                             else None)
+        #: updates report their stats as tensors left on the device (:meth:`stat`): on an
+        #: accelerator a Python float per stat per gradient step would wait for the step to
+        #: finish (a host sync) before the next could be queued
+        self.defer_stats = device.type != "cpu"
+
+    @overload
+    def stat(self, x: torch.Tensor | float) -> Stat: ...
+    @overload
+    def stat(self, x: None) -> None: ...
+    @overload
+    def stat(self, x: torch.Tensor | float | None) -> Stat | None: ...
+    def stat(self, x: torch.Tensor | float | None) -> Stat | None:
+        """A measurement for the update's stats record: None when it was not measured; a
+        Python float; or, with :attr:`defer_stats`, the detached tensor, which the trainer
+        reads with the others in one transfer every few training steps."""
+        if x is None or isinstance(x, float):
+            return x
+        return x.detach() if self.defer_stats else float(x.detach())
 
     def encoder(self) -> Encoder:
         """A new observation encoder (``algo.encoder``) for one of this algorithm's networks."""
@@ -329,9 +347,10 @@ def weighted_mean(x: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor
     return x.mean(-1) if weights is None else (x * weights).mean(-1)
 
 
-def number(x: torch.Tensor | None) -> float | None:
-    """A stat's value for its record: a Python float, or None when it was not measured."""
-    return None if x is None else float(x.detach())
+#: an update's measurement as its stats record holds it: a Python float, or (an algorithm on
+#: an accelerator, :attr:`Algorithm.defer_stats`) a detached 0-dim tensor that the trainer
+#: reads with the others in one transfer every few training steps
+Stat: TypeAlias = "float | torch.Tensor"
 
 
 @contextlib.contextmanager

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rltrain.algorithms.base import OffPolicyAlgorithm, UpdateReport, clip_and_step
+from rltrain.algorithms.base import OffPolicyAlgorithm, Stat, UpdateReport, clip_and_step
 from rltrain.algorithms.registry import CONTINUOUS, DISCRETE, MULTIDISCRETE, AlgoSpec, register
 from rltrain.config import NetworkConfig, check_positive
 from rltrain.core import Progress, SpaceInfo
@@ -46,16 +46,16 @@ class BCConfig(NetworkConfig):
 class BCStats:
     """Continuous actions: the loss is the mean squared error to the data actions."""
 
-    loss: float
+    loss: Stat
 
 
 @dataclass(frozen=True)
 class DiscreteBCStats:
     #: cross-entropy of the data actions under the actor's logits (summed over the entries of
     #: MultiDiscrete and MultiBinary actions)
-    loss: float
+    loss: Stat
     #: fraction of the batch where the actor's argmax is the data action (every entry of it)
-    accuracy: float
+    accuracy: Stat
 
 
 class BC(OffPolicyAlgorithm):
@@ -106,18 +106,18 @@ class BC(OffPolicyAlgorithm):
             with torch.no_grad():
                 hit = self.pi(obs).argmax(-1) == act.reshape(len(act), *self.pi.action_shape)
                 accuracy = hit.reshape(len(hit), -1).all(-1).float().mean()
-            return UpdateReport(DiscreteBCStats(float(loss.detach()), float(accuracy)))
+            return UpdateReport(DiscreteBCStats(self.stat(loss.detach()), self.stat(accuracy)))
         if self.discrete:
             act = self._tensor(batch.act, torch.long)
             logits = self.pi(obs)
             loss = F.cross_entropy(logits, act)
             clip_and_step(loss, self.optim, self.cfg.max_grad_norm)
             accuracy = (logits.detach().argmax(-1) == act).float().mean()
-            return UpdateReport(DiscreteBCStats(float(loss.detach()), float(accuracy)))
+            return UpdateReport(DiscreteBCStats(self.stat(loss.detach()), self.stat(accuracy)))
         act = self._tensor(batch.act).reshape(len(obs), -1)
         loss = F.mse_loss(self.pi(obs), act)
         clip_and_step(loss, self.optim, self.cfg.max_grad_norm)
-        return UpdateReport(BCStats(float(loss.detach())))
+        return UpdateReport(BCStats(self.stat(loss.detach())))
 
 
 register(AlgoSpec(

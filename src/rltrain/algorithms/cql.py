@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from rltrain.algorithms.base import Algorithm, UpdateReport, clip_and_step, number, squared_td_error
+from rltrain.algorithms.base import Algorithm, Stat, UpdateReport, clip_and_step, squared_td_error
 from rltrain.algorithms.dqn import DQN, DQNConfig
 from rltrain.algorithms.registry import CONTINUOUS, DISCRETE, AlgoSpec, register
 from rltrain.algorithms.sac import SAC, SACConfig, SACStats
@@ -97,17 +97,17 @@ class CQLConfig(SACConfig):
 class CQLStats(SACStats):
     #: the conservative term added to critic_loss (critic_loss includes it): cql_alpha times
     #: (logsumexp estimate - Q at the data action), batch mean, summed over the twin critics
-    cql_penalty: float
+    cql_penalty: Stat
 
 
 @dataclass(frozen=True)
 class DiscreteCQLStats:
     #: Huber TD loss plus the conservative penalty
-    critic_loss: float
+    critic_loss: Stat
     #: the conservative term added to critic_loss: cql_alpha * mean(logsumexp_a Q(s, a) -
     #: Q(s, a_data))
-    cql_penalty: float
-    q_mean: float
+    cql_penalty: Stat
+    q_mean: Stat
 
 
 class ContinuousCQL(SAC):
@@ -164,9 +164,9 @@ class ContinuousCQL(SAC):
         clip_and_step(critic_loss, self.critic_optim, cfg.max_grad_norm)
         # the actor, the temperature and the targets as in SAC
         actor_loss, alpha_loss, entropy = self.policy_and_targets(obs, alpha, progress)
-        return UpdateReport(CQLStats(float(critic_loss.detach()), number(actor_loss),
-                                     number(alpha_loss), float(alpha), number(entropy),
-                                     float(q.detach().mean()), float(penalty.detach())))
+        return UpdateReport(CQLStats(self.stat(critic_loss.detach()), self.stat(actor_loss),
+                                     self.stat(alpha_loss), self.stat(alpha), self.stat(entropy),
+                                     self.stat(q.detach().mean()), self.stat(penalty.detach())))
 
 
 class DiscreteCQL(DQN):
@@ -188,8 +188,8 @@ class DiscreteCQL(DQN):
         loss = F.smooth_l1_loss(q_sa, target, beta=cfg.huber_delta) + penalty
         clip_and_step(loss, self.optim, cfg.max_grad_norm)
         self.follow_target(progress)
-        return UpdateReport(DiscreteCQLStats(float(loss.detach()), float(penalty.detach()),
-                                             float(q_sa.detach().mean())))
+        return UpdateReport(DiscreteCQLStats(self.stat(loss.detach()), self.stat(penalty.detach()),
+                                             self.stat(q_sa.detach().mean())))
 
 
 def build_cql(cfg: CQLConfig, info: SpaceInfo, device: torch.device, seed: int) -> Algorithm:

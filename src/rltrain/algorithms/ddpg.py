@@ -16,12 +16,12 @@ import torch
 from torch import nn
 
 from rltrain.algorithms.base import (
+    Stat,
     TDAlgorithm,
     UpdateReport,
     clip_and_step,
     compiled,
     frozen,
-    number,
     td_priorities,
     weighted_mean,
 )
@@ -72,10 +72,10 @@ class DDPGConfig(TDConfig):
 
 @dataclass(frozen=True)
 class DDPGStats:
-    critic_loss: float
+    critic_loss: Stat
     #: None on a gradient step that leaves the actor alone (policy_delay)
-    actor_loss: float | None
-    q_mean: float
+    actor_loss: Stat | None
+    q_mean: Stat
 
 
 class DDPG(TDAlgorithm):
@@ -154,8 +154,8 @@ class DDPG(TDAlgorithm):
         actor_loss = None
         if progress.gradient_step % cfg.policy_delay == 0:
             actor_loss = self.actor_step(obs)
-        return UpdateReport(DDPGStats(float(critic_loss.detach()), number(actor_loss),
-                                      float(q.detach().mean())),
+        return UpdateReport(DDPGStats(self.stat(critic_loss.detach()), self.stat(actor_loss),
+                                      self.stat(q.detach().mean())),
                             priorities=td_priorities(td_error))
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from rltrain.algorithms.base import UpdateReport, clip_and_step, td_priorities, weighted_mean
+from rltrain.algorithms.base import Stat, UpdateReport, clip_and_step, td_priorities, weighted_mean
 from rltrain.algorithms.registry import DISCRETE, AlgoSpec, register
 from rltrain.algorithms.sac import SoftActorCritic, SoftConfig
 from rltrain.config import ConfigError
@@ -61,13 +61,13 @@ class DiscreteSACConfig(SoftConfig):
 
 @dataclass(frozen=True)
 class DiscreteSACStats:
-    critic_loss: float
-    actor_loss: float
-    alpha_loss: float
-    alpha: float
+    critic_loss: Stat
+    actor_loss: Stat
+    alpha_loss: Stat
+    alpha: Stat
     #: the policy's mean entropy over the batch's states, exact (a sum over the actions)
-    entropy: float
-    q_mean: float
+    entropy: Stat
+    q_mean: Stat
 
 
 class DiscreteSAC(SoftActorCritic):
@@ -128,9 +128,9 @@ class DiscreteSAC(SoftActorCritic):
         alpha_loss = self.temperature_step(entropy)
         self.update_targets(progress)
         return UpdateReport(
-            DiscreteSACStats(float(critic_loss.detach()), float(actor_loss.detach()),
-                             float(alpha_loss), float(alpha), float(entropy),
-                             float(q.detach().mean())),
+            DiscreteSACStats(self.stat(critic_loss.detach()), self.stat(actor_loss.detach()),
+                             self.stat(alpha_loss), self.stat(alpha), self.stat(entropy),
+                             self.stat(q.detach().mean())),
             priorities=td_priorities(td_error))
 
 

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rltrain.algorithms.base import TDAlgorithm, UpdateReport, clip_and_step, weighted_mean
+from rltrain.algorithms.base import Stat, TDAlgorithm, UpdateReport, clip_and_step, weighted_mean
 from rltrain.algorithms.registry import DISCRETE, AlgoSpec, register
 from rltrain.config import ConfigError, TDConfig, check_positive, check_unit_interval
 from rltrain.core import Progress, SpaceInfo
@@ -93,8 +93,8 @@ class DQNConfig(QConfig):
 
 @dataclass(frozen=True)
 class DQNStats:
-    loss: float
-    q_mean: float
+    loss: Stat
+    q_mean: Stat
     epsilon: float
 
 
@@ -228,7 +228,7 @@ class DQN(QLearning):
         clip_and_step(loss, self.optim, cfg.max_grad_norm)
         self.follow_target(progress)
         q_sa = q_sa.detach()
-        return UpdateReport(DQNStats(float(loss.detach()), float(q_sa.mean()),
+        return UpdateReport(DQNStats(self.stat(loss.detach()), self.stat(q_sa.mean()),
                                      self.epsilon(progress.fraction)),
                             priorities=(target - q_sa).abs())
 
@@ -275,7 +275,7 @@ class DQN(QLearning):
             self.optim.clip_grad_norm_(cfg.max_grad_norm)
         self.optim.step()
         self.follow_target(progress)
-        return UpdateReport(DQNStats(float(loss), float(q_sa.mean()),
+        return UpdateReport(DQNStats(self.stat(loss), self.stat(q_sa.mean()),
                                      self.epsilon(progress.fraction)),
                             priorities=(target - q_sa).abs())
 

@@ -18,12 +18,12 @@ import torch
 from torch import nn
 
 from rltrain.algorithms.base import (
+    Stat,
     TDAlgorithm,
     UpdateReport,
     clip_and_step,
     compiled,
     frozen,
-    number,
     td_priorities,
     weighted_mean,
 )
@@ -84,15 +84,15 @@ class SACConfig(SoftConfig):
 
 @dataclass(frozen=True)
 class SACStats:
-    critic_loss: float
+    critic_loss: Stat
     #: None on a gradient step that leaves the actor alone (policy_delay), as are alpha_loss
     #: and entropy
-    actor_loss: float | None
-    alpha_loss: float | None
-    alpha: float
+    actor_loss: Stat | None
+    alpha_loss: Stat | None
+    alpha: Stat
     #: the policy's entropy estimate, -mean log pi(a|s) over the batch
-    entropy: float | None
-    q_mean: float
+    entropy: Stat | None
+    q_mean: Stat
 
 
 class SoftActorCritic(TDAlgorithm):
@@ -179,9 +179,9 @@ class SAC(SoftActorCritic):
                                                                  next_obs, alpha, weights)
         clip_and_step(critic_loss, self.critic_optim, cfg.max_grad_norm)
         actor_loss, alpha_loss, entropy = self.policy_and_targets(obs, alpha, progress)
-        return UpdateReport(SACStats(float(critic_loss.detach()), number(actor_loss),
-                                     number(alpha_loss), float(alpha), number(entropy),
-                                     float(q.detach().mean())),
+        return UpdateReport(SACStats(self.stat(critic_loss.detach()), self.stat(actor_loss),
+                                     self.stat(alpha_loss), self.stat(alpha), self.stat(entropy),
+                                     self.stat(q.detach().mean())),
                             priorities=td_priorities(td_error))
 
     def critic_loss(self, obs: torch.Tensor, act: torch.Tensor, rew: torch.Tensor,

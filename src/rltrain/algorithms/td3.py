@@ -17,7 +17,6 @@ from rltrain.algorithms.base import (
     UpdateReport,
     clip_and_step,
     compiled,
-    number,
     td_priorities,
     weighted_mean,
 )
@@ -91,8 +90,8 @@ class TD3(DDPG):
         actor_loss = None
         if progress.gradient_step % self.cfg.policy_delay == 0:
             actor_loss = self.actor_step(obs)
-        return UpdateReport(DDPGStats(float(critic_loss.detach()), number(actor_loss),
-                                      float(q.detach().mean())),
+        return UpdateReport(DDPGStats(self.stat(critic_loss.detach()), self.stat(actor_loss),
+                                      self.stat(q.detach().mean())),
                             priorities=priorities)
 
 

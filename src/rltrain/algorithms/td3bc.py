@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch.nn.functional as F
 
-from rltrain.algorithms.base import UpdateReport, clip_and_step, frozen, number
+from rltrain.algorithms.base import Stat, UpdateReport, clip_and_step, frozen
 from rltrain.algorithms.registry import CONTINUOUS, AlgoSpec, register
 from rltrain.algorithms.td3 import TD3, TD3Config
 from rltrain.config import check_positive
@@ -44,14 +44,14 @@ class TD3BCConfig(TD3Config):
 
 @dataclass(frozen=True)
 class TD3BCStats:
-    critic_loss: float
-    actor_loss: float | None
-    q_mean: float
+    critic_loss: Stat
+    actor_loss: Stat | None
+    q_mean: Stat
     #: the behaviour-cloning term of the actor's loss, mean (pi(s) - a)^2 (None when the
     #: actor is not updated, as for actor_loss)
-    bc_mse: float | None
+    bc_mse: Stat | None
     #: the Q term's weight, alpha / mean |Q1(s, pi(s))|
-    lmbda: float | None
+    lmbda: Stat | None
 
 
 class TD3BC(TD3):
@@ -73,8 +73,9 @@ class TD3BC(TD3):
                 actor_loss = -lmbda * q_pi.mean() + bc_mse
                 clip_and_step(actor_loss, self.actor_optim, cfg.max_grad_norm)
             self.follow_targets()
-        return UpdateReport(TD3BCStats(float(critic_loss.detach()), number(actor_loss),
-                                       float(q.detach().mean()), number(bc_mse), number(lmbda)))
+        return UpdateReport(TD3BCStats(self.stat(critic_loss.detach()), self.stat(actor_loss),
+                                       self.stat(q.detach().mean()), self.stat(bc_mse),
+                                       self.stat(lmbda)))
 
 
 register(AlgoSpec(
