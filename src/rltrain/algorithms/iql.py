@@ -29,7 +29,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rltrain.algorithms.base import TDAlgorithm, UpdateReport, clip_and_step, squared_td_error
+from rltrain.algorithms.base import (
+    Stat,
+    TDAlgorithm,
+    UpdateReport,
+    clip_and_step,
+    squared_td_error,
+)
 from rltrain.algorithms.registry import CONTINUOUS, DISCRETE, AlgoSpec, register
 from rltrain.config import ConfigError, TDConfig, check_positive, check_unit_interval
 from rltrain.core import Progress, SpaceInfo
@@ -73,14 +79,14 @@ class IQLConfig(TDConfig):
 
 @dataclass(frozen=True)
 class IQLStats:
-    value_loss: float
-    critic_loss: float
-    actor_loss: float
-    v_mean: float
+    value_loss: Stat
+    critic_loss: Stat
+    actor_loss: Stat
+    v_mean: Stat
     #: mean advantage Q(s, a) - V(s) at the data actions
-    adv_mean: float
+    adv_mean: Stat
     #: fraction of the advantage weights clipped at max_weight
-    weight_clipped: float
+    weight_clipped: Stat
     actor_lr: float
 
 
@@ -176,11 +182,11 @@ class IQL(TDAlgorithm):
         clip_and_step(critic_loss, self.critic_optim, cfg.max_grad_norm)
         soft_update(self.critic_target_flat, self.critic_optim.flat, cfg.tau)
 
-        value_loss_v, critic_loss_v, actor_loss_v, v_mean, adv_mean, clipped = torch.stack((
-            value_loss.detach(), critic_loss.detach(), actor_loss.detach(), v.mean(),
-            adv.mean(), (weight >= cfg.max_weight).float().mean())).tolist()
-        return UpdateReport(IQLStats(value_loss_v, critic_loss_v, actor_loss_v, v_mean, adv_mean,
-                                     clipped, self.actor_optim.lr))
+        stat = self.stat
+        return UpdateReport(IQLStats(stat(value_loss), stat(critic_loss), stat(actor_loss),
+                                     stat(v.mean()), stat(adv.mean()),
+                                     stat((weight >= cfg.max_weight).float().mean()),
+                                     self.actor_optim.lr))
 
 
 register(AlgoSpec(
