@@ -106,18 +106,18 @@ class BC(OffPolicyAlgorithm):
             with torch.no_grad():
                 hit = self.pi(obs).argmax(-1) == act.reshape(len(act), *self.pi.action_shape)
                 accuracy = hit.reshape(len(hit), -1).all(-1).float().mean()
-            return UpdateReport(DiscreteBCStats(self.stat(loss.detach()), self.stat(accuracy)))
+            return UpdateReport(DiscreteBCStats(self.stat(loss), self.stat(accuracy)))
         if self.discrete:
             act = self._tensor(batch.act, torch.long)
             logits = self.pi(obs)
             loss = F.cross_entropy(logits, act)
             clip_and_step(loss, self.optim, self.cfg.max_grad_norm)
             accuracy = (logits.detach().argmax(-1) == act).float().mean()
-            return UpdateReport(DiscreteBCStats(self.stat(loss.detach()), self.stat(accuracy)))
+            return UpdateReport(DiscreteBCStats(self.stat(loss), self.stat(accuracy)))
         act = self._tensor(batch.act).reshape(len(obs), -1)
         loss = F.mse_loss(self.pi(obs), act)
         clip_and_step(loss, self.optim, self.cfg.max_grad_norm)
-        return UpdateReport(BCStats(self.stat(loss.detach())))
+        return UpdateReport(BCStats(self.stat(loss)))
 
 
 register(AlgoSpec(

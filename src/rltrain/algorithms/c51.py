@@ -132,7 +132,7 @@ class C51(QLearning):
         self.follow_target(progress)
         with torch.no_grad():
             q_sa = categorical_mean(logits_sa, self.support)
-        return UpdateReport(DQNStats(self.stat(loss.detach()), self.stat(q_sa.mean()),
+        return UpdateReport(DQNStats(self.stat(loss), self.stat(q_sa.mean()),
                                      self.epsilon(progress.fraction)),
                             priorities=cross_entropy.detach())
 

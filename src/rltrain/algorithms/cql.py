@@ -164,9 +164,9 @@ class ContinuousCQL(SAC):
         clip_and_step(critic_loss, self.critic_optim, cfg.max_grad_norm)
         # the actor, the temperature and the targets as in SAC
         actor_loss, alpha_loss, entropy = self.policy_and_targets(obs, alpha, progress)
-        return UpdateReport(CQLStats(self.stat(critic_loss.detach()), self.stat(actor_loss),
+        return UpdateReport(CQLStats(self.stat(critic_loss), self.stat(actor_loss),
                                      self.stat(alpha_loss), self.stat(alpha), self.stat(entropy),
-                                     self.stat(q.detach().mean()), self.stat(penalty.detach())))
+                                     self.stat(q.detach().mean()), self.stat(penalty)))
 
 
 class DiscreteCQL(DQN):
@@ -188,7 +188,7 @@ class DiscreteCQL(DQN):
         loss = F.smooth_l1_loss(q_sa, target, beta=cfg.huber_delta) + penalty
         clip_and_step(loss, self.optim, cfg.max_grad_norm)
         self.follow_target(progress)
-        return UpdateReport(DiscreteCQLStats(self.stat(loss.detach()), self.stat(penalty.detach()),
+        return UpdateReport(DiscreteCQLStats(self.stat(loss), self.stat(penalty),
                                              self.stat(q_sa.detach().mean())))
 
 

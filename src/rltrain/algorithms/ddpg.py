@@ -154,7 +154,7 @@ class DDPG(TDAlgorithm):
         actor_loss = None
         if progress.gradient_step % cfg.policy_delay == 0:
             actor_loss = self.actor_step(obs)
-        return UpdateReport(DDPGStats(self.stat(critic_loss.detach()), self.stat(actor_loss),
+        return UpdateReport(DDPGStats(self.stat(critic_loss), self.stat(actor_loss),
                                       self.stat(q.detach().mean())),
                             priorities=td_priorities(td_error))
 

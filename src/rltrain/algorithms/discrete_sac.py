@@ -128,7 +128,7 @@ class DiscreteSAC(SoftActorCritic):
         alpha_loss = self.temperature_step(entropy)
         self.update_targets(progress)
         return UpdateReport(
-            DiscreteSACStats(self.stat(critic_loss.detach()), self.stat(actor_loss.detach()),
+            DiscreteSACStats(self.stat(critic_loss), self.stat(actor_loss),
                              self.stat(alpha_loss), self.stat(alpha), self.stat(entropy),
                              self.stat(q.detach().mean())),
             priorities=td_priorities(td_error))

@@ -228,7 +228,7 @@ class DQN(QLearning):
         clip_and_step(loss, self.optim, cfg.max_grad_norm)
         self.follow_target(progress)
         q_sa = q_sa.detach()
-        return UpdateReport(DQNStats(self.stat(loss.detach()), self.stat(q_sa.mean()),
+        return UpdateReport(DQNStats(self.stat(loss), self.stat(q_sa.mean()),
                                      self.epsilon(progress.fraction)),
                             priorities=(target - q_sa).abs())
 

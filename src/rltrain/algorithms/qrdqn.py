@@ -104,7 +104,7 @@ class QRDQN(QLearning):
         loss = weighted_mean(per_sample, self.batch_weights(batch))
         clip_and_step(loss, self.optim, cfg.max_grad_norm)
         self.follow_target(progress)
-        return UpdateReport(DQNStats(self.stat(loss.detach()), self.stat(theta.detach().mean()),
+        return UpdateReport(DQNStats(self.stat(loss), self.stat(theta.detach().mean()),
                                      self.epsilon(progress.fraction)),
                             priorities=per_sample.detach())
 

@@ -179,7 +179,7 @@ class SAC(SoftActorCritic):
                                                                  next_obs, alpha, weights)
         clip_and_step(critic_loss, self.critic_optim, cfg.max_grad_norm)
         actor_loss, alpha_loss, entropy = self.policy_and_targets(obs, alpha, progress)
-        return UpdateReport(SACStats(self.stat(critic_loss.detach()), self.stat(actor_loss),
+        return UpdateReport(SACStats(self.stat(critic_loss), self.stat(actor_loss),
                                      self.stat(alpha_loss), self.stat(alpha), self.stat(entropy),
                                      self.stat(q.detach().mean())),
                             priorities=td_priorities(td_error))

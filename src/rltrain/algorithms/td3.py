@@ -90,7 +90,7 @@ class TD3(DDPG):
         actor_loss = None
         if progress.gradient_step % self.cfg.policy_delay == 0:
             actor_loss = self.actor_step(obs)
-        return UpdateReport(DDPGStats(self.stat(critic_loss.detach()), self.stat(actor_loss),
+        return UpdateReport(DDPGStats(self.stat(critic_loss), self.stat(actor_loss),
                                       self.stat(q.detach().mean())),
                             priorities=priorities)
 

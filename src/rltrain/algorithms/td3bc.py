@@ -73,7 +73,7 @@ class TD3BC(TD3):
                 actor_loss = -lmbda * q_pi.mean() + bc_mse
                 clip_and_step(actor_loss, self.actor_optim, cfg.max_grad_norm)
             self.follow_targets()
-        return UpdateReport(TD3BCStats(self.stat(critic_loss.detach()), self.stat(actor_loss),
+        return UpdateReport(TD3BCStats(self.stat(critic_loss), self.stat(actor_loss),
                                        self.stat(q.detach().mean()), self.stat(bc_mse),
                                        self.stat(lmbda)))
 
