@@ -24,7 +24,7 @@ that every seed does the same work: the fair comparison of launchers.
 
     .venv/bin/python scripts/bench_batched.py [--tasks ppo_cartpole,dqn_cartpole,sac_pendulum]
         [--launchers basic,joblib,batched,batched2] [--seeds 1,2,5,10,20] [--budget solve|fixed]
-        [--epochs 3] [--repeats 1] [--n-jobs 2] [--out results.json]
+        [--epochs 3] [--repeats 1] [--n-jobs 2] [--out results.json] [--override device=cuda]
 
 With ``--repeats`` above 1 the rounds are interleaved (every command once, then again), so that
 a slow spell hits every command, and the tables show medians. Run it on an idle machine: on a
@@ -229,6 +229,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--n-jobs", type=int, default=2, help="the joblib launcher's workers")
     parser.add_argument("--out", type=Path, help="write the raw results here (JSON)")
+    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                        help="one more override for every command (repeatable), e.g. device=cuda")
     args = parser.parse_args()
     tasks = [t for t in args.tasks.split(",") if t]
     launchers = [name for name in args.launchers.split(",") if name]
@@ -241,7 +243,7 @@ def main() -> None:
             parser.error(f"unknown launcher {name!r} (known: {', '.join(LAUNCHERS)})")
     if any(k < 1 for k in seed_counts) or args.epochs < 1 or args.repeats < 1:
         parser.error("seed counts, --epochs and --repeats must be >= 1")
-    extra = budget_overrides(args.budget, args.epochs)
+    extra = budget_overrides(args.budget, args.epochs) + args.override
     env = dict(os.environ)
     records: list[dict[str, Any]] = []
     for repeat in range(args.repeats):  # interleaved, so that a slow spell hits every command

@@ -102,3 +102,31 @@ def test_only_the_algorithms_with_a_compiled_update_take_compile(cli, tmp_path):
             "one: ddpg, ppo, sac, td3") in res.stderr
     assert "Traceback" not in res.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_losses_compiled_with_cuda_graphs_hand_back_copies_that_still_backpropagate():
+    """On CUDA a compiled loss replays as a CUDA graph whose next replay writes over its
+    outputs; rltrain hands back copies (found on an H200: SAC's stats read the critics' loss
+    after the actor's loss had replayed). The copy must own its memory and keep the loss's
+    gradient."""
+    from rltrain.algorithms.base import _copied_out
+
+    w = torch.ones(3, requires_grad=True)
+    kept: list[torch.Tensor] = []
+
+    def loss(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
+        out = (w * x).sum(), w.detach() * 2
+        kept.extend(out)
+        return (*out, None)
+
+    value, stats, nothing = _copied_out(loss, torch.arange(3.0))
+    assert nothing is None
+    for copy, original in zip((value, stats), kept, strict=True):
+        assert torch.equal(copy, original)
+        assert copy.data_ptr() != original.data_ptr()
+    kept[1].fill_(-1.0)  # the graph's next replay, writing over its outputs
+    assert torch.equal(stats, torch.full((3,), 2.0))
+    value.backward()
+    assert torch.equal(w.grad, torch.arange(3.0))
+    single = _copied_out(lambda: kept[0])
+    assert torch.equal(single, kept[0]) and single.data_ptr() != kept[0].data_ptr()

@@ -408,7 +408,22 @@ def compiled(algo: Algorithm, name: str) -> Callable[..., Any]:
 
         inductor.fallback_random = True
         _COMPILED[key] = torch.compile(fn, mode=mode)
+    if mode == "reduce-overhead":
+        return partial(_copied_out, _COMPILED[key], algo)
     return partial(_COMPILED[key], algo)
+
+
+def _copied_out(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` with each tensor it returns copied. A function compiled with CUDA graphs
+    returns tensors in the graph's own memory, which its next replay (or the replay of another
+    compiled loss, next in the same step) writes over: torch then refuses to read them
+    ("accessing tensor output of CUDAGraphs that has been overwritten"). A loss's stats and TD
+    errors are read after that, so they are copied as they come out; the copy is part of
+    autograd's graph, so the loss's backward pass is unchanged."""
+    out = fn(*args)
+    if isinstance(out, torch.Tensor):
+        return out.clone()
+    return tuple(t.clone() if isinstance(t, torch.Tensor) else t for t in out)
 
 
 def clip_and_step(loss: torch.Tensor, optimizer: FlatOptimizer, max_norm: float | None

@@ -1,0 +1,222 @@
+"""rltrain on a GPU in one command: eager against compiled (``algo.compile=true``: torch.compile,
+CUDA graphs on CUDA), the CPU beside them, and the batched launcher (the issue that asked for
+the compiled GPU path; a GPU is lent to this project's sessions only now and then, so the
+figures come from one prepared command).
+
+Sections, each in its own fresh process, in this order (``--sections`` picks some):
+
+- ``sac_update``: SAC's gradient step on HalfCheetah-v5 with its tuned settings (256x256
+  networks, batch 256), sampling from a buffer of 5,000 random transitions included:
+  gradient steps per second, eager and compiled, on ``--device`` and on the CPU; the first
+  50 steps (the compile, for the compiled path) are timed apart.
+- ``ppo_atari``: PPO on ``ALE/Pong-v5``, tuned (8 async envs, the Nature CNN), the whole CLI:
+  env steps per second of training (collection and update, from ``epochs.jsonl``) in the
+  second epoch, after any compile; the device eager and compiled.
+- ``ppo_mlp``: the same for PPO on HalfCheetah-v5, tuned (one env, 2,048-step rollouts, 10
+  passes of minibatch 64), and on the CPU too.
+- ``tests``: the suite's tests that need a CUDA device.
+- ``sac_loop``: SAC on HalfCheetah-v5, the whole CLI after 1,000 random steps: training steps
+  per second in the second epoch, eager and compiled on the device (the acting step reads
+  each action back to the CPU; the update's stats stay on the device).
+- ``batched``: ``scripts/bench_batched.py`` on the device (``--override device=...``, fixed
+  budget of 3 epochs): PPO CartPole and Pendulum (the batched launcher stacks PPO's updates),
+  one seed alone, 1, 5 and 20 seeds batched, 5 seeds under the basic launcher.
+
+Each section has a time limit; ``--deadline`` seconds after the start no new section begins,
+so the command fits a lease. Results print as they come and go to ``--out`` (JSON lines).
+
+    python scripts/bench_gpu.py [--device cuda] [--sections sac_update,ppo_atari,...]
+        [--deadline 330] [--out gpu.jsonl] [--quick] [--skip-cpu]
+
+``--quick`` shrinks every budget (a check of the script itself on a CPU-only machine, with
+``--device cpu``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+SECTIONS = ("sac_update", "ppo_atari", "ppo_mlp", "tests", "sac_loop", "batched")
+
+
+def sac_update_worker(device: str, compile_: bool, steps: int) -> dict[str, Any]:
+    """In this process: SAC's update on HalfCheetah, timed (see the module's docstring)."""
+    import torch
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from _build import build
+    from rltrain.core import Progress
+
+    b = build(["algo=sac", "env=halfcheetah", f"device={device}",
+               f"algo.compile={str(compile_).lower()}"])
+    b.train_collector.collect(b.trainer.random_policy, n_steps=5000)
+    sampler, algo, size = b.trainer.sampler, b.algorithm, b.s.trainer.batch_size
+
+    def sync() -> None:
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    def run(n: int, start: int) -> float:
+        sync()
+        t0 = time.perf_counter()
+        for i in range(start, start + n):
+            algo.update(algo.batch(b.buffer, *sampler.sample(b.buffer, size)),
+                        progress=Progress(0, i, 0.5))
+        sync()
+        return time.perf_counter() - t0
+
+    first = run(50, 0)
+    seconds = run(steps, 50)
+    return {"device": device, "compile": compile_, "threads": torch.get_num_threads(),
+            "first_50_s": first, "steps": steps, "gradient_steps_per_s": steps / seconds}
+
+
+def cli_rate(overrides: list[str], timeout: float) -> dict[str, Any]:
+    """One whole ``rltrain`` run of two epochs; its second epoch's training rate."""
+    with tempfile.TemporaryDirectory() as tmp:
+        run = Path(tmp) / "run"
+        argv = [str(BIN / "rltrain"), *overrides, "trainer.max_epochs=2",
+                "trainer.stop_score=null", "logger.progress_bar=false",
+                "logger.tensorboard=false", f"hydra.run.dir={run}"]
+        t0 = time.perf_counter()
+        res = subprocess.run(argv, capture_output=True, text=True, cwd=tmp, timeout=timeout,
+                             stdin=subprocess.DEVNULL)
+        wall = time.perf_counter() - t0
+        if res.returncode != 0:
+            raise RuntimeError(f"exit {res.returncode}: {' '.join(argv)}\n{res.stderr[-3000:]}")
+        epochs = [json.loads(line) for line in (run / "epochs.jsonl").read_text().splitlines()]
+    first, second = epochs[0], epochs[-1]
+    steps = second["env_step"] - first["env_step"]
+
+    def busy(e: dict[str, Any]) -> float:
+        return float(e["timing"]["collect"] + e["timing"]["update"])
+
+    return {"overrides": overrides, "wall_s": wall,
+            "epoch1_train_s": busy(first), "epoch2_train_s": busy(second),
+            "epoch2_env_steps": steps,
+            "steps_per_s": steps / busy(second),
+            "epoch2_update_share": second["timing"]["update"] / busy(second),
+            "test_return": second["test"]["return_mean"]}
+
+
+def variants(device: str, skip_cpu: bool) -> list[tuple[str, list[str]]]:
+    """(label, overrides) for eager on the CPU, eager on the device, compiled on the device."""
+    out = [("cpu eager", ["device=cpu"])] if not skip_cpu else []
+    if device != "cpu":
+        out.append((f"{device} eager", [f"device={device}"]))
+    out.append((f"{device} compiled", [f"device={device}", "algo.compile=true"]))
+    return out
+
+
+def section(name: str, args: argparse.Namespace, emit) -> None:
+    quick, device = args.quick, args.device
+    if name == "sac_update":
+        steps = 100 if quick else 2000
+        runs = [] if args.skip_cpu else [("cpu", False)]
+        runs += ([(device, False)] if device != "cpu" else []) + [(device, True)]
+        for dev, comp in runs:
+            res = subprocess.run([sys.executable, __file__, "--worker", "sac_update",
+                                  "--device", dev, "--compile", str(int(comp)),
+                                  "--steps", str(steps)],
+                                 capture_output=True, text=True, timeout=200)
+            if res.returncode != 0:
+                emit({"section": name, "device": dev, "compile": comp,
+                      "error": res.stderr[-3000:]})
+                continue
+            emit({"section": name, **json.loads(res.stdout.strip().splitlines()[-1])})
+    elif name in ("ppo_mlp", "ppo_atari", "sac_loop"):
+        if name == "ppo_mlp":
+            base = ["algo=ppo", "env=halfcheetah",
+                    f"trainer.epoch_num_steps={2048 if quick else 10240}"]
+        elif name == "ppo_atari":
+            base = ["algo=ppo", "env=atari", "env.id=ALE/Pong-v5", "env.vectorization=async",
+                    f"trainer.epoch_num_steps={1024 if quick else 16384}",
+                    "trainer.test_step_num_episodes=1", "env.num_test_envs=1"]
+        else:
+            base = ["algo=sac", "env=halfcheetah",
+                    f"trainer.random_warmup_env_steps={100 if quick else 1000}",
+                    f"trainer.epoch_num_steps={300 if quick else 2000}",
+                    "trainer.test_step_num_episodes=1", "env.num_test_envs=1"]
+        for label, extra in variants(device, args.skip_cpu):
+            if name != "ppo_mlp" and label == "cpu eager" and device != "cpu":
+                continue  # the CPU's figures for these are in sac_update and docs/images.md
+            try:
+                emit({"section": name, "variant": label, **cli_rate(base + extra, 200)})
+            except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                emit({"section": name, "variant": label, "error": str(exc)[-3000:]})
+    elif name == "batched":
+        # the basic launcher runs its seeds one after another: 5 of them say what 20 would
+        common = [sys.executable, str(ROOT / "scripts" / "bench_batched.py"),
+                  "--tasks", "ppo_cartpole,ppo_pendulum", "--budget", "fixed", "--epochs", "3",
+                  "--override", f"device={device}"]
+        for launcher, seeds in (("batched", "1,2" if quick else "1,5,20"),
+                                ("basic", "2" if quick else "5")):
+            # its lines pass straight through, so that a lease that ends mid-table keeps them
+            res = subprocess.run([*common, "--launchers", launcher, "--seeds", seeds],
+                                 timeout=400)
+            emit({"section": name, "launcher": launcher, "rc": res.returncode})
+    elif name == "tests":
+        res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                              "-n", "0", "-k", "cuda", "tests/test_settings.py",
+                              "tests/test_image_encoders.py"],
+                             capture_output=True, text=True, timeout=180, cwd=ROOT)
+        emit({"section": name, "rc": res.returncode, "output": res.stdout[-3000:]})
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--sections", default=",".join(SECTIONS))
+    p.add_argument("--deadline", type=float, default=330.0,
+                   help="seconds after which no new section starts")
+    p.add_argument("--out", type=Path)
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--skip-cpu", action="store_true", help="leave out the CPU's figures")
+    p.add_argument("--worker", help=argparse.SUPPRESS)
+    p.add_argument("--compile", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--steps", type=int, default=2000, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker == "sac_update":
+        print(json.dumps(sac_update_worker(args.device, bool(args.compile), args.steps)))
+        return
+    names = [n for n in args.sections.split(",") if n]
+    unknown = sorted(set(names) - set(SECTIONS))
+    if unknown:
+        p.error(f"unknown section(s) {', '.join(unknown)} (known: {', '.join(SECTIONS)})")
+    start = time.perf_counter()
+
+    def emit(record: dict[str, Any]) -> None:
+        record["t"] = round(time.perf_counter() - start, 1)
+        line = json.dumps(record)
+        print(line, flush=True)
+        if args.out is not None:
+            with args.out.open("a") as f:
+                f.write(line + "\n")
+
+    import torch
+
+    emit({"section": "machine", "torch": torch.__version__, "cpus": os.cpu_count(),
+          "cuda": torch.cuda.is_available(),
+          "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None})
+    for name in names:
+        if time.perf_counter() - start > args.deadline:
+            emit({"section": name, "skipped": f"past the {args.deadline:.0f} s deadline"})
+            continue
+        try:
+            section(name, args, emit)
+        except subprocess.TimeoutExpired as exc:
+            emit({"section": name, "error": f"timed out after {exc.timeout} s"})
+
+
+if __name__ == "__main__":
+    main()
