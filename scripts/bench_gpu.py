@@ -8,7 +8,9 @@ Sections, each in its own fresh process, in this order (``--sections`` picks som
 - ``sac_update``: SAC's gradient step on HalfCheetah-v5 with its tuned settings (256x256
   networks, batch 256), sampling from a buffer of 5,000 random transitions included:
   gradient steps per second, eager and compiled, on ``--device`` and on the CPU; the first
-  50 steps (the compile, for the compiled path) are timed apart.
+  50 steps (the compile, for the compiled path) are timed apart; then the update alone on one
+  batch already on the device, and the sampling alone (indices, gather, copy to the device),
+  to show which of the two bounds the step.
 - ``ppo_atari``: PPO on ``ALE/Pong-v5``, tuned (8 async envs, the Nature CNN), the whole CLI:
   env steps per second of training (collection and update, from ``epochs.jsonl``) in the
   second epoch, after any compile; the device eager and compiled.
@@ -66,19 +68,32 @@ def sac_update_worker(device: str, compile_: bool, steps: int) -> dict[str, Any]
         if device.startswith("cuda"):
             torch.cuda.synchronize()
 
-    def run(n: int, start: int) -> float:
+    def sample():  # as the off-policy trainer does: the sampler's indices, the algorithm's batch
+        return algo.batch(b.buffer, *sampler.sample(b.buffer, size))
+
+    def timed(n: int, start: int, fixed=None) -> float:
+        """Seconds for ``n`` updates, each on a new sample (``fixed`` None) or on ``fixed``."""
         sync()
         t0 = time.perf_counter()
         for i in range(start, start + n):
-            algo.update(algo.batch(b.buffer, *sampler.sample(b.buffer, size)),
-                        progress=Progress(0, i, 0.5))
+            algo.update(sample() if fixed is None else fixed, progress=Progress(0, i, 0.5))
         sync()
         return time.perf_counter() - t0
 
-    first = run(50, 0)
-    seconds = run(steps, 50)
+    def sampling(n: int) -> float:
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            sample()
+        sync()
+        return time.perf_counter() - t0
+
+    first = timed(50, 0)
+    seconds = timed(steps, 50)
+    alone = timed(steps, 50 + steps, fixed=sample())
     return {"device": device, "compile": compile_, "threads": torch.get_num_threads(),
-            "first_50_s": first, "steps": steps, "gradient_steps_per_s": steps / seconds}
+            "first_50_s": first, "steps": steps, "gradient_steps_per_s": steps / seconds,
+            "update_alone_per_s": steps / alone, "sampling_alone_per_s": steps / sampling(steps)}
 
 
 def cli_rate(overrides: list[str], timeout: float) -> dict[str, Any]:
@@ -194,8 +209,10 @@ def main() -> None:
     if unknown:
         p.error(f"unknown section(s) {', '.join(unknown)} (known: {', '.join(SECTIONS)})")
     start = time.perf_counter()
+    records: list[dict[str, Any]] = []
 
     def emit(record: dict[str, Any]) -> None:
+        records.append(record)
         record["t"] = round(time.perf_counter() - start, 1)
         line = json.dumps(record)
         print(line, flush=True)
@@ -216,6 +233,32 @@ def main() -> None:
             section(name, args, emit)
         except subprocess.TimeoutExpired as exc:
             emit({"section": name, "error": f"timed out after {exc.timeout} s"})
+    print_summary(records)
+
+
+def print_summary(records: list[dict[str, Any]]) -> None:
+    """The records as lines a person reads."""
+    print("\nsummary")
+    for r in records:
+        where = r["section"]
+        if "error" in r:
+            print(f"  {where} {r.get('variant', r.get('device', ''))}: FAILED (above)")
+        elif where == "machine":
+            print(f"  {r['gpu'] or 'no GPU'}, torch {r['torch']}, {r['cpus']} CPUs")
+        elif where == "sac_update":
+            mode = "compiled" if r["compile"] else "eager"
+            print(f"  SAC HalfCheetah update, {r['device']} {mode}: "
+                  f"{r['gradient_steps_per_s']:,.1f} gradient steps/s (one batch, no sampling: "
+                  f"{r['update_alone_per_s']:,.1f}; sampling alone: "
+                  f"{r['sampling_alone_per_s']:,.0f}/s); first 50 steps {r['first_50_s']:.1f} s")
+        elif "steps_per_s" in r:
+            print(f"  {where}, {r['variant']}: {r['steps_per_s']:,.0f} env steps/s of training "
+                  f"(epoch 1 {r['epoch1_train_s']:.1f} s, epoch 2 {r['epoch2_train_s']:.1f} s, "
+                  f"update {r['epoch2_update_share']:.0%} of epoch 2)")
+        elif "rc" in r:
+            print(f"  {where} {r.get('launcher', '')}: exit {r['rc']}")
+        elif "skipped" in r:
+            print(f"  {where}: skipped, {r['skipped']}")
 
 
 if __name__ == "__main__":
