@@ -145,3 +145,21 @@ def test_options_are_refused_by_name():
         DQNConfig(noisy_sigma0=-0.5).check()
     with pytest.raises(ConfigError, match=r"algo.adam_eps must be > 0"):
         DQNConfig(adam_eps=0.0).check()
+
+
+def test_init_orthogonal_or_as_pytorch_makes_the_layers():
+    """``algo.init``: orthogonal layers (rows orthonormal times the gain, zero biases) or
+    nn.Linear's own (uniform within 1/sqrt(inputs), biases too); anything else refused."""
+    torch.manual_seed(0)
+    ortho = DQN(DQNConfig(**SMALL), DISC, CPU, 0).q.net._linears
+    torch.manual_seed(0)
+    plain = DQN(DQNConfig(init="torch", **SMALL), DISC, CPU, 0).q.net._linears
+    hidden = ortho[1].weight  # 32 x 32, gain sqrt(2)
+    assert torch.allclose(hidden @ hidden.T, 2.0 * torch.eye(32), atol=1e-5)
+    assert all(torch.count_nonzero(x.bias) == 0 for x in ortho)
+    for layer in plain:
+        bound = 1.0 / layer.in_features ** 0.5
+        assert layer.weight.abs().max() <= bound and layer.bias.abs().max() <= bound
+        assert torch.count_nonzero(layer.bias) > 0
+    with pytest.raises(ConfigError, match=r"algo.init must be orthogonal or torch, got 'xavier'"):
+        DQNConfig(init="xavier").check()

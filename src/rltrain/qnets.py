@@ -86,6 +86,10 @@ class NoisyLinear(nn.Module):
         return F.linear(x, *self.weights(noise))
 
 
+#: how a Q network's plain linear layers may start (``algo.init``; see :class:`Layers`)
+Q_INITS = ("orthogonal", "torch")
+
+
 class Layers(nn.Module):
     """Linear layers of the given sizes (plain or noisy) with the activation between them, and
     after the last one too when ``activate_last`` (a torso whose output feeds other layers).
@@ -93,11 +97,12 @@ class Layers(nn.Module):
     into the first layer's input. The layers are named ``layers.<i>`` as in
     :class:`rltrain.nets.MLP`, so a plain Q-network's parameters keep the names DQN's
     checkpoints and saved policies have always had; plain layers are initialised as there too
-    (orthogonal, gain sqrt(2), ``out_gain`` for the last unless it is activated)."""
+    (orthogonal, gain sqrt(2), ``out_gain`` for the last unless it is activated), or, with
+    ``init="torch"``, left as PyTorch makes them."""
 
     def __init__(self, sizes: Sequence[int], activation: str, *, noisy: bool, sigma0: float,
                  out_gain: float = 1.0, activate_last: bool = False,
-                 encoder: Encoder | None = None) -> None:
+                 encoder: Encoder | None = None, init: str = "orthogonal") -> None:
         super().__init__()
         pairs = list(zip(sizes[:-1], sizes[1:], strict=True))
         linears: list[Linear | NoisyLinear]
@@ -105,7 +110,7 @@ class Layers(nn.Module):
             linears = [NoisyLinear(a, b, sigma0) for a, b in pairs]
         else:
             plain = [Linear(a, b) for a, b in pairs]
-            for i, layer in enumerate(plain):
+            for i, layer in enumerate(plain if init == "orthogonal" else []):
                 last = i == len(plain) - 1 and not activate_last
                 nn.init.orthogonal_(layer.weight, out_gain if last else np.sqrt(2))
                 nn.init.zeros_(layer.bias)
@@ -143,11 +148,11 @@ class QNetwork(nn.Module):
 
     def __init__(self, encoder: Encoder, hidden_sizes: Sequence[int], num_actions: int,
                  activation: str, *, dueling: bool = False, noisy: bool = False,
-                 sigma0: float = 0.5, atoms: int = 1) -> None:
+                 sigma0: float = 0.5, atoms: int = 1, init: str = "orthogonal") -> None:
         super().__init__()
         self.num_actions, self.atoms, self.dueling = num_actions, atoms, dueling
         sizes = [encoder.out_dim, *hidden_sizes]
-        kw: dict[str, Any] = {"noisy": noisy, "sigma0": sigma0}
+        kw: dict[str, Any] = {"noisy": noisy, "sigma0": sigma0, "init": init}
         self.value: Layers | None = None
         self.advantage: Layers | None = None
         if dueling:

@@ -34,7 +34,7 @@ from rltrain.masking import random_allowed
 from rltrain.nets import backward_into, forward_kept
 from rltrain.nograd import no_grad
 from rltrain.optim import Adam
-from rltrain.qnets import QNetwork
+from rltrain.qnets import Q_INITS, QNetwork
 
 
 @dataclass
@@ -63,9 +63,16 @@ class QConfig(TDConfig):
     noisy: bool = False
     #: the noisy layers' initial noise scale sigma_0 (sigma = sigma_0 / sqrt(inputs))
     noisy_sigma0: float = 0.5
+    #: how the Q network's linear layers start: ``orthogonal`` (gain sqrt(2), the head's 1,
+    #: biases 0: rltrain's networks' default) or ``torch`` (PyTorch's own for nn.Linear,
+    #: uniform within 1/sqrt(inputs), what Stable-Baselines3's and CleanRL's Q networks start
+    #: from); the encoder's convolutions are the encoder's own either way
+    init: str = "orthogonal"
 
     def check(self) -> None:
         super().check()
+        if self.init not in Q_INITS:
+            raise ConfigError(f"algo.init must be {' or '.join(Q_INITS)}, got {self.init!r}")
         check_unit_interval(self, "algo", "eps_start", "eps_end", "exploration_fraction")
         check_positive(self, "algo", "lr", "adam_eps", "target_update_interval",
                        "max_grad_norm", "noisy_sigma0")
@@ -110,7 +117,7 @@ class QLearning(TDAlgorithm):
         self.num_actions = info.action_dim
         self.q = QNetwork(self.encoder(), cfg.hidden_sizes, info.action_dim, cfg.activation,
                           dueling=cfg.dueling, noisy=cfg.noisy, sigma0=cfg.noisy_sigma0,
-                          atoms=atoms)
+                          atoms=atoms, init=cfg.init)
         self.q_target = copy.deepcopy(self.q).requires_grad_(False)
         self.to(device)
         self.optim = Adam(self.q.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
