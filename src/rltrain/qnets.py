@@ -110,10 +110,11 @@ class Layers(nn.Module):
             linears = [NoisyLinear(a, b, sigma0) for a, b in pairs]
         else:
             plain = [Linear(a, b) for a, b in pairs]
-            for i, layer in enumerate(plain if init == "orthogonal" else []):
-                last = i == len(plain) - 1 and not activate_last
-                nn.init.orthogonal_(layer.weight, out_gain if last else np.sqrt(2))
-                nn.init.zeros_(layer.bias)
+            if init == "orthogonal":  # else as nn.Linear made them
+                for i, layer in enumerate(plain):
+                    last = i == len(plain) - 1 and not activate_last
+                    nn.init.orthogonal_(layer.weight, out_gain if last else np.sqrt(2))
+                    nn.init.zeros_(layer.bias)
             linears = list(plain)
         self.layers = nn.ModuleList(linears)
         self._linears = linears  # typed: a ModuleList hands its items back as plain Modules

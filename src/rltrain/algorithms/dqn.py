@@ -66,7 +66,8 @@ class QConfig(TDConfig):
     #: how the Q network's linear layers start: ``orthogonal`` (gain sqrt(2), the head's 1,
     #: biases 0: rltrain's networks' default) or ``torch`` (PyTorch's own for nn.Linear,
     #: uniform within 1/sqrt(inputs), what Stable-Baselines3's and CleanRL's Q networks start
-    #: from); the encoder's convolutions are the encoder's own either way
+    #: from); the encoder's convolutions are the encoder's own either way, and noisy layers
+    #: (``noisy``) start as Fortunato et al.'s do
     init: str = "orthogonal"
 
     def check(self) -> None:
