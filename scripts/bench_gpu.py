@@ -21,8 +21,9 @@ Sections, each in its own fresh process, in this order (``--sections`` picks som
   per second in the second epoch, eager and compiled on the device (the acting step reads
   each action back to the CPU; the update's stats stay on the device).
 - ``batched``: ``scripts/bench_batched.py`` on the device (``--override device=...``, fixed
-  budget of 3 epochs): PPO CartPole and Pendulum (the batched launcher stacks PPO's updates),
-  one seed alone, 1, 5 and 20 seeds batched, 5 seeds under the basic launcher.
+  budget of 3 epochs): PPO CartPole (the batched launcher stacks PPO's updates), one seed
+  alone, 1, 5 and 20 seeds batched, 5 seeds under the basic launcher. (With PPO Pendulum as
+  well it did not finish within 240 s on an H200.)
 
 Each section has a time limit; ``--deadline`` seconds after the start no new section begins,
 so the command fits a lease. Results print as they come and go to ``--out`` (JSON lines).
@@ -172,7 +173,7 @@ def section(name: str, args: argparse.Namespace, emit) -> None:
     elif name == "batched":
         # the basic launcher runs its seeds one after another: 5 of them say what 20 would
         common = [sys.executable, str(ROOT / "scripts" / "bench_batched.py"),
-                  "--tasks", "ppo_cartpole,ppo_pendulum", "--budget", "fixed", "--epochs", "3",
+                  "--tasks", "ppo_cartpole", "--budget", "fixed", "--epochs", "3",
                   "--override", f"device={device}"]
         for launcher, seeds in (("batched", "1,2" if quick else "1,5,20"),
                                 ("basic", "2" if quick else "5")):
