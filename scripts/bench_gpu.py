@@ -24,6 +24,7 @@ Sections, each in its own fresh process, in this order (``--sections`` picks som
   budget of 3 epochs): PPO CartPole (the batched launcher stacks PPO's updates), one seed
   alone, 1, 5 and 20 seeds batched, 5 seeds under the basic launcher. (With PPO Pendulum as
   well it did not finish within 240 s on an H200.)
+- ``td3_update``: as ``sac_update``, for TD3 (its tuned HalfCheetah settings).
 
 Each section has a time limit; ``--deadline`` seconds after the start no new section begins,
 so the command fits a lease. Results print as they come and go to ``--out`` (JSON lines).
@@ -49,18 +50,19 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-SECTIONS = ("sac_update", "ppo_atari", "ppo_mlp", "tests", "sac_loop", "batched")
+SECTIONS = ("sac_update", "ppo_atari", "ppo_mlp", "tests", "sac_loop", "batched", "td3_update")
 
 
-def sac_update_worker(device: str, compile_: bool, steps: int) -> dict[str, Any]:
-    """In this process: SAC's update on HalfCheetah, timed (see the module's docstring)."""
+def update_worker(algo_name: str, device: str, compile_: bool, steps: int) -> dict[str, Any]:
+    """In this process: SAC's (or TD3's) update on HalfCheetah, timed (see the module's
+    docstring)."""
     import torch
 
     sys.path.insert(0, str(ROOT / "scripts"))
     from _build import build
     from rltrain.core import Progress
 
-    b = build(["algo=sac", "env=halfcheetah", f"device={device}",
+    b = build([f"algo={algo_name}", "env=halfcheetah", f"device={device}",
                f"algo.compile={str(compile_).lower()}"])
     b.train_collector.collect(b.trainer.random_policy, n_steps=5000)
     sampler, algo, size = b.trainer.sampler, b.algorithm, b.s.trainer.batch_size
@@ -92,7 +94,8 @@ def sac_update_worker(device: str, compile_: bool, steps: int) -> dict[str, Any]
     first = timed(50, 0)
     seconds = timed(steps, 50)
     alone = timed(steps, 50 + steps, fixed=sample())
-    return {"device": device, "compile": compile_, "threads": torch.get_num_threads(),
+    return {"algo": algo_name, "device": device, "compile": compile_,
+            "threads": torch.get_num_threads(),
             "first_50_s": first, "steps": steps, "gradient_steps_per_s": steps / seconds,
             "update_alone_per_s": steps / alone, "sampling_alone_per_s": steps / sampling(steps)}
 
@@ -136,12 +139,12 @@ def variants(device: str, skip_cpu: bool) -> list[tuple[str, list[str]]]:
 
 def section(name: str, args: argparse.Namespace, emit) -> None:
     quick, device = args.quick, args.device
-    if name == "sac_update":
+    if name in ("sac_update", "td3_update"):
         steps = 100 if quick else 2000
         runs = [] if args.skip_cpu else [("cpu", False)]
         runs += ([(device, False)] if device != "cpu" else []) + [(device, True)]
         for dev, comp in runs:
-            res = subprocess.run([sys.executable, __file__, "--worker", "sac_update",
+            res = subprocess.run([sys.executable, __file__, "--worker", name.split("_")[0],
                                   "--device", dev, "--compile", str(int(comp)),
                                   "--steps", str(steps)],
                                  capture_output=True, text=True, timeout=200)
@@ -202,8 +205,8 @@ def main() -> None:
     p.add_argument("--compile", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--steps", type=int, default=2000, help=argparse.SUPPRESS)
     args = p.parse_args()
-    if args.worker == "sac_update":
-        print(json.dumps(sac_update_worker(args.device, bool(args.compile), args.steps)))
+    if args.worker in ("sac", "td3"):
+        print(json.dumps(update_worker(args.worker, args.device, bool(args.compile), args.steps)))
         return
     names = [n for n in args.sections.split(",") if n]
     unknown = sorted(set(names) - set(SECTIONS))
@@ -246,9 +249,9 @@ def print_summary(records: list[dict[str, Any]]) -> None:
             print(f"  {where} {r.get('variant', r.get('device', ''))}: FAILED (above)")
         elif where == "machine":
             print(f"  {r['gpu'] or 'no GPU'}, torch {r['torch']}, {r['cpus']} CPUs")
-        elif where == "sac_update":
+        elif where in ("sac_update", "td3_update"):
             mode = "compiled" if r["compile"] else "eager"
-            print(f"  SAC HalfCheetah update, {r['device']} {mode}: "
+            print(f"  {r['algo'].upper()} HalfCheetah update, {r['device']} {mode}: "
                   f"{r['gradient_steps_per_s']:,.1f} gradient steps/s (one batch, no sampling: "
                   f"{r['update_alone_per_s']:,.1f}; sampling alone: "
                   f"{r['sampling_alone_per_s']:,.0f}/s); first 50 steps {r['first_50_s']:.1f} s")
