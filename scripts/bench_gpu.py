@@ -8,9 +8,9 @@ Sections, each in its own fresh process, in this order (``--sections`` picks som
 - ``sac_update``: SAC's gradient step on HalfCheetah-v5 with its tuned settings (256x256
   networks, batch 256), sampling from a buffer of 5,000 random transitions included:
   gradient steps per second, eager and compiled, on ``--device`` and on the CPU; the first
-  50 steps (the compile, for the compiled path) are timed apart; then the update alone on one
-  batch already on the device, and the sampling alone (indices, gather, copy to the device),
-  to show which of the two bounds the step.
+  50 steps (the compile, for the compiled path) are timed apart; then the update alone,
+  repeated on one sampled batch (its copies to the device still included), and the host-side
+  sampling alone (indices and gather), to show which of the two bounds the step.
 - ``ppo_atari``: PPO on ``ALE/Pong-v5``, tuned (8 async envs, the Nature CNN), the whole CLI:
   env steps per second of training (collection and update, from ``epochs.jsonl``) in the
   second epoch, after any compile; the device eager and compiled.
@@ -252,8 +252,8 @@ def print_summary(records: list[dict[str, Any]]) -> None:
         elif where in ("sac_update", "td3_update"):
             mode = "compiled" if r["compile"] else "eager"
             print(f"  {r['algo'].upper()} HalfCheetah update, {r['device']} {mode}: "
-                  f"{r['gradient_steps_per_s']:,.1f} gradient steps/s (one batch, no sampling: "
-                  f"{r['update_alone_per_s']:,.1f}; sampling alone: "
+                  f"{r['gradient_steps_per_s']:,.1f} gradient steps/s (one batch over and over, "
+                  f"copies included: {r['update_alone_per_s']:,.1f}; sampling alone: "
                   f"{r['sampling_alone_per_s']:,.0f}/s); first 50 steps {r['first_50_s']:.1f} s")
         elif "steps_per_s" in r:
             print(f"  {where}, {r['variant']}: {r['steps_per_s']:,.0f} env steps/s of training "
