@@ -5,6 +5,7 @@ up to the order of floating-point sums: in float64 its records agree to 1e-9."""
 from __future__ import annotations
 
 import math
+import random
 import re
 import threading
 import time
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 
@@ -81,6 +83,37 @@ def test_lanes_take_turns_meet_as_one_batch_and_draw_their_own_random_numbers():
         assert lane.error is None and lane.done
         alone = _draws(s, 4)  # outside a lane: meet runs the work by itself
         assert all(torch.equal(a, b) for a, b in zip(lane.returned, alone, strict=True))
+
+
+def _all_draws(seed: int, rounds: int) -> list[tuple[float, float, float]]:
+    """Seed the three global RNGs, then each round draw from each (numpy's legacy RNG's
+    Gaussian twice, so that its cached second value crosses a turn) and meet."""
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    random.seed(seed)
+    out = []
+    for _ in range(rounds):
+        drawn = (float(torch.rand(1)), float(np.random.standard_normal()), random.random())
+        out.append(drawn)
+        lanes.meet(_Twice(torch.zeros(1), []))
+    return out
+
+
+def test_lanes_keep_their_own_numpy_and_python_rngs_and_give_the_callers_back():
+    """The RNGs swap lazily (a turn puts the lane's state in place and takes it out; the
+    caller's comes back once, at the end): each lane still draws what it draws alone, and
+    the caller's three streams are as they were."""
+    np.random.seed(123)
+    random.seed(456)
+    before = (np.random.get_state()[1].copy(), random.getstate(), torch.get_rng_state())
+    ran = [lanes.Lane(str(s), lambda s=s: _all_draws(s, 5), [lanes.RNGs()]) for s in range(3)]
+    lanes.Scheduler(ran).run()
+    assert np.array_equal(np.random.get_state()[1], before[0])
+    assert random.getstate() == before[1]
+    assert torch.equal(torch.get_rng_state(), before[2])
+    for s, lane in enumerate(ran):
+        assert lane.error is None
+        assert lane.returned == _all_draws(s, 5)
 
 
 def test_a_lane_that_ends_early_leaves_the_batch_smaller():

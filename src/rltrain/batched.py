@@ -66,33 +66,34 @@ class _Job:
 class _Logging(lanes.Swap):
     """The root logger's handlers and level."""
 
-    def swap(self, state: Any) -> Any:
+    def get(self) -> Any:
         root = logging.getLogger()
-        old = (list(root.handlers), root.level)
-        if state is not None:
-            root.handlers[:] = state[0]
-            root.setLevel(state[1])
-        return old
+        return list(root.handlers), root.level
+
+    def put(self, state: Any) -> None:
+        root = logging.getLogger()
+        root.handlers[:] = state[0]
+        root.setLevel(state[1])
 
 
 class _HydraJob(lanes.Swap):
     """Hydra's config of the job running now (``HydraConfig.get()``)."""
 
-    def swap(self, state: Any) -> Any:
-        old = HydraConfig.instance().cfg
-        if state is not None:
-            HydraConfig.instance().cfg = state
-        return old
+    def get(self) -> Any:
+        return HydraConfig.instance().cfg
+
+    def put(self, state: Any) -> None:
+        HydraConfig.instance().cfg = state
 
 
 class _Console(lanes.Swap):
     """``sys.stdout`` and ``sys.stderr``: a lane's are prefixed with its job."""
 
-    def swap(self, state: Any) -> Any:
-        old = (sys.stdout, sys.stderr)
-        if state is not None:
-            sys.stdout, sys.stderr = state
-        return old
+    def get(self) -> Any:
+        return sys.stdout, sys.stderr
+
+    def put(self, state: Any) -> None:
+        sys.stdout, sys.stderr = state
 
 
 def group_key(cfg: DictConfig) -> str:

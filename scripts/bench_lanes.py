@@ -1,0 +1,61 @@
+"""What one turn of a batched sweep's lanes costs: the hand-over between threads and the swaps
+of the process-wide state each lane keeps its own copy of (rltrain.lanes).
+
+Lanes that do nothing but meet, with a batch that does nothing: microseconds per lane per
+turn, with no swaps, with the RNGs only, and with every swap the batched launcher uses. An
+algorithm whose lanes meet once per gradient step pays this once per step and seed.
+
+    .venv/bin/python scripts/bench_lanes.py [--lanes 10] [--turns 2000] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from rltrain import lanes
+from rltrain.batched import _Console, _HydraJob, _Logging
+
+
+class _Nothing(lanes.Work):
+    def batch_key(self) -> int:
+        return 0
+
+    @classmethod
+    def run_batch(cls, works: Sequence[Any]) -> list[Any]:
+        return [None] * len(works)
+
+
+def per_turn_us(swaps: list[lanes.Swap], n_lanes: int, turns: int) -> float:
+    def meets() -> None:
+        for _ in range(turns):
+            lanes.meet(_Nothing())
+
+    scheduler = lanes.Scheduler([lanes.Lane(str(i), meets, swaps) for i in range(n_lanes)])
+    start = time.perf_counter()
+    scheduler.run()
+    return (time.perf_counter() - start) / (n_lanes * turns) * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--lanes", type=int, default=10)
+    parser.add_argument("--turns", type=int, default=2000)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    cases: dict[str, list[lanes.Swap]] = {
+        "no swaps": [],
+        "RNGs": [lanes.RNGs()],
+        "launcher's swaps": [lanes.RNGs(), _Logging(), _HydraJob(), _Console()],
+    }
+    for name, swaps in cases.items():
+        runs = [per_turn_us(swaps, args.lanes, args.turns) for _ in range(args.repeats)]
+        print(f"{name:18s} {statistics.median(runs):7.1f} us per lane per turn "
+              f"(runs: {', '.join(f'{r:.1f}' for r in runs)})")
+
+
+if __name__ == "__main__":
+    main()
