@@ -10,13 +10,21 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+import torch
 
 from algo_helpers import BOX, DISC
 from conftest import compose_run, random_dataset
 from rltrain.algorithms import ALGORITHMS, get
 from rltrain.algorithms.dqn import DQNConfig
 from rltrain.algorithms.ppo import PPOConfig
-from rltrain.build import Parts, build_parts, build_trainer, check_actions
+from rltrain.build import (
+    SMALL_FOR_A_GPU,
+    Parts,
+    build_parts,
+    build_trainer,
+    check_actions,
+    gpu_advice,
+)
 from rltrain.config import (
     ConfigError,
     OfflineTrainerParams,
@@ -282,3 +290,15 @@ def test_an_offline_refusal_is_reached_through_the_build(cartpole_data):
 def test_settings_that_cannot_learn_are_refused(cli, args, named):
     res = cli("experiment=smoke", *args)
     assert res.returncode == 2 and named in res.stderr, res.stderr
+
+
+def test_a_small_on_policy_mlp_on_a_gpu_is_advised_to_run_on_the_cpu():
+    """The warning's rule (a CPU machine cannot build a cuda run, so the rule is tested by
+    itself): on-policy, vector observations, small networks, cuda."""
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    advice = gpu_advice(cuda, "onpolicy", False, 9_000)
+    assert advice is not None and "9,000 parameters" in advice and "device=cpu" in advice
+    assert gpu_advice(cpu, "onpolicy", False, 9_000) is None
+    assert gpu_advice(cuda, "offpolicy", False, 9_000) is None  # SAC's update pays (measured)
+    assert gpu_advice(cuda, "onpolicy", True, 9_000) is None  # images: the CNN pays
+    assert gpu_advice(cuda, "onpolicy", False, SMALL_FOR_A_GPU) is None

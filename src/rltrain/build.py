@@ -247,6 +247,22 @@ def run_loggers(s: Settings, run_dir: Path, *, config: dict[str, Any],
             *build_loggers(s.logger, context)]
 
 
+#: below this many parameters, an on-policy run on vector observations is faster on a CPU
+SMALL_FOR_A_GPU = 100_000
+
+
+def gpu_advice(device: torch.device, trainer: str, raw_obs: bool, n_params: int) -> str | None:
+    """A warning for a run a GPU is likely to slow down (None: no advice): an on-policy one
+    on vector observations with small networks, whose steps are too small to pay for the
+    launches and the copies to and from the device at every env step."""
+    if device.type != "cuda" or trainer != "onpolicy" or raw_obs or n_params >= SMALL_FOR_A_GPU:
+        return None
+    return (f"device={device}: an on-policy run with an MLP of {n_params:,} parameters is "
+            f"usually faster on the CPU (PPO on HalfCheetah-v5, 64x64, one env: 808 env "
+            f"steps/s on an H200 against 1,818 on its CPU); device=cpu, unless this run's "
+            f"envs or batches are large")
+
+
 def log_build(s: Settings, parts: Parts, trainer: Trainer, run_dir: Path) -> None:
     """What was built, in rltrain.log and on the console."""
     info, dataset = parts.info, parts.storage.dataset
@@ -269,11 +285,14 @@ def log_build(s: Settings, parts: Parts, trainer: Trainer, run_dir: Path) -> Non
         log.info(f"env wrappers: {', '.join(map(str, s.env.wrappers))}")
     algorithm = parts.algorithm
     compiled = getattr(s.algo, "compile", False)
-    log.info(f"algorithm {type(algorithm).__name__}: "
-             f"{sum(p.numel() for p in algorithm.parameters()):,} parameters on "
+    n_params = sum(p.numel() for p in algorithm.parameters())
+    log.info(f"algorithm {type(algorithm).__name__}: {n_params:,} parameters on "
              f"{s.device}, seed {s.seed}"
              + (", its update's losses compiled by torch.compile as they are first called "
                 "(tens of seconds on a CPU)" if compiled else ""))
+    advice = gpu_advice(s.device, trainer.name, raw_tensors(info.obs_space), n_params)
+    if advice is not None:
+        log.warning(advice)
     unit = "gradient steps" if trainer.step_key == "gradient_step" else "env steps"
     stop = ("no stop score (every epoch runs)" if trainer.stop_score is None
             else f"stop score {trainer.stop_score:g}")
