@@ -90,6 +90,18 @@ def test_image_input_scales_by_the_space_bounds_and_puts_channels_first():
     assert torch.allclose(ImageInput(ATARI)(atari), atari.float() / 255)  # CHW: as it is
     assert channels_last((10, 10, 10)) and channels_last((96, 96, 3))
     assert not channels_last((4, 84, 84))
+    # either way the convolutions get NHWC memory (the faster layout for oneDNN's kernels)
+    assert out.is_contiguous(memory_format=torch.channels_last)
+    assert ImageInput(ATARI)(atari).is_contiguous(memory_format=torch.channels_last)
+
+
+@pytest.mark.parametrize("space", [ATARI, CARRACING], ids=["chw", "hwc"])
+def test_a_cnn_on_nhwc_memory_computes_what_it_computes_on_nchw(space):
+    encoder = make_encoder(info_of(space))
+    assert isinstance(encoder, ConvEncoder)
+    raw = torch.from_numpy(batch(space, 4))
+    nchw = encoder.torso(encoder.input(raw).contiguous())
+    assert torch.allclose(encoder(raw), nchw, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("space", [ATARI, MINATAR, CARRACING], ids=["nature", "minatar", "wide"])
