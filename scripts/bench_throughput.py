@@ -135,28 +135,37 @@ def dqn_gradient_steps(batch_size: int, n: int = 2000) -> tuple[float, float]:
     return gradient_steps(["algo=dqn", "env=cartpole"], batch_size, n)
 
 
+#: DQN's tuned configs --only-dqn times: a plain MLP, and a CNN in front of one
+DQN_CASES = {
+    "CartPole tuned (128x128)": ["algo=dqn", "env=cartpole"],
+    "MinAtar Breakout tuned (CNN, 128)": ["algo=dqn", "env=minatar",
+                                          "env.id=MinAtar/Breakout-v1"],
+}
+
+
 def dqn_report(rounds: int = 5, n: int = 1000) -> None:
-    """DQN's gradient step on CartPole's tuned 128x128 network and batch 128 (one batch,
-    update alone), written out by hand against autograd: interleaved rounds, medians."""
-    b = build(["algo=dqn", "env=cartpole"])
-    b.train_collector.collect(b.trainer.random_policy, n_steps=5000)
-    batch_size = b.trainer.params.batch_size
-    batch = b.algorithm.batch(b.buffer, *b.trainer.sampler.sample(b.buffer, batch_size))
-    algo = b.algorithm
-    times: dict[bool, list[float]] = {True: [], False: []}
-    for _ in range(rounds):
-        for by_hand in (True, False):
-            algo.by_hand = by_hand
-            for i in range(50):
-                algo.update(batch, progress=Progress(0, i, 0.5))
-            t0 = time.perf_counter()
-            for i in range(n):
-                algo.update(batch, progress=Progress(0, i, 0.5))
-            times[by_hand].append((time.perf_counter() - t0) / n * 1e6)
-    hand, auto = (float(np.median(times[k])) for k in (True, False))
-    print(f"DQN gradient step, CartPole tuned (128x128, batch {batch_size}), medians of "
-          f"{rounds}: by hand {hand:,.0f} us, autograd {auto:,.0f} us "
-          f"(by hand / autograd = {hand / auto:.2f})")
+    """DQN's gradient step on its tuned networks (one batch, update alone), the layers
+    differentiated by hand against autograd for all of it: interleaved rounds, medians."""
+    for label, overrides in DQN_CASES.items():
+        b = build(overrides)
+        b.train_collector.collect(b.trainer.random_policy, n_steps=5000)
+        batch_size = b.trainer.params.batch_size
+        batch = b.algorithm.batch(b.buffer, *b.trainer.sampler.sample(b.buffer, batch_size))
+        algo = b.algorithm
+        times: dict[bool, list[float]] = {True: [], False: []}
+        for _ in range(rounds):
+            for by_hand in (True, False):
+                algo.by_hand = by_hand
+                for i in range(50):
+                    algo.update(batch, progress=Progress(0, i, 0.5))
+                t0 = time.perf_counter()
+                for i in range(n):
+                    algo.update(batch, progress=Progress(0, i, 0.5))
+                times[by_hand].append((time.perf_counter() - t0) / n * 1e6)
+        hand, auto = (float(np.median(times[k])) for k in (True, False))
+        print(f"DQN gradient step, {label}, batch {batch_size}, medians of {rounds}: by hand "
+              f"{hand:,.0f} us, autograd {auto:,.0f} us (by hand / autograd = "
+              f"{hand / auto:.2f})", flush=True)
 
 
 def sac_gradient_steps(hidden: int, batch_size: int = 256, n: int = 1000) -> tuple[float, float]:

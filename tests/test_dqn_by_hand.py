@@ -70,6 +70,61 @@ def test_the_written_out_step_equals_autograds(float64, cfg, weighted):
     assert not torch.equal(by_hand.q.net._linears[0].weight, _dqn(**cfg).q.net._linears[0].weight)
 
 
+MINATAR = gym.spaces.Box(0, 1, (10, 10, 4), np.uint8)
+PIXELS = gym.spaces.Dict({"image": gym.spaces.Box(0, 255, (6, 6, 1), np.uint8),
+                          "pos": gym.spaces.Box(0.0, 5.0, (2,), np.float32)})
+
+
+def _image_dqn(space: gym.Space, **cfg) -> DQN:
+    from rltrain.core import SpaceInfo
+    from rltrain.observations import stored_shape
+
+    info = SpaceInfo(stored_shape(space), 3, (), None, None, None, "test", obs_space=space)
+    torch.manual_seed(0)
+    return DQN(DQNConfig(**{"hidden_sizes": [16], **cfg}), info, torch.device("cpu"), 0)
+
+
+def _image_batch(space: gym.Space, n: int, seed: int) -> Batch:
+    from rltrain.observations import layout
+
+    rng = np.random.default_rng(seed)
+    space.seed(seed)
+    dict_layout = layout(space)
+
+    def obs() -> np.ndarray:
+        rows = [space.sample() for _ in range(n)]
+        if dict_layout is None:
+            return np.stack(rows)
+        return np.stack([dict_layout.pack_one(row) for row in rows])
+
+    return Batch(obs=obs(), act=rng.integers(0, 3, size=n), rew=rng.normal(scale=3.0, size=n),
+                 discount=rng.choice([0.0, 0.99], size=n), next_obs=obs(),
+                 lanes=np.zeros(n, dtype=np.int64), positions=np.arange(n), weights=None)
+
+
+@pytest.mark.parametrize("space", [MINATAR, PIXELS], ids=["cnn", "dict"])
+@pytest.mark.parametrize("cfg", [{}, {"double_q": False}])
+def test_with_an_encoder_that_learns_the_step_still_equals_autograds(float64, space, cfg):
+    """A CNN (or a dict encoder with one) takes autograd's part of the step: the layers'
+    gradient by hand down to its features, then its own backward from there."""
+    by_hand, autograd = _image_dqn(space, **cfg), _image_dqn(space, **cfg)
+    assert by_hand.by_hand and by_hand.encoder_learns
+    autograd.by_hand = False
+    for i in range(4):
+        batch = _image_batch(space, 32, i)
+        progress = Progress(i * 8, i, 0.5)
+        a = by_hand.update(batch, progress=progress)
+        b = autograd.update(batch, progress=progress)
+        assert dataclasses.astuple(a.stats) == pytest.approx(dataclasses.astuple(b.stats),
+                                                             rel=1e-12, abs=1e-14)
+        for (name, p), q in zip(by_hand.named_parameters(), autograd.parameters(), strict=True):
+            torch.testing.assert_close(p, q, rtol=1e-12, atol=1e-14, msg=name)
+    before = _image_dqn(space, **cfg)
+    moved = [name for (name, p), q in zip(by_hand.named_parameters(), before.parameters(),
+                                          strict=True) if not torch.equal(p, q)]
+    assert any("encoder" in name for name in moved), moved  # the encoder learnt too
+
+
 def test_the_step_moves_the_chosen_q_value_towards_its_target(float64):
     """A plain gradient-descent check that needs no autograd: after one small step on one
     sample, that sample's Q(s, a) is nearer its TD target."""

@@ -109,10 +109,12 @@ def forward_kept(x: torch.Tensor, layers: Sequence[tuple[torch.Tensor, torch.Ten
 
 @no_grad
 def backward_into(layers: Sequence[tuple[torch.Tensor, torch.Tensor]],
-                  inputs: Sequence[torch.Tensor], grad_out: torch.Tensor, activation: str
-                  ) -> None:
+                  inputs: Sequence[torch.Tensor], grad_out: torch.Tensor, activation: str,
+                  *, input_grad: bool = False) -> torch.Tensor | None:
     """The backward pass of :func:`forward_kept` for the gradient ``grad_out`` of its output:
-    each weight's and bias's gradient written over its ``.grad``, none for the input."""
+    each weight's and bias's gradient written over its ``.grad``; with ``input_grad``, the
+    gradient with respect to the input is returned (for an encoder in front that learns),
+    else None."""
     backward = _ACTIVATION_BACKWARDS[activation]
     grad = grad_out
     for i in range(len(layers) - 1, -1, -1):
@@ -121,6 +123,7 @@ def backward_into(layers: Sequence[tuple[torch.Tensor, torch.Tensor]],
         torch.sum(grad, 0, out=written_over(bias))
         if i:
             grad = backward(torch.mm(grad, weight), inputs[i])
+    return torch.mm(grad, layers[0][0]) if input_grad else None
 
 
 def weight_grad(grad: torch.Tensor, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:

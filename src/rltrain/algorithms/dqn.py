@@ -29,7 +29,6 @@ from rltrain.algorithms.registry import DISCRETE, AlgoSpec, register
 from rltrain.config import ConfigError, TDConfig, check_positive, check_unit_interval
 from rltrain.core import Progress, SpaceInfo
 from rltrain.data.buffers import Batch
-from rltrain.encoders.flat import FlatEncoder
 from rltrain.masking import random_allowed
 from rltrain.nets import backward_into, forward_kept
 from rltrain.nograd import no_grad
@@ -206,10 +205,12 @@ class DQN(QLearning):
         super().__init__(cfg, info, device, seed)
         layers = self.q.plain_layers()
         #: the Q-network's ``(weight, bias)`` layers when the gradient step differentiates
-        #: by hand (:meth:`_update_by_hand`): DQN's own loss (not a subclass's) on plain layers
-        #: and the flat encoder; None: autograd
-        self.by_hand_layers = (layers if layers is not None and type(self) is DQN
-                               and type(self.q.net.encoder) is FlatEncoder else None)
+        #: them by hand (:meth:`_update_by_hand`): DQN's own loss (not a subclass's) on plain
+        #: layers; None: autograd
+        self.by_hand_layers = layers if layers is not None and type(self) is DQN else None
+        #: the encoder learns (a CNN, a dict encoder): autograd takes its part of the step
+        encoder = self.q.net.encoder
+        self.encoder_learns = encoder is not None and any(True for _ in encoder.parameters())
         #: tests set it False to compare the two
         self.by_hand = self.by_hand_layers is not None
 
@@ -250,25 +251,33 @@ class DQN(QLearning):
         s' are one pass over both. On CartPole's tuned 128x128 network (batch 128, one
         thread, the 2-core VM) the step takes 0.74-0.79 of autograd's time: the rest is
         matrix products, at MKL's speed either way (``scripts/bench_throughput.py
-        --only-dqn``). ``tests/test_dqn_by_hand.py`` checks it against autograd in float64."""
+        --only-dqn``). An encoder that learns (a CNN) runs under autograd at s, and its
+        backward takes the gradient the layers pass down to its features.
+        ``tests/test_dqn_by_hand.py`` checks it against autograd in float64."""
         cfg = self.cfg
         layers, encoder = self.by_hand_layers, self.q.net.encoder
         assert layers is not None and encoder is not None  # by_hand is only set with them
         obs, act, rew, discount, next_obs = self.tensors(batch)
         n = len(obs)
-        encode = encoder.forward
+        features: torch.Tensor | None = None
+        if self.encoder_learns:
+            with torch.enable_grad():
+                features = encoder.forward(obs)
+            x = features.detach()
+        else:
+            x = encoder.forward(obs)
         if cfg.double_q:
             # the online network at s and at s' in one pass (one matrix product per layer);
             # the backward reads the first n rows of each layer's input
-            inputs, both = forward_kept(encode(torch.cat([obs, next_obs])), layers,
-                                        self.q.net.activation)
-            inputs, q = [x[:n] for x in inputs], both[:n]
+            next_x = encoder.forward(next_obs)
+            inputs, both = forward_kept(torch.cat([x, next_x]), layers, self.q.net.activation)
+            inputs, q = [z[:n] for z in inputs], both[:n]
             next_act = self.masked(both[n:], next_obs).argmax(-1, keepdim=True)
             next_q = self.q_target(next_obs).gather(1, next_act).squeeze(1)
             target = rew + discount * next_q
         else:
             target = self.td_target(rew, discount, next_obs)
-            inputs, q = forward_kept(encode(obs), layers, self.q.net.activation)
+            inputs, q = forward_kept(x, layers, self.q.net.activation)
         index = act.unsqueeze(1)
         q_sa = q.gather(1, index).squeeze(1)
         per_sample = F.smooth_l1_loss(q_sa, target, reduction="none", beta=cfg.huber_delta)
@@ -278,7 +287,11 @@ class DQN(QLearning):
         grad_q_sa = slope.div_(n) if weights is None else slope.mul_(weights).div_(n)
         grad_q = torch.zeros_like(q).scatter_(1, index, grad_q_sa.unsqueeze(1))
         self.optim.zero_grad()
-        backward_into(layers, inputs, grad_q, self.q.net.activation)
+        grad_x = backward_into(layers, inputs, grad_q, self.q.net.activation,
+                               input_grad=features is not None)
+        if features is not None:
+            with torch.enable_grad():
+                features.backward(grad_x)
         if cfg.max_grad_norm is not None:
             self.optim.clip_grad_norm_(cfg.max_grad_norm)
         self.optim.step()
