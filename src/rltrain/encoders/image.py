@@ -48,7 +48,16 @@ def chw(shape: tuple[int, ...]) -> tuple[int, int, int]:
 
 
 class ImageInput(nn.Module):
-    """Raw images (uint8 or bool, the env's layout) to float32 CHW in [0, 1]."""
+    """Raw images (uint8 or bool, the env's layout) to float32 CHW in [0, 1], laid out in
+    NHWC memory for the convolutions.
+
+    oneDNN's CPU convolutions run faster on NHWC memory (``channels_last``: the same values
+    and shape, channel-fastest): the Nature CNN's step at batch 256 on one thread took
+    264-283 against 311-338 ms (``scripts/bench_encoders.py``). An HWC image is that already
+    once permuted; a CHW one (Atari's frame stack) is converted and laid out in one copy.
+    Where every element has the same bound (255 for pixels) the scale is one number,
+    multiplied in place: a scale tensor broadcast over NHWC memory was a strided kernel,
+    1.4 ms a call on PPO's Atari minibatches (with the copies, a fifth of its update)."""
 
     scale: torch.Tensor
 
@@ -62,17 +71,19 @@ class ImageInput(nn.Module):
             scale = scale.transpose(2, 0, 1)
         self.register_buffer("scale", torch.as_tensor(np.ascontiguousarray(scale),
                                                       dtype=torch.get_default_dtype()))
+        #: the scale when every element shares it (None: per element)
+        self.uniform = float(scale.flat[0]) if np.all(scale == scale.flat[0]) else None
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         if self.last:
             obs = obs.permute(0, 3, 1, 2)  # a channels-last view: NCHW shape, NHWC memory
-        elif obs.dim() == 4:
-            # the convolutions run on NHWC memory (the same values: a layout, not a shape).
-            # oneDNN's CPU kernels are faster on it: the Nature CNN's step at batch 256 on
-            # one thread took 264-283 against 311-338 ms (scripts/bench_encoders.py); made
-            # here, on the uint8 input, the copy moves a quarter of the bytes
-            obs = obs.contiguous(memory_format=torch.channels_last)
-        return obs.to(self.scale.dtype) * self.scale
+        layout = torch.channels_last if obs.dim() == 4 else torch.preserve_format
+        x = obs.to(self.scale.dtype, memory_format=layout)
+        if self.uniform is None:
+            return x * self.scale
+        if x is obs:  # a float input, already so laid out: not ours to scale in place
+            return x * self.uniform
+        return x.mul_(self.uniform)
 
 
 def _init(module: nn.Module) -> None:
