@@ -183,3 +183,17 @@ def test_every_encoder_runs_on_cuda(name):
     encoder = ENCODERS[name].build(space).to("cuda")
     out = encoder(torch.from_numpy(batch(space, 4)).to("cuda"))
     assert out.is_cuda and torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("space", [ATARI, CARRACING], ids=["chw", "hwc"])
+def test_image_input_never_scales_the_callers_tensor_in_place(space):
+    """A float input already laid out as the convolutions take it is not copied, so the
+    in-place scaling must not touch it."""
+    x = torch.from_numpy(batch(space, 2)).float()
+    if not channels_last(space.shape):
+        x = x.contiguous(memory_format=torch.channels_last)
+    before = x.clone()
+    out = ImageInput(space)(x)
+    assert torch.equal(x, before)
+    want = before.permute(0, 3, 1, 2) if channels_last(space.shape) else before
+    assert torch.allclose(out, want / 255)
