@@ -17,6 +17,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -385,6 +386,30 @@ def test_ctrl_c_in_the_first_seconds(tmp_path, delay):
     else:
         assert "SIGINT received before training began" in err
         assert not list(tmp_path.glob("outputs/*/*/checkpoints"))
+
+
+def test_a_start_up_signal_an_import_turns_into_its_own_error_still_stops_cleanly(tmp_path):
+    """numpy re-raises whatever interrupts its C extension's import as its own ImportError
+    ("numpy._core.multiarray failed to import"): the delay=0.3 case above once got exit 1
+    and two tracebacks that way. Here the signal lands (a real SIGINT, the real start-up
+    handler) inside an import that does the same, deterministically."""
+    script = (
+        "import os, signal, sys\n"
+        "from rltrain import cli\n"
+        "def hydra(args):\n"
+        "    try:\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "    except BaseException as e:\n"
+        "        raise ImportError('numpy._core.multiarray failed to import') from e\n"
+        "    raise AssertionError('the signal did not arrive')\n"
+        "cli._hydra = hydra\n"
+        "sys.argv = ['rltrain', 'experiment=smoke']\n"
+        "cli.main()\n")
+    res = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120, env=cli_env({}))
+    assert res.returncode == 130, res.stderr
+    assert "Traceback" not in res.stdout + res.stderr
+    assert "SIGINT received before training began" in res.stderr
 
 
 # ---------------------------------------------------------------- crashes and endless envs

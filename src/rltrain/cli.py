@@ -531,10 +531,13 @@ def main() -> None:
                           stopped_at_once=_stopped_at_once, full_error=_full_error())
         else:
             code, multirun = _hydra(args)
-    except signals.EarlyStop as e:
-        _say(f"{signals.name(e.signum)} received before training began: stopped; nothing was "
+    except (signals.EarlyStop, Exception) as e:  # noqa: BLE001 - re-raised but for a signal's
+        signum = e.signum if isinstance(e, signals.EarlyStop) else signals.stopped_at_startup()
+        if signum is None:
+            raise
+        _say(f"{signals.name(signum)} received before training began: stopped; nothing was "
              "trained, so there is nothing to resume")
-        code = 128 + e.signum
+        code = 128 + signum
     if multirun:
         # a sweep's launcher may hold worker processes and threads that a normal exit ends
         logging.shutdown()

@@ -43,6 +43,8 @@ if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:  # not under nohup
 SIGNALS: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM, *TERMINAL[1:])
 #: signals received by this process, in order
 _received: list[int] = []
+#: the signals the start-up handler raised EarlyStop for
+_startup_stops: list[int] = []
 #: set in a sweep's main process, inherited by its worker processes
 SWEEP_PID_ENV = "RLTRAIN_SWEEP_PID"
 #: the handler between a sweep's jobs (set by the sweep's main process), else record only
@@ -105,9 +107,18 @@ def startup() -> None:
 
     def stop(signum: int, frame: Any) -> None:
         record(signum)
+        _startup_stops.append(signum)
         raise EarlyStop(signum)
 
     _set(stop)
+
+
+def stopped_at_startup() -> int | None:
+    """The signal the start-up handler raised :class:`EarlyStop` for, if any. What comes out
+    of start-up after it is that stop, whatever it became on the way: raised inside an
+    extension module's import, it comes out as the module's ImportError (numpy's "numpy._core
+    .multiarray failed to import", seen with SIGINT 0.3 s after the start)."""
+    return _startup_stops[0] if _startup_stops else None
 
 
 def quiet() -> None:
