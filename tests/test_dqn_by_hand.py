@@ -14,9 +14,10 @@ import pytest
 import torch
 
 from rltrain.algorithms.dqn import DQN, DQNConfig
-from rltrain.core import Progress
+from rltrain.core import Progress, SpaceInfo
 from rltrain.data.buffers import Batch
 from rltrain.envs import space_info
+from rltrain.observations import layout, stored_shape
 
 
 @pytest.fixture
@@ -76,17 +77,12 @@ PIXELS = gym.spaces.Dict({"image": gym.spaces.Box(0, 255, (6, 6, 1), np.uint8),
 
 
 def _image_dqn(space: gym.Space, **cfg) -> DQN:
-    from rltrain.core import SpaceInfo
-    from rltrain.observations import stored_shape
-
     info = SpaceInfo(stored_shape(space), 3, (), None, None, None, "test", obs_space=space)
     torch.manual_seed(0)
     return DQN(DQNConfig(**{"hidden_sizes": [16], **cfg}), info, torch.device("cpu"), 0)
 
 
 def _image_batch(space: gym.Space, n: int, seed: int) -> Batch:
-    from rltrain.observations import layout
-
     rng = np.random.default_rng(seed)
     space.seed(seed)
     dict_layout = layout(space)
