@@ -12,6 +12,13 @@ torch thread each, one after the other in fresh processes. The figure is trainin
 env steps over the seconds spent collecting and updating (rltrain's summary.json timing;
 SB3's ``learn()`` wall time, which has no test step), and the ratio rltrain / SB3.
 
+``--curve OUT.jsonl`` trains SB3 alone for ``--steps`` env steps, the way
+``rltrain algo=ppo env=atari`` trains: the learning rate annealed over the tuned config's 10.24M
+steps (1,000 epochs of 10,240), so that a short run sees the same rates, and every 10,240 env
+steps the greedy policy plays 4 full games (no life-loss ends, the game's own score, FIRE
+pressed after a lost life as rltrain's test envs do). One JSON line per test: env steps, mean
+test return, seconds. This is the SB3 curve that docs/images.md sets beside rltrain's.
+
 Needs the atari and bench extras: pip install -e ".[atari,bench]".
 """
 
@@ -50,6 +57,54 @@ model.learn(total_timesteps=steps)
 print(json.dumps({"steps": model.num_timesteps, "seconds": time.perf_counter() - start}))
 """
 
+SB3_CURVE = """
+import sys, time, json
+import gymnasium as gym, ale_py, torch
+from stable_baselines3 import PPO
+from stable_baselines3.common.atari_wrappers import AtariWrapper
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.evaluation import evaluate_policy
+from stable_baselines3.common.vec_env import VecFrameStack
+from rltrain.wrappers import FireReset
+gym.register_envs(ale_py)
+game, steps, device, out = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+EPOCH, SCHEDULE = 10240, 10240 * 1000
+torch.set_num_threads(1)
+kwargs = dict(frameskip=1, repeat_action_probability=0.25)
+env = VecFrameStack(make_vec_env(f"ALE/{game}-v5", n_envs=8, seed=0, wrapper_class=AtariWrapper,
+                                 env_kwargs=kwargs), 4)
+def lr(remaining):  # SB3 passes the fraction of learn()'s steps left
+    return 2.5e-4 * (1 - (1 - remaining) * steps / SCHEDULE)
+model = PPO("CnnPolicy", env, n_steps=128, batch_size=256, n_epochs=4, learning_rate=lr,
+            clip_range=0.1, clip_range_vf=0.1, ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5,
+            gamma=0.99, gae_lambda=0.95, device=device, seed=0, verbose=0)
+def full_game(e):
+    return FireReset(AtariWrapper(e, terminal_on_life_loss=False, clip_reward=False))
+start = time.perf_counter()
+tested = [0.0]
+def test(k):
+    t0 = time.perf_counter()
+    tenv = VecFrameStack(make_vec_env(f"ALE/{game}-v5", n_envs=4, seed=10_000 + k,
+                                      wrapper_class=full_game, env_kwargs=kwargs), 4)
+    mean, std = evaluate_policy(model, tenv, n_eval_episodes=4, deterministic=True)
+    tenv.close()
+    tested[0] += time.perf_counter() - t0
+    row = {"env_step": model.num_timesteps, "test_return": float(mean), "test_std": float(std),
+           "seconds": time.perf_counter() - start, "test_seconds": tested[0]}
+    with open(out, "a") as f:
+        f.write(json.dumps(row) + "\\n")
+    print(json.dumps(row), flush=True)
+class Tests(BaseCallback):
+    def _on_rollout_start(self):
+        if self.num_timesteps and self.num_timesteps % EPOCH == 0:
+            test(self.num_timesteps // EPOCH)
+    def _on_step(self):
+        return True
+model.learn(total_timesteps=steps, callback=Tests())
+test(-1)
+"""
+
 
 def rltrain(game: str, steps: int, device: str) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
@@ -81,7 +136,13 @@ def main() -> None:
     p.add_argument("--game", default="Pong")
     p.add_argument("--steps", type=int, default=8192)
     p.add_argument("--device", default="cpu")
+    p.add_argument("--curve", metavar="OUT.jsonl", help="train SB3 alone and write its test curve")
     args = p.parse_args()
+    if args.curve:
+        Path(args.curve).unlink(missing_ok=True)
+        subprocess.run([sys.executable, "-c", SB3_CURVE, args.game, str(args.steps), args.device,
+                        args.curve], check=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        return
     rows = {}
     for name, fn in (("rltrain", rltrain), ("sb3", sb3)):
         t0 = time.perf_counter()
