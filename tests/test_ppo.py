@@ -7,6 +7,7 @@ import dataclasses
 import math
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -128,3 +129,72 @@ def test_the_on_policy_trainer_counts_the_gradient_steps_the_update_reports(
     assert trainer.gradient_step == info.gradient_step == sum(r.gradient_steps for r in reports)
     assert parts.algorithm.optim.steps == trainer.gradient_step
     assert math.isfinite(info.wall_time)
+
+
+def chained_rollout(info: SpaceInfo, lanes: int, steps: int, seed: int = 0) -> Rollout:
+    """A rollout as the collector writes it: each slot's next observation is the next slot's
+    observation, except where an episode ended (its own last state; the next slot starts a new
+    episode) and at each lane's last slot."""
+    rng = np.random.default_rng(seed)
+    shape = (lanes, steps)
+    space = info.obs_space
+
+    def observations(*lead: int) -> np.ndarray:
+        if space is None:
+            return rng.normal(size=(*lead, *info.obs_shape)).astype(np.float32)
+        return rng.integers(0, 256, size=(*lead, *info.obs_shape), dtype=np.uint8)
+
+    states = observations(lanes, steps + 1)
+    terminated = rng.random(shape) < 0.15
+    truncated = ~terminated & (rng.random(shape) < 0.1)
+    next_obs = states[:, 1:].copy()
+    ended = terminated | truncated
+    next_obs[ended] = observations(int(ended.sum()))
+    return Rollout(obs=states[:, :-1], act=rng.integers(info.num_actions or 2, size=shape),
+                   rew=rng.normal(size=shape).astype(np.float32), next_obs=next_obs,
+                   terminated=terminated, truncated=truncated, valid=np.ones(shape, bool))
+
+
+IMAGE = SpaceInfo((10, 10, 3), 4, (), None, None, None, "test",
+                  obs_space=gym.spaces.Box(0, 255, (10, 10, 3), np.uint8))
+
+
+@pytest.mark.parametrize("info", [DISC, IMAGE], ids=["vector", "image-shared-encoder"])
+def test_rollout_values_evaluate_each_distinct_next_observation_once(info):
+    """V(s') of a slot whose s' is the next slot's s is that slot's V(s): the pass runs over
+    the slots' s and only the other s' (episode ends and each lane's last slot), and every
+    value equals the critic's on that observation alone."""
+    torch.manual_seed(0)
+    ppo = PPO(PPOConfig(hidden_sizes=[16]), info, CPU, seed=0)
+    rollout = chained_rollout(info, lanes=3, steps=20)
+    rows: list[int] = []
+    first = ppo.pi.encoder if ppo.shared else ppo.critic
+    hook = first.register_forward_pre_hook(lambda _m, args: rows.append(len(args[0])))
+    try:
+        values, next_values, features = ppo.rollout_values(rollout)
+    finally:
+        hook.remove()
+    fresh = int(rollout.dones[:, :-1].sum()) + 3
+    assert rows == [3 * 20 + fresh]
+    assert (features is not None) == ppo.shared
+
+    def alone(obs: np.ndarray) -> float:
+        with torch.no_grad():
+            return float(ppo.value(ppo._obs(obs[None]))[0])
+
+    for lane in range(3):
+        for t in range(20):
+            assert values[lane, t] == pytest.approx(alone(rollout.obs[lane, t]), abs=1e-5)
+            assert next_values[lane, t] == pytest.approx(alone(rollout.next_obs[lane, t]),
+                                                         abs=1e-5)
+
+
+def test_rollout_values_of_one_step_lanes():
+    """A rollout one slot long: every s' is its own (nothing to share)."""
+    ppo = PPO(PPOConfig(hidden_sizes=[16]), DISC, CPU, seed=0)
+    rollout = chained_rollout(DISC, lanes=2, steps=1)
+    values, next_values, _ = ppo.rollout_values(rollout)
+    with torch.no_grad():
+        want = ppo.value(ppo._obs(rollout.next_obs.reshape(2, -1))).numpy()
+    np.testing.assert_allclose(next_values.reshape(-1), want, atol=1e-6)
+    assert values.shape == next_values.shape == (2, 1)
