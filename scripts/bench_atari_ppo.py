@@ -131,13 +131,40 @@ def sb3(game: str, steps: int, device: str) -> dict[str, float]:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
+def table(run_dir: Path, curve: Path) -> None:
+    ours = {r["env_step"]: r for r in map(json.loads, (run_dir / "epochs.jsonl").open())}
+    theirs = {r["env_step"]: r for r in map(json.loads, curve.open())}
+    print("| env steps | rltrain | SB3 |\n| --- | --- | --- |")
+    steps = sorted(set(ours) & set(theirs))
+    for step in steps:
+        print(f"| {step:,} | {ours[step]['test']['return_mean']:.1f} "
+              f"| {theirs[step]['test_return']:.1f} |")
+    a = [ours[s]["test"]["return_mean"] for s in steps]
+    b = [theirs[s]["test_return"] for s in steps]
+    print(f"| best | {max(a):.1f} | {max(b):.1f} |")
+    print(f"| mean of the last ten | {sum(a[-10:]) / len(a[-10:]):.1f} "
+          f"| {sum(b[-10:]) / len(b[-10:]):.1f} |")
+    seconds = sum(r["timing"]["collect"] + r["timing"]["update"] for r in ours.values())
+    print(f"{len(steps)} tests in common, the last at {steps[-1]:,} env steps")
+    print(f"rltrain training throughput: {max(ours) / seconds:.1f} env steps/s "
+          "(its epochs' collection and update time)")
+    end = theirs[max(theirs)]
+    print(f"SB3 training throughput: {max(theirs) / (end['seconds'] - end['test_seconds']):.1f} "
+          "env steps/s (learn()'s wall time less its tests)")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--game", default="Pong")
     p.add_argument("--steps", type=int, default=8192)
     p.add_argument("--device", default="cpu")
     p.add_argument("--curve", metavar="OUT.jsonl", help="train SB3 alone and write its test curve")
+    p.add_argument("--table", nargs=2, metavar=("RUN_DIR", "OUT.jsonl"), type=Path,
+                   help="print rltrain's run and SB3's curve side by side")
     args = p.parse_args()
+    if args.table:
+        table(*args.table)
+        return
     if args.curve:
         Path(args.curve).unlink(missing_ok=True)
         subprocess.run([sys.executable, "-c", SB3_CURVE, args.game, str(args.steps), args.device,
