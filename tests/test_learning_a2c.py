@@ -1,7 +1,7 @@
 """Learning checks of A2C and REINFORCE (slow; CI skips them), through the CLI with the tuned
-configs, 3 seeds each, against RL-Zoo3's benchmark.md (DLR-RM/rl-baselines3-zoo), whose A2C
-figures come from one run each, trained on ``n_timesteps`` and evaluated with the
-deterministic policy:
+configs, 3 seeds each (LunarLander 5), against RL-Zoo3's benchmark.md
+(DLR-RM/rl-baselines3-zoo), whose A2C figures come from one run each, trained on
+``n_timesteps`` and evaluated with the deterministic policy:
 
 =============  ===================  ===========
 env            mean +- std          n_timesteps
@@ -14,14 +14,16 @@ Pendulum-v1    -163.0 +- 103.2      1M (gSDE)
 Each run here must reach its bar within the benchmark's env steps (the tuned configs plan no
 more), judged by its best epoch's test (10 deterministic episodes). CartPole: 500, as the
 benchmark. Pendulum: gymnasium's -200, better than the benchmark's mean less its spread
-(-266), without the gSDE exploration the zoo's run had. LunarLander: the zoo's settings do
-not give its 155.8 here (3 seeds: best tests 97.0, 52.0 and 44.1 at 200k; with advantage
-normalisation 51.0 and 126.6, with 16 envs 66.7 and -1.2 for seeds 1 and 2): A2C on
-LunarLander in 200k steps varies that much from seed to seed, and the benchmark is one run.
-Stable-Baselines3's own A2C with the zoo's settings, tested the same way on seeds 0-2
-(scripts/peers/sb3_curve.py), reaches 90.6, 27.8 and 112.5: the same spread, below 155.8.
-The bar is what that one run's figures allow, its mean less two standard deviations of its
-episodes (-5.0), far above a random policy's -180 or so.
+(-266), without the gSDE exploration the zoo's run had.
+
+LunarLander is judged over five seeds, by their median. A2C on LunarLander in 200k steps
+varies that much from seed to seed that one seed says little, and the benchmark is one run.
+Ten seeds each, best test within 200k (docs/envs.md): Stable-Baselines3's own A2C with the
+zoo's settings, tested the same way (scripts/peers/sb3_curve.py), median 97.0, from -70.7 to
+187.4, one seed at 155.8 or more; rltrain median 62.0, from -16.5 to 170.4, one seed at 155.8
+or more. A bar on every seed would fail the reference implementation too (its seed 5). The bar
+is what the zoo's one run allows, its mean less two standard deviations of its episodes
+(-5.0), far above a random policy's -180 or so, and the five seeds' median must reach it.
 
 Run with: .venv/bin/python -m pytest -m slow tests/test_learning_a2c.py
 """
@@ -29,6 +31,7 @@ Run with: .venv/bin/python -m pytest -m slow tests/test_learning_a2c.py
 from __future__ import annotations
 
 import json
+import statistics
 from typing import Any
 
 import pytest
@@ -67,13 +70,17 @@ def test_a2c_solves_pendulum_within_the_benchmarks_steps(cli, tmp_path, seed):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", SEEDS)
-def test_a2c_on_lunarlander_within_the_benchmarks_spread(cli, tmp_path, seed):
-    """At least RL-Zoo3's 155.8 less two of its standard deviations (80.4) within its 200k
-    env steps (see the module's docstring for why not its mean)."""
-    summary = train(cli, tmp_path, "algo=a2c", "env=lunarlander", f"seed={seed}")
-    assert summary["best_score"] >= 155.8 - 2 * 80.4, summary
-    assert summary["env_step"] <= 200_000, summary
+def test_a2c_on_lunarlander_within_the_benchmarks_spread(cli, tmp_path):
+    """The median of five seeds' best tests at least RL-Zoo3's 155.8 less two of its standard
+    deviations (80.4), each within its 200k env steps (see the module's docstring for why
+    the median, and why not the zoo's mean)."""
+    bests = []
+    for seed in range(5):
+        summary = train(cli, tmp_path / f"seed{seed}", "algo=a2c", "env=lunarlander",
+                        f"seed={seed}")
+        assert summary["env_step"] <= 200_000, summary
+        bests.append(summary["best_score"])
+    assert statistics.median(bests) >= 155.8 - 2 * 80.4, bests
 
 
 @pytest.mark.slow
