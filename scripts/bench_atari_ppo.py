@@ -12,10 +12,10 @@ torch thread each, one after the other in fresh processes. The figure is trainin
 env steps over the seconds spent collecting and updating (rltrain's summary.json timing;
 SB3's ``learn()`` wall time, which has no test step), and the ratio rltrain / SB3.
 
-``--curve OUT.jsonl`` trains SB3 alone for ``--steps`` env steps, the way
-``rltrain algo=ppo env=atari`` trains: the learning rate annealed over the tuned config's 10.24M
-steps (1,000 epochs of 10,240), so that a short run sees the same rates, and every 10,240 env
-steps the greedy policy plays 4 full games (no life-loss ends, the game's own score, FIRE
+SB3's learning rate is annealed over the tuned config's 10.24M steps (1,000 epochs of 10,240),
+as ``rltrain algo=ppo env=atari`` anneals it, so that a short run sees the same rates.
+``--curve OUT.jsonl`` trains SB3 alone for ``--steps`` env steps, and every 10,240 env steps
+the greedy policy plays 4 full games (no life-loss ends, the game's own score, FIRE
 pressed after a lost life as rltrain's test envs do). One JSON line per test: env steps, mean
 test return, seconds. This is the SB3 curve that docs/images.md sets beside rltrain's.
 
@@ -36,28 +36,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RLTRAIN = Path(sys.executable).parent / "rltrain"
 
+#: SB3's PPO with the tuned config's settings: argv game, steps, device and the curve's file
+#: ("-": none, the throughput run). The last line printed is {"steps", "seconds"}: learn()'s
+#: wall time, its tests included (a curve's rows give their seconds apart).
 SB3 = """
-import sys, time, json
-import gymnasium as gym, ale_py, torch
-from stable_baselines3 import PPO
-from stable_baselines3.common.atari_wrappers import AtariWrapper
-from stable_baselines3.common.env_util import make_vec_env
-from stable_baselines3.common.vec_env import VecFrameStack
-gym.register_envs(ale_py)
-game, steps, device = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-torch.set_num_threads(1)
-env = make_vec_env(f"ALE/{game}-v5", n_envs=8, seed=0, wrapper_class=AtariWrapper,
-                   env_kwargs=dict(frameskip=1, repeat_action_probability=0.25))
-env = VecFrameStack(env, 4)
-model = PPO("CnnPolicy", env, n_steps=128, batch_size=256, n_epochs=4, learning_rate=2.5e-4,
-            clip_range=0.1, ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5, gamma=0.99,
-            gae_lambda=0.95, device=device, seed=0, verbose=0)
-start = time.perf_counter()
-model.learn(total_timesteps=steps)
-print(json.dumps({"steps": model.num_timesteps, "seconds": time.perf_counter() - start}))
-"""
-
-SB3_CURVE = """
 import sys, time, json
 import gymnasium as gym, ale_py, torch
 from stable_baselines3 import PPO
@@ -101,10 +83,12 @@ class Tests(BaseCallback):
             test(self.num_timesteps // EPOCH)
     def _on_step(self):
         return True
-model.learn(total_timesteps=steps, callback=Tests())
-test(-1)
+model.learn(total_timesteps=steps, callback=None if out == "-" else Tests())
+seconds = time.perf_counter() - start
+if out != "-":
+    test(-1)
+print(json.dumps({"steps": model.num_timesteps, "seconds": seconds}))
 """
-
 
 def rltrain(game: str, steps: int, device: str) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
@@ -123,7 +107,7 @@ def rltrain(game: str, steps: int, device: str) -> dict[str, float]:
 
 
 def sb3(game: str, steps: int, device: str) -> dict[str, float]:
-    res = subprocess.run([sys.executable, "-c", SB3, game, str(steps), device],
+    res = subprocess.run([sys.executable, "-c", SB3, game, str(steps), device, "-"],
                          capture_output=True, text=True,
                          env={**os.environ, "OMP_NUM_THREADS": "1"})
     if res.returncode != 0:
@@ -167,7 +151,7 @@ def main() -> None:
         return
     if args.curve:
         Path(args.curve).unlink(missing_ok=True)
-        subprocess.run([sys.executable, "-c", SB3_CURVE, args.game, str(args.steps), args.device,
+        subprocess.run([sys.executable, "-c", SB3, args.game, str(args.steps), args.device,
                         args.curve], check=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
         return
     rows = {}

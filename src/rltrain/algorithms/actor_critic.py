@@ -147,9 +147,10 @@ class ActorCritic(OnPolicyAlgorithm):
         lanes, t = rollout.valid.shape
         obs, next_obs = rollout.obs, rollout.next_obs
         fresh = np.ones((lanes, t), dtype=bool)  # slots whose s' is not the next slot's s
-        for lane in range(lanes if t > 1 else 0):
-            equal = next_obs[lane, :-1] == obs[lane, 1:]
-            fresh[lane, :-1] = ~equal.reshape(t - 1, -1).all(axis=1)
+        if t > 1:  # compared lane by lane: a bool array the size of one lane's observations
+            for lane in range(lanes):
+                equal = next_obs[lane, :-1] == obs[lane, 1:]
+                fresh[lane, :-1] = ~equal.reshape(t - 1, -1).all(axis=1)
         n = lanes * t
         with torch.no_grad():
             both = self._obs(np.concatenate([obs.reshape(n, *obs.shape[2:]), next_obs[fresh]]))
