@@ -195,23 +195,36 @@ def _work(algo: PPO, n: int, g: torch.Generator) -> _Minibatches:
     return _Minibatches(algo, tensors, [torch.randperm(n, generator=g) for _ in range(3)], 64)
 
 
+#: one config per seed: the same settings, or (by hand) each seed's own loss coefficients,
+#: value clip and gradient clipping (one with none, one with no entropy bonus)
+_SAME = [{"normalize_advantage": True, "value_clip": 0.2, "max_grad_norm": 0.5,
+          "ent_coef": 0.01}] * 3
+_OWN = [{"normalize_advantage": True, "value_clip": 0.2, "max_grad_norm": 0.5,
+         "ent_coef": 0.01},
+        {"normalize_advantage": True, "value_clip": 0.05, "max_grad_norm": None,
+         "ent_coef": 0.0, "vf_coef": 1.0, "clip_ratio": 0.1},
+        {"normalize_advantage": True, "value_clip": 1.0, "max_grad_norm": 0.1,
+         "ent_coef": 0.05, "vf_coef": 0.25, "clip_ratio": 0.3}]
+
+
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
-@pytest.mark.parametrize("by_hand", [True, False], ids=["by-hand", "autograd"])
-def test_ppos_stacked_minibatch_steps_equal_each_seeds_own_in_float64(env_id, by_hand):
+@pytest.mark.parametrize(("by_hand", "cfgs"), [(True, _SAME), (False, _SAME), (True, _OWN)],
+                         ids=["by-hand", "autograd", "by-hand-own-settings"])
+def test_ppos_stacked_minibatch_steps_equal_each_seeds_own_in_float64(env_id, by_hand, cfgs):
     """Three seeds with rollouts of different lengths (so padded minibatches, and a seed
     without a last minibatch), advantage normalisation, value clipping, an entropy bonus and
     gradient clipping: each seed's parameters, Adam state and stats equal its own loop's to
-    1e-12, with the stacked gradient written by hand (the default) or taken by autograd."""
+    1e-12, with the stacked gradient written by hand (the default) or taken by autograd; by
+    hand, also when each seed has its own settings (a sweep over them)."""
     torch.set_default_dtype(torch.float64)
     try:
-        cfg = {"normalize_advantage": True, "value_clip": 0.2, "max_grad_norm": 0.5,
-               "ent_coef": 0.01}
-        stacked = [_ppo(env_id, s, **cfg) for s in range(3)]
+        stacked = [_ppo(env_id, s, **cfg) for s, cfg in enumerate(cfgs)]
         for algo in stacked:
             algo.by_hand = by_hand
-        alone = [_ppo(env_id, s, **cfg) for s in range(3)]
+        alone = [_ppo(env_id, s, **cfg) for s, cfg in enumerate(cfgs)]
         g = torch.Generator().manual_seed(0)
         works = [_work(a, n, g) for a, n in zip(stacked, (250, 256, 130), strict=True)]
+        assert len({w.batch_key() for w in works}) == 1
         results = _Minibatches.run_batch(works)
         for work, twin, (sums, steps) in zip(works, alone, results, strict=True):
             twin_work = _Minibatches(twin, work.tensors, work.perms, work.size)
@@ -286,6 +299,36 @@ def test_a_batched_sweep_equals_its_seeds_run_by_the_basic_launcher_in_float64(c
         assert _records_close(a, b, tol=1e-9) < 1e-9
         assert _files(a) == _files(b)
         assert read_jsonl(a / "epochs.jsonl")[-1]["gradient_step"] > 0
+
+
+def test_a_sweep_over_ppos_settings_stacks_and_equals_the_basic_launchers_in_float64(
+        cli, tmp_path):
+    """Jobs that differ in settings PPO takes per lane (learning rate, entropy bonus, clip
+    ratio) are lanes of one batch, and each equals its job under the basic launcher; jobs
+    that differ in the network's shape are not."""
+    args = ["--multirun", *SMOKE, "seed=3", "precision=float64", "trainer.max_epochs=2",
+            "algo.lr=1e-3,3e-4", "algo.ent_coef=0.0,0.01", "algo.clip_ratio=0.1"]
+    basic, batched = tmp_path / "basic", tmp_path / "batched"
+    res = cli(*args, f"hydra.sweep.dir={basic}")
+    assert res.returncode == 0, res.stderr
+    res = cli(*args, BATCHED, "hydra.launcher.n_jobs=1", f"hydra.sweep.dir={batched}")
+    assert res.returncode == 0, res.stderr
+    assert "rltrain: jobs 0, 1, 2, 3 run as 1 batch(es) of lanes (in this process)" in \
+        res.stdout
+    ran = re.search(r"the batch of jobs 0, 1, 2, 3 ran (\d+) updates as (\d+) stacked "
+                    r"computations", res.stdout)
+    assert ran is not None and int(ran.group(1)) == 4 * int(ran.group(2)) > 0, res.stdout
+    for num in range(4):
+        assert _records_close(job_dir(batched, num), job_dir(basic, num), tol=1e-9) < 1e-9
+    first = read_jsonl(job_dir(batched, 0) / "epochs.jsonl")[-1]["update"]
+    second = read_jsonl(job_dir(batched, 2) / "epochs.jsonl")[-1]["update"]
+    assert first["lr"] != second["lr"]  # the lanes' own learning rates
+
+    res = cli("--multirun", *SMOKE, "seed=0", "algo.hidden_sizes=[32],[16]", BATCHED,
+              f"hydra.sweep.dir={tmp_path / 'shapes'}")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.count("runs alone: no other job differs from it only in seed, "
+                            "algo.lr, algo.lr_annealing, algo.gamma") == 2, res.stdout
 
 
 #: runs a sweep under the batched launcher, and before its jobs run compares each job's

@@ -1,4 +1,5 @@
-"""``hydra/launcher=batched``: a sweep's jobs that differ only in their seed train side by side
+"""``hydra/launcher=batched``: a sweep's jobs that differ only in their seed (or in settings the
+algorithm takes per lane, such as PPO's learning rate) train side by side
 in one process, their updates stacked into one computation (:mod:`rltrain.lanes`).
 
 ``rltrain --multirun seed=0,1,2,3,4,5,6,7,8,9 hydra/launcher=batched`` composes each job as
@@ -9,8 +10,12 @@ read them unchanged. What differs is that the jobs of one group run as lanes, ea
 thread of its own, taking turns, and the updates of an algorithm registered with
 ``batched=True`` (PPO) run as one batch over stacked parameters.
 
-* Jobs group when their configs are equal but for ``seed``. A job alone in its group, or one
-  whose algorithm has no batched update, runs as an ordinary job, and a line says why.
+* Jobs group when their configs are equal but for ``seed`` and the settings the algorithm
+  takes per lane (``AlgoSpec.lane_fields``; PPO: its learning rate and schedule, discount,
+  GAE lambda, clip ratio, value clip, loss coefficients, gradient clipping and initial
+  log-std), so a sweep over those stacks as a sweep over seeds does. A job alone in its
+  group, or one whose algorithm has no batched update, runs as an ordinary job, and a line
+  says why.
 * A job that stops early (its seed solved the task) leaves its lane; the others go on in a
   smaller batch.
 * SIGINT/SIGTERM: every lane finishes its step, checkpoints and stops, as a run alone does;
@@ -53,6 +58,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from rltrain import lanes, signals
 from rltrain.algorithms import ALGORITHMS
+from rltrain.algorithms.registry import AlgoSpec, lane_settings
 from rltrain.sweep import _Prefixed, lanes_in_worker
 
 
@@ -97,11 +103,17 @@ class _Console(lanes.Swap):
 
 
 def group_key(cfg: DictConfig) -> str:
-    """Jobs with equal keys can be lanes of one batch: their configs differ only in seed."""
+    """Jobs with equal keys can be lanes of one batch: their configs differ only in seed and
+    in the algorithm's lane settings (``AlgoSpec.lane_fields``: e.g. PPO's learning rate)."""
     plain = OmegaConf.to_container(cfg, resolve=False)
     assert isinstance(plain, dict)
     plain.pop("hydra", None)
     plain.pop("seed", None)
+    spec = ALGORITHMS.get(str(OmegaConf.select(cfg, "algo.name", default="")))
+    if spec is not None and spec.batched and isinstance(cfg.get("algo"), DictConfig):
+        algo = OmegaConf.to_container(cfg.algo, resolve=True)
+        assert isinstance(algo, dict)
+        plain["algo"] = lane_settings({str(k): v for k, v in algo.items()}, spec.lane_fields)
     return repr(plain)
 
 
@@ -113,8 +125,13 @@ def why_alone(cfg: DictConfig, group_size: int) -> str | None:
         batched = ", ".join(sorted(n for n, s in ALGORITHMS.items() if s.batched))
         return f"algo={name} has no batched update yet (batched: {batched})"
     if group_size == 1:
-        return "no other job differs from it only in seed"
+        return f"no other job differs from it only in {lane_differences(spec)}"
     return None
+
+
+def lane_differences(spec: AlgoSpec) -> str:
+    """What the lanes of one batch of ``spec``'s jobs may differ in, for a line."""
+    return ", ".join(["seed", *(f"algo.{f}" for f in spec.lane_fields)])
 
 
 def launch(launcher: Any, job_overrides: Sequence[Sequence[str]],

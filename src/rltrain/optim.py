@@ -220,11 +220,12 @@ class StackedAdam:
         return out
 
     @no_grad
-    def step(self, grad: torch.Tensor, max_norm: float | None,
+    def step(self, grad: torch.Tensor, max_norm: float | torch.Tensor | None,
              active: torch.Tensor | None = None) -> None:
         """One Adam step of every row from its gradient row (clipped per row to an L2 norm
-        of ``max_norm``, as :meth:`FlatOptimizer.clip_grad_norm_` does for one run). With
-        ``active`` (a bool per row), the other rows are left as they are."""
+        of ``max_norm``, as :meth:`FlatOptimizer.clip_grad_norm_` does for one run; a column
+        ``(runs, 1)`` gives each row its own, inf for none). With ``active`` (a bool per
+        row), the other rows are left as they are."""
         first = self.optims[0]
         beta1, beta2 = first.betas
         if max_norm is not None:

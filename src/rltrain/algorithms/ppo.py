@@ -9,15 +9,23 @@ Discrete (categorical) and continuous (diagonal Gaussian) actions.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
 
 from rltrain import lanes
 from rltrain.algorithms.actor_critic import ActorCritic, ActorCriticConfig, explained_variance
 from rltrain.algorithms.base import UpdateReport, clip_and_step, compiled
-from rltrain.algorithms.registry import CONTINUOUS, DISCRETE, MULTIDISCRETE, AlgoSpec, register
+from rltrain.algorithms.registry import (
+    CONTINUOUS,
+    DISCRETE,
+    MULTIDISCRETE,
+    AlgoSpec,
+    lane_settings,
+    register,
+)
 from rltrain.config import check_positive, check_unit_interval
 from rltrain.core import Progress, SpaceInfo
 from rltrain.data.buffers import Rollout
@@ -55,6 +63,45 @@ class PPOStats:
     clipfrac: float
     explained_variance: float
     lr: float
+
+
+#: the settings each lane of a batch of PPO runs takes as its own (``hydra/launcher=batched``):
+#: they act before the stacked minibatch steps (the learning rate's schedule, the discount,
+#: GAE) or enter them as one column per lane (:class:`Coefficients`, the gradient clipping of
+#: :meth:`StackedAdam.step`, each lane's learning rate), or only set the initial parameters
+LANE_FIELDS = ("lr", "lr_annealing", "gamma", "gae_lambda", "clip_ratio", "value_clip",
+               "ent_coef", "vf_coef", "max_grad_norm", "init_log_std")
+
+
+@dataclass(frozen=True)
+class Coefficients:
+    """The numbers in PPO's loss: a run's own (floats), or in a stacked step one column
+    ``(runs, 1)`` of each run's (:meth:`stacked`), which broadcasts over the runs' rows."""
+
+    clip_ratio: float | torch.Tensor
+    value_clip: float | torch.Tensor | None
+    ent_coef: float | torch.Tensor
+    vf_coef: float | torch.Tensor
+
+    @classmethod
+    def of(cls, cfg: PPOConfig) -> Coefficients:
+        return cls(cfg.clip_ratio, cfg.value_clip, cfg.ent_coef, cfg.vf_coef)
+
+    @classmethod
+    def stacked(cls, cfgs: Sequence[PPOConfig], like: torch.Tensor) -> Coefficients:
+        """Each config's numbers as a column (the configs agree on whether value_clip is
+        null: :meth:`_Minibatches.batch_key`)."""
+
+        def column(name: str) -> torch.Tensor:
+            return like.new_tensor([[float(getattr(c, name))] for c in cfgs])
+
+        return cls(column("clip_ratio"),
+                   None if cfgs[0].value_clip is None else column("value_clip"),
+                   column("ent_coef"), column("vf_coef"))
+
+    def no_entropy_bonus(self) -> bool:
+        c = self.ent_coef
+        return not bool(c.any()) if isinstance(c, torch.Tensor) else c == 0.0
 
 
 class PPO(ActorCritic):
@@ -191,7 +238,8 @@ class PPO(ActorCritic):
         a batch of seeds pads each seed's minibatches to one size (:class:`_Minibatches`)."""
         cfg = self.cfg
         mean = _mean(weight)
-        logratio, ratio, plain, clipped = self._surrogate(logp, old_logp, adv, weight)
+        logratio, ratio, plain, clipped = self._surrogate(logp, old_logp, adv, weight,
+                                                          cfg.clip_ratio)
         pg_loss = mean(torch.max(plain, clipped))
         if cfg.value_clip is None:
             v_loss = 0.5 * mean((v - ret).pow(2))
@@ -202,7 +250,7 @@ class PPO(ActorCritic):
         loss = pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss
         with torch.no_grad():
             return loss, self._stats(mean, pg_loss.detach(), v_loss.detach(), entropy.detach(),
-                                     ratio, logratio)
+                                     ratio, logratio, cfg.clip_ratio)
 
     def clipped_gradients(
         self,
@@ -214,60 +262,61 @@ class PPO(ActorCritic):
         old_v: torch.Tensor,
         old_logp: torch.Tensor,
         weight: torch.Tensor | None = None,
+        coef: Coefficients | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor]:
-        """The gradient of :meth:`clipped_losses`'s loss (each copy's, with ``weight``) with
-        respect to each sample's log-probability, entropy (None when ``ent_coef`` is 0) and
-        value, and the same stats. It is autograd's up to rounding, but where ``max``'s two
-        arguments are exactly equal with ``clamp`` cutting: autograd then passes half the
-        gradient, this none (an event of probability 0 but for a zero advantage, whose
-        gradient is 0)."""
-        cfg = self.cfg
+        """The gradient of :meth:`clipped_losses`'s loss (each copy's, with ``weight``; with
+        ``coef``, each copy's own coefficients, else this run's) with respect to each
+        sample's log-probability, entropy (None when ``ent_coef`` is 0) and value, and the
+        same stats. It is autograd's up to rounding, but where ``max``'s two arguments are
+        exactly equal with ``clamp`` cutting: autograd then passes half the gradient, this
+        none (an event of probability 0 but for a zero advantage, whose gradient is 0)."""
+        c = Coefficients.of(self.cfg) if coef is None else coef
         mean = _mean(weight)
         # d mean(x) / d x_i: 1/n, or a copy's weight over its count (padding weighted 0)
         per = (1.0 / logp.shape[-1] if weight is None
                else weight / weight.sum(-1, keepdim=True).clamp(min=1.0))
-        logratio, ratio, plain, clipped = self._surrogate(logp, old_logp, adv, weight)
-        low, high = 1.0 - cfg.clip_ratio, 1.0 + cfg.clip_ratio
+        logratio, ratio, plain, clipped = self._surrogate(logp, old_logp, adv, weight,
+                                                          c.clip_ratio)
+        low, high = 1.0 - c.clip_ratio, 1.0 + c.clip_ratio
         pg_loss = mean(torch.max(plain, clipped))
         # the plain term is the max, or the clamp passes the ratio (then the two are equal):
         # d pg_loss / d logp = d pg_loss / d ratio * ratio = -adv * ratio / n
         passes = (plain > clipped).logical_or_((ratio >= low).logical_and_(ratio <= high))
         grad_logp = torch.where(passes, plain, 0.0).mul_(per)
         diff = v - ret
-        if cfg.value_clip is None:
+        if c.value_clip is None:
             v_loss = 0.5 * mean(diff.pow(2))
-            grad_v = diff * cfg.vf_coef * per
+            grad_v = diff * c.vf_coef * per
         else:
             dv = v - old_v
-            diff_clipped = old_v + dv.clamp(-cfg.value_clip, cfg.value_clip) - ret
+            diff_clipped = old_v + _clamp(dv, -c.value_clip, c.value_clip) - ret
             a, b = diff.pow(2), diff_clipped.pow(2)
             v_loss = 0.5 * mean(torch.max(a, b))
-            passes_v = (a > b).logical_or_(dv.abs() <= cfg.value_clip)
-            grad_v = torch.where(passes_v, diff, 0.0).mul_(per).mul_(cfg.vf_coef)
+            passes_v = (a > b).logical_or_(dv.abs() <= c.value_clip)
+            grad_v = torch.where(passes_v, diff, 0.0).mul_(per).mul_(c.vf_coef)
         entropy = mean(entropy_all)
-        grad_entropy = (None if cfg.ent_coef == 0.0
-                        else torch.zeros_like(entropy_all).add_(per).mul_(-cfg.ent_coef))
-        stats = self._stats(mean, pg_loss, v_loss, entropy, ratio, logratio)
+        grad_entropy = (None if c.no_entropy_bonus()
+                        else torch.zeros_like(entropy_all).add_(per).mul_(-c.ent_coef))
+        stats = self._stats(mean, pg_loss, v_loss, entropy, ratio, logratio, c.clip_ratio)
         return grad_logp, grad_entropy, grad_v, stats
 
     def _surrogate(self, logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor,
-                   weight: torch.Tensor | None
+                   weight: torch.Tensor | None, clip: float | torch.Tensor
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(log-ratio, ratio, -adv * ratio, -adv * clipped ratio)``: the clipped surrogate's
         parts, shared by :meth:`clipped_losses` and :meth:`clipped_gradients`."""
         adv = self._normalized(adv, weight)
         logratio = logp - old_logp
         ratio = logratio.exp()
-        clip = self.cfg.clip_ratio
-        return logratio, ratio, -adv * ratio, -adv * ratio.clamp(1.0 - clip, 1.0 + clip)
+        return logratio, ratio, -adv * ratio, -adv * _clamp(ratio, 1.0 - clip, 1.0 + clip)
 
     def _stats(self, mean: Callable[[torch.Tensor], torch.Tensor], pg_loss: torch.Tensor,
                v_loss: torch.Tensor, entropy: torch.Tensor, ratio: torch.Tensor,
-               logratio: torch.Tensor) -> torch.Tensor:
+               logratio: torch.Tensor, clip: float | torch.Tensor) -> torch.Tensor:
         """The minibatch's stats as one tensor (pg_loss, v_loss, entropy, approx_kl, clipfrac):
         read out once per update, not once per minibatch."""
         approx_kl = mean((ratio - 1.0) - logratio)
-        clipfrac = mean(((ratio - 1.0).abs() > self.cfg.clip_ratio).to(ratio.dtype))
+        clipfrac = mean(((ratio - 1.0).abs() > clip).to(ratio.dtype))
         return torch.stack((pg_loss, v_loss, entropy, approx_kl, clipfrac), dim=-1)
 
     def _normalized(self, adv: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
@@ -301,8 +350,14 @@ class _Minibatches(lanes.Work):
     size: int
 
     def batch_key(self) -> Hashable:
-        return (repr(self.algo.cfg), tuple(t.shape[1:] for t in self.tensors), self.size,
-                len(self.perms), self.algo.optim.flat.shape, str(self.algo.device))
+        # written by hand, the stacked step takes each run's own LANE_FIELDS; value clipping
+        # or none are two forms of the step
+        cfg = self.algo.cfg
+        settings = (lane_settings(asdict(cfg), LANE_FIELDS) if self.algo.by_hand
+                    else asdict(cfg))
+        return (repr(settings), self.algo.by_hand, cfg.value_clip is None,
+                tuple(t.shape[1:] for t in self.tensors), self.size, len(self.perms),
+                self.algo.optim.flat.shape, str(self.algo.device))
 
     def alone(self) -> tuple[torch.Tensor, int]:
         """The minibatch steps of this seed by itself (PPO.update's own loop)."""
@@ -340,6 +395,10 @@ class _Minibatches(lanes.Work):
         grads = dict(zip(keys, optim.stacked_views(grad), strict=True))
         sums = torch.zeros(len(works), 5, dtype=dtype, device=device)
         steps = torch.zeros(len(works), dtype=torch.long, device=device)
+        cfgs = [w.algo.cfg for w in works]
+        coef = Coefficients.stacked(cfgs, sums)  # each run's own, a column each
+        max_norm = (None if all(c.max_grad_norm is None for c in cfgs) else sums.new_tensor(
+            [[math.inf if c.max_grad_norm is None else c.max_grad_norm] for c in cfgs]))
         for r in range(len(works[0].perms)):
             perm = torch.zeros(len(works), chunks * size, dtype=torch.long, device=device)
             weight = torch.zeros(len(works), chunks * size, dtype=dtype, device=device)
@@ -357,14 +416,14 @@ class _Minibatches(lanes.Work):
                         logp, entropy, v, backward = first.stacked_evaluate_kept(
                             params, grads, obs, act)
                         grad_logp, grad_entropy, grad_v, stats = first.clipped_gradients(
-                            logp, entropy, v, adv, ret, old_v, old_logp, wt)
+                            logp, entropy, v, adv, ret, old_v, old_logp, wt, coef)
                         backward(grad_logp, grad_entropy, grad_v)
                 else:
                     logp, entropy, v = first.stacked_evaluate(params, obs, act)
                     loss, stats = first.clipped_losses(logp, entropy, v, adv, ret, old_v,
                                                        old_logp, wt)
                     (grad,) = torch.autograd.grad(loss.sum(), optim.flat)
-                optim.step(grad, first.cfg.max_grad_norm, active)
+                optim.step(grad, max_norm, active)
                 sums += stats * active.unsqueeze(1)
                 steps += active
         optim.write_back()
@@ -380,6 +439,14 @@ def _mean(weight: torch.Tensor | None) -> Callable[[torch.Tensor], torch.Tensor]
     return lambda x: (x * weight).sum(-1) / count
 
 
+def _clamp(x: torch.Tensor, low: float | torch.Tensor, high: float | torch.Tensor
+           ) -> torch.Tensor:
+    """``x`` clamped to bounds that are numbers or columns (one per stacked run)."""
+    if isinstance(low, torch.Tensor) or isinstance(high, torch.Tensor):
+        return x.clamp(torch.as_tensor(low), torch.as_tensor(high))
+    return x.clamp(low, high)
+
+
 def _padded(tensors: Sequence[torch.Tensor], length: int) -> torch.Tensor:
     """Tensors of up to ``length`` rows stacked, each padded with zeros to ``length``."""
     out = tensors[0].new_zeros((len(tensors), length, *tensors[0].shape[1:]))
@@ -393,4 +460,5 @@ register(AlgoSpec(
     actions=(DISCRETE, MULTIDISCRETE, CONTINUOUS),
     console=(("pg_loss", "pg"), ("v_loss", "vf"), ("entropy", "ent"), ("approx_kl", "kl")),
     paper="Schulman et al. 2017, arXiv:1707.06347", masks=True, batched=True, compiles=True,
+    lane_fields=LANE_FIELDS,
 ))
