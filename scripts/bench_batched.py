@@ -25,6 +25,11 @@ that every seed does the same work: the fair comparison of launchers.
     .venv/bin/python scripts/bench_batched.py [--tasks ppo_cartpole,dqn_cartpole,sac_pendulum]
         [--launchers basic,joblib,batched,batched2] [--seeds 1,2,5,10,20] [--budget solve|fixed]
         [--epochs 3] [--repeats 1] [--n-jobs 2] [--out results.json] [--override device=cuda]
+        [--grid algo.lr=1e-4,3e-4,1e-3]
+
+``--grid KEY=V1,V2,...`` sweeps a setting too: each sweep is then k seeds times the values
+(PPO's lanes may differ in the settings of ``AlgoSpec.lane_fields``, such as its learning
+rate, so such a grid is one batch); the single run takes the first value.
 
 With ``--repeats`` above 1 the rounds are interleaved (every command once, then again), so that
 a slow spell hits every command, and the tables show medians. Run it on an idle machine: on a
@@ -108,19 +113,23 @@ def check_runs(summaries: list[Path], expected: int) -> list[dict[str, Any]]:
 
 
 def run_command(task: str, launcher: str | None, seeds: int, extra: list[str],
-                n_jobs: int, env: dict[str, str]) -> dict[str, Any]:
+                n_jobs: int, env: dict[str, str], grid: str | None = None) -> dict[str, Any]:
     """Runs one whole command in a fresh temporary directory and returns its record: wall
     seconds, the batched launcher's lines and the runs' epochs and env steps. ``launcher``
     None is the single run (not --multirun). Exits, with the command's output tail, if the
     command fails or its runs did not complete."""
     work = Path(tempfile.mkdtemp(prefix=f"bench_batched_{task}_"))
+    key, values = grid.split("=", 1) if grid else ("", "")
     if launcher is None:
-        argv = [str(BIN / "rltrain"), *TASKS[task], *extra, f"hydra.run.dir={work / 'run'}"]
+        first = [f"{key}={values.split(',')[0]}"] if grid else []
+        argv = [str(BIN / "rltrain"), *TASKS[task], *first, *extra,
+                f"hydra.run.dir={work / 'run'}"]
     else:
         seed_list = ",".join(str(s) for s in range(seeds))
         argv = [str(BIN / "rltrain"), "--multirun", *TASKS[task], f"seed={seed_list}",
-                *launcher_overrides(launcher, n_jobs), *extra,
+                *([grid] if grid else []), *launcher_overrides(launcher, n_jobs), *extra,
                 f"hydra.sweep.dir={work / 'sweep'}"]
+    jobs = seeds * len(values.split(",")) if grid and launcher is not None else seeds
     start = time.perf_counter()
     res = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True,
                          stdin=subprocess.DEVNULL)
@@ -129,7 +138,7 @@ def run_command(task: str, launcher: str | None, seeds: int, extra: list[str],
         if res.returncode != 0:
             raise RuntimeError(f"exit code {res.returncode}")
         pattern = "run/summary.json" if launcher is None else "sweep/*/summary.json"
-        summaries = check_runs(sorted(work.glob(pattern)), seeds)
+        summaries = check_runs(sorted(work.glob(pattern)), jobs)
     except (RuntimeError, ValueError, OSError) as exc:
         print(f"\nFAILED: {' '.join(argv)}\n  {exc}\n  (its directory is kept: {work})",
               file=sys.stderr)
@@ -231,7 +240,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="write the raw results here (JSON)")
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                         help="one more override for every command (repeatable), e.g. device=cuda")
+    parser.add_argument("--grid", metavar="KEY=V1,V2,...",
+                        help="sweep this setting too (k seeds times its values per sweep)")
     args = parser.parse_args()
+    if args.grid is not None and not re.fullmatch(r"[\w.]+=[^,=]+(,[^,=]+)*", args.grid):
+        parser.error(f"--grid takes KEY=V1,V2,... (e.g. algo.lr=1e-4,3e-4), got {args.grid!r}")
     tasks = [t for t in args.tasks.split(",") if t]
     launchers = [name for name in args.launchers.split(",") if name]
     seed_counts = [int(k) for k in args.seeds.split(",") if k]
@@ -253,20 +266,21 @@ def main() -> None:
             for launcher, k in jobs:
                 print(f"[{repeat + 1}/{args.repeats}] {task} {launcher or 'single'} "
                       f"{k} seed(s) ...", end=" ", flush=True)
-                record = run_command(task, launcher, k, extra, args.n_jobs, env)
+                record = run_command(task, launcher, k, extra, args.n_jobs, env, args.grid)
                 record["repeat"] = repeat
                 records.append(record)
                 print(f"{record['wall']:.2f} s", flush=True)
     budget = "solve (shipped settings, early stopping)" if args.budget == "solve" else (
         f"fixed ({' '.join(extra)})")
     runs = f"medians of {args.repeats} runs" if args.repeats > 1 else "one run each"
-    print(f"\nwhole-command wall seconds, {runs}; "
+    grid = "" if args.grid is None else f"each seed count times {args.grid}; "
+    print(f"\nwhole-command wall seconds, {runs}; {grid}"
           f"budget {budget}; joblib n_jobs={args.n_jobs}; "
           f"OMP_NUM_THREADS={env.get('OMP_NUM_THREADS', 'unset')}; {os.cpu_count()} CPUs")
     for task in tasks:
         print_task(records, task, launchers, seed_counts)
     if args.out is not None:
-        meta = {"argv": sys.argv, "budget": args.budget, "epochs": args.epochs,
+        meta = {"argv": sys.argv, "budget": args.budget, "epochs": args.epochs, "grid": args.grid,
                 "repeats": args.repeats, "n_jobs": args.n_jobs, "cpus": os.cpu_count(),
                 "python": platform.python_version(), "platform": platform.platform(),
                 "omp_num_threads": env.get("OMP_NUM_THREADS")}
