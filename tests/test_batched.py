@@ -4,6 +4,7 @@ up to the order of floating-point sums: in float64 its records agree to 1e-9."""
 
 from __future__ import annotations
 
+import csv
 import math
 import random
 import re
@@ -327,8 +328,40 @@ def test_a_sweep_over_ppos_settings_stacks_and_equals_the_basic_launchers_in_flo
     res = cli("--multirun", *SMOKE, "seed=0", "algo.hidden_sizes=[32],[16]", BATCHED,
               f"hydra.sweep.dir={tmp_path / 'shapes'}")
     assert res.returncode == 0, res.stderr
-    assert res.stdout.count("runs alone: no other job differs from it only in seed, "
-                            "algo.lr, algo.lr_annealing, algo.gamma") == 2, res.stdout
+    for num, other in ((0, 1), (1, 0)):
+        assert (f"rltrain: job {num} runs alone: it differs from job {other} in "
+                "algo.hidden_sizes (the lanes of a batch may differ only in seed, algo.lr, "
+                "algo.lr_annealing, algo.gamma, algo.gae_lambda, algo.clip_ratio, "
+                "algo.value_clip, algo.ent_coef, algo.vf_coef, algo.max_grad_norm, "
+                "algo.init_log_std)") in res.stdout, res.stdout
+
+
+def test_optuna_trials_asked_together_stack_and_equal_the_basic_launchers(cli, tmp_path):
+    """Optuna's trials that the sweeper asks for together (``hydra.sweeper.n_jobs``) and that
+    differ only in lane settings are lanes of one batch; each trial's records and score equal
+    the same study's under the basic launcher (float64, to 1e-9)."""
+    args = ["--multirun", "hydra/sweeper=optuna", *SMOKE, "precision=float64",
+            "trainer.max_epochs=2", "algo.lr=tag(log, interval(1e-4, 1e-2))",
+            "algo.ent_coef=interval(0, 0.02)", "hydra.sweeper.n_trials=4",
+            "hydra.sweeper.n_jobs=2"]
+    basic, batched = tmp_path / "basic", tmp_path / "batched"
+    res = cli(*args, f"hydra.sweep.dir={basic}")
+    assert res.returncode == 0, res.stderr
+    res = cli(*args, BATCHED, "hydra.launcher.n_jobs=1", f"hydra.sweep.dir={batched}")
+    assert res.returncode == 0, res.stderr
+    for jobs in ("0, 1", "2, 3"):
+        assert f"rltrain: jobs {jobs} run as 1 batch(es) of lanes (in this process)" in \
+            res.stdout, res.stdout
+    for num in range(4):
+        a, b = job_dir(batched, num), job_dir(basic, num)
+        assert a.name == b.name  # the same parameters asked of the same study
+        assert _records_close(a, b, tol=1e-9) < 1e-9
+    rows = [list(csv.DictReader((d / "trials.csv").open())) for d in (basic, batched)]
+    assert len(rows[0]) == len(rows[1]) == 4
+    for x, y in zip(*rows, strict=True):
+        assert (x["state"], x["algo.lr"], x["algo.ent_coef"]) == \
+            (y["state"], y["algo.lr"], y["algo.ent_coef"])
+        assert abs(float(x["value"]) - float(y["value"])) <= 1e-9 * max(1.0, abs(float(x["value"])))
 
 
 #: runs a sweep under the batched launcher, and before its jobs run compares each job's
@@ -442,7 +475,7 @@ def test_jobs_that_cannot_be_lanes_run_alone_and_say_why(cli, tmp_path):
         assert (job_dir(sweep, num) / "final").is_dir()
     res = cli("--multirun", *SMOKE, "seed=5", BATCHED, f"hydra.sweep.dir={tmp_path / 'one'}")
     assert res.returncode == 0, res.stderr
-    assert "runs alone: no other job differs from it only in seed" in res.stdout
+    assert "rltrain: job 0 runs alone: no other job of the sweep runs algo=ppo" in res.stdout
 
 
 @pytest.mark.parametrize("n_jobs", [1, 2])

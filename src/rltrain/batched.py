@@ -102,31 +102,63 @@ class _Console(lanes.Swap):
         sys.stdout, sys.stderr = state
 
 
-def group_key(cfg: DictConfig) -> str:
-    """Jobs with equal keys can be lanes of one batch: their configs differ only in seed and
-    in the algorithm's lane settings (``AlgoSpec.lane_fields``: e.g. PPO's learning rate)."""
+def lane_view(cfg: DictConfig) -> dict[str, Any]:
+    """A job's config as dotted keys and values, but for what the lanes of one batch may
+    differ in: its seed, its Optuna trial's number (``tune.trial``) and its algorithm's lane
+    settings (``AlgoSpec.lane_fields``: e.g. PPO's learning rate). Jobs with equal views can
+    be lanes of one batch."""
     plain = OmegaConf.to_container(cfg, resolve=False)
     assert isinstance(plain, dict)
     plain.pop("hydra", None)
     plain.pop("seed", None)
+    if isinstance(plain.get("tune"), dict):
+        plain["tune"].pop("trial", None)
     spec = ALGORITHMS.get(str(OmegaConf.select(cfg, "algo.name", default="")))
     if spec is not None and spec.batched and isinstance(cfg.get("algo"), DictConfig):
         algo = OmegaConf.to_container(cfg.algo, resolve=True)
         assert isinstance(algo, dict)
         plain["algo"] = lane_settings({str(k): v for k, v in algo.items()}, spec.lane_fields)
-    return repr(plain)
+    return _dotted(plain)
 
 
-def why_alone(cfg: DictConfig, group_size: int) -> str | None:
-    """Why a job runs as an ordinary job (None: it is a lane of a batch)."""
+def _dotted(tree: dict[Any, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            out.update(_dotted(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def group_key(view: dict[str, Any]) -> str:
+    """Jobs with equal keys can be lanes of one batch (``view``: :func:`lane_view`)."""
+    return repr(sorted(view.items(), key=lambda item: item[0]))
+
+
+def why_alone(cfg: DictConfig, group_size: int,
+              others: Sequence[tuple[int, dict[str, Any]]] = ()) -> str | None:
+    """Why a job runs as an ordinary job (None: it is a lane of a batch); ``others``: the
+    number and :func:`lane_view` of each job of the sweep in another group, to name what
+    parts this one from the nearest of them."""
     name = str(OmegaConf.select(cfg, "algo.name", default=""))
     spec = ALGORITHMS.get(name)
     if spec is None or not spec.batched:
         batched = ", ".join(sorted(n for n, s in ALGORITHMS.items() if s.batched))
         return f"algo={name} has no batched update yet (batched: {batched})"
-    if group_size == 1:
-        return f"no other job differs from it only in {lane_differences(spec)}"
-    return None
+    if group_size > 1:
+        return None
+    same_algo = [(num, view) for num, view in others if view.get("algo.name") == name]
+    if not same_algo:
+        return f"no other job of the sweep runs algo={name}"
+    mine = lane_view(cfg)
+    nearest, keys = -1, list[str]()
+    for num, theirs in same_algo:
+        differ = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
+        if nearest < 0 or len(differ) < len(keys):
+            nearest, keys = num, differ
+    return (f"it differs from job {nearest} in {', '.join(keys)} (the lanes of a batch "
+            f"may differ only in {lane_differences(spec)})")
 
 
 def lane_differences(spec: AlgoSpec) -> str:
@@ -149,14 +181,17 @@ def launch(launcher: Any, job_overrides: Sequence[Sequence[str]],
     n_jobs = worker_count(int(launcher.n_jobs))
     jobs = compose_jobs(context, config, [(initial_job_idx + i, list(overrides))
                                           for i, overrides in enumerate(job_overrides)])
+    views = {job.num: lane_view(job.cfg) for job in jobs}
     groups: dict[str, list[_Job]] = {}
     for job in jobs:
-        groups.setdefault(group_key(job.cfg), []).append(job)
+        groups.setdefault(group_key(views[job.num]), []).append(job)
     quiet = bool(OmegaConf.select(config, "logger.quiet", default=False))
     units: list[list[_Job]] = []
     fork = n_jobs > 1 and forkable()
     for group in groups.values():
-        alone = why_alone(group[0].cfg, len(group))
+        inside = {job.num for job in group}
+        others = [(num, view) for num, view in views.items() if num not in inside]
+        alone = why_alone(group[0].cfg, len(group), others)
         if alone is not None:
             for job in group:
                 print(f"rltrain: job {job.num} runs alone: {alone}", flush=True)
