@@ -186,18 +186,20 @@ def _ppo(env_id: str, seed: int, **cfg) -> PPO:
     return algo
 
 
-def _work(algo: PPO, n: int, g: torch.Generator) -> _Minibatches:
+def _work(algo: PPO, n: int, g: torch.Generator, passes: int = 3) -> _Minibatches:
     obs_dim = algo.info.obs_shape[0]
     act = (torch.randint(0, algo.info.num_actions, (n,), generator=g) if algo.discrete
            else torch.randn(n, *algo.info.action_shape, generator=g))
     tensors = (torch.randn(n, obs_dim, generator=g), act, torch.randn(n, generator=g),
                torch.randn(n, generator=g), torch.randn(n, generator=g),
                -torch.rand(n, generator=g))
-    return _Minibatches(algo, tensors, [torch.randperm(n, generator=g) for _ in range(3)], 64)
+    return _Minibatches(algo, tensors, [torch.randperm(n, generator=g) for _ in range(passes)],
+                        64)
 
 
 #: one config per seed: the same settings, or (by hand) each seed's own loss coefficients,
-#: value clip and gradient clipping (one with none, one with no entropy bonus)
+#: value clip and gradient clipping (one with none, one with no entropy bonus), and number
+#: of passes
 _SAME = [{"normalize_advantage": True, "value_clip": 0.2, "max_grad_norm": 0.5,
           "ent_coef": 0.01}] * 3
 _OWN = [{"normalize_advantage": True, "value_clip": 0.2, "max_grad_norm": 0.5,
@@ -216,7 +218,8 @@ def test_ppos_stacked_minibatch_steps_equal_each_seeds_own_in_float64(env_id, by
     without a last minibatch), advantage normalisation, value clipping, an entropy bonus and
     gradient clipping: each seed's parameters, Adam state and stats equal its own loop's to
     1e-12, with the stacked gradient written by hand (the default) or taken by autograd; by
-    hand, also when each seed has its own settings (a sweep over them)."""
+    hand, also when each seed has its own settings and number of passes (a sweep over
+    them)."""
     torch.set_default_dtype(torch.float64)
     try:
         stacked = [_ppo(env_id, s, **cfg) for s, cfg in enumerate(cfgs)]
@@ -224,13 +227,15 @@ def test_ppos_stacked_minibatch_steps_equal_each_seeds_own_in_float64(env_id, by
             algo.by_hand = by_hand
         alone = [_ppo(env_id, s, **cfg) for s, cfg in enumerate(cfgs)]
         g = torch.Generator().manual_seed(0)
-        works = [_work(a, n, g) for a, n in zip(stacked, (250, 256, 130), strict=True)]
+        passes = (3, 3, 3) if cfgs is _SAME else (3, 1, 2)
+        works = [_work(a, n, g, p)
+                 for a, n, p in zip(stacked, (250, 256, 130), passes, strict=True)]
         assert len({w.batch_key() for w in works}) == 1
         results = _Minibatches.run_batch(works)
         for work, twin, (sums, steps) in zip(works, alone, results, strict=True):
             twin_work = _Minibatches(twin, work.tensors, work.perms, work.size)
             twin_sums, twin_steps = twin_work.alone()
-            assert steps == twin_steps == 3 * math.ceil(len(work.tensors[0]) / 64)
+            assert steps == twin_steps == len(work.perms) * math.ceil(len(work.tensors[0]) / 64)
             assert work.algo.optim.steps == twin.optim.steps == steps
             assert torch.allclose(sums, twin_sums, rtol=0, atol=1e-12)
             for name in ("flat", "exp_avg", "exp_avg_sq"):
@@ -304,11 +309,12 @@ def test_a_batched_sweep_equals_its_seeds_run_by_the_basic_launcher_in_float64(c
 
 def test_a_sweep_over_ppos_settings_stacks_and_equals_the_basic_launchers_in_float64(
         cli, tmp_path):
-    """Jobs that differ in settings PPO takes per lane (learning rate, entropy bonus, clip
-    ratio) are lanes of one batch, and each equals its job under the basic launcher; jobs
+    """Jobs that differ in settings PPO takes per lane (learning rate, number of passes) are
+    lanes of one batch, and each equals its job under the basic launcher; jobs
     that differ in the network's shape are not."""
     args = ["--multirun", *SMOKE, "seed=3", "precision=float64", "trainer.max_epochs=2",
-            "algo.lr=1e-3,3e-4", "algo.ent_coef=0.0,0.01", "algo.clip_ratio=0.1"]
+            "algo.lr=1e-3,3e-4", "trainer.update_step_num_repetitions=2,4",
+            "algo.ent_coef=0.01", "algo.clip_ratio=0.1"]
     basic, batched = tmp_path / "basic", tmp_path / "batched"
     res = cli(*args, f"hydra.sweep.dir={basic}")
     assert res.returncode == 0, res.stderr
@@ -321,9 +327,10 @@ def test_a_sweep_over_ppos_settings_stacks_and_equals_the_basic_launchers_in_flo
     assert ran is not None and int(ran.group(1)) == 4 * int(ran.group(2)) > 0, res.stdout
     for num in range(4):
         assert _records_close(job_dir(batched, num), job_dir(basic, num), tol=1e-9) < 1e-9
-    first = read_jsonl(job_dir(batched, 0) / "epochs.jsonl")[-1]["update"]
-    second = read_jsonl(job_dir(batched, 2) / "epochs.jsonl")[-1]["update"]
-    assert first["lr"] != second["lr"]  # the lanes' own learning rates
+    first = read_jsonl(job_dir(batched, 0) / "epochs.jsonl")[-1]
+    other = read_jsonl(job_dir(batched, 3) / "epochs.jsonl")[-1]
+    assert first["update"]["lr"] != other["update"]["lr"]  # the lanes' own learning rates
+    assert 2 * first["gradient_step"] == other["gradient_step"]  # and their own passes
 
     res = cli("--multirun", *SMOKE, "seed=0", "algo.hidden_sizes=[32],[16]", BATCHED,
               f"hydra.sweep.dir={tmp_path / 'shapes'}")
@@ -333,7 +340,8 @@ def test_a_sweep_over_ppos_settings_stacks_and_equals_the_basic_launchers_in_flo
                 "algo.hidden_sizes (the lanes of a batch may differ only in seed, algo.lr, "
                 "algo.lr_annealing, algo.gamma, algo.gae_lambda, algo.clip_ratio, "
                 "algo.value_clip, algo.ent_coef, algo.vf_coef, algo.max_grad_norm, "
-                "algo.init_log_std)") in res.stdout, res.stdout
+                "algo.init_log_std, trainer.update_step_num_repetitions)") in res.stdout, \
+            res.stdout
 
 
 def test_optuna_trials_asked_together_stack_and_equal_the_basic_launchers(cli, tmp_path):

@@ -12,8 +12,8 @@ thread of its own, taking turns, and the updates of an algorithm registered with
 
 * Jobs group when their configs are equal but for ``seed`` and the settings the algorithm
   takes per lane (``AlgoSpec.lane_fields``; PPO: its learning rate and schedule, discount,
-  GAE lambda, clip ratio, value clip, loss coefficients, gradient clipping and initial
-  log-std), so a sweep over those stacks as a sweep over seeds does. A job alone in its
+  GAE lambda, clip ratio, value clip, loss coefficients, gradient clipping, initial log-std
+  and number of passes), so a sweep over those stacks as a sweep over seeds does. A job alone in its
   group, or one whose algorithm has no batched update, runs as an ordinary job, and a line
   says why.
 * A job that stops early (its seed solved the task) leaves its lane; the others go on in a
@@ -58,7 +58,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from rltrain import lanes, signals
 from rltrain.algorithms import ALGORITHMS
-from rltrain.algorithms.registry import AlgoSpec, lane_settings
+from rltrain.algorithms.registry import AlgoSpec
 from rltrain.sweep import _Prefixed, lanes_in_worker
 
 
@@ -110,15 +110,10 @@ def lane_view(cfg: DictConfig) -> dict[str, Any]:
     plain = OmegaConf.to_container(cfg, resolve=False)
     assert isinstance(plain, dict)
     plain.pop("hydra", None)
-    plain.pop("seed", None)
-    if isinstance(plain.get("tune"), dict):
-        plain["tune"].pop("trial", None)
     spec = ALGORITHMS.get(str(OmegaConf.select(cfg, "algo.name", default="")))
-    if spec is not None and spec.batched and isinstance(cfg.get("algo"), DictConfig):
-        algo = OmegaConf.to_container(cfg.algo, resolve=True)
-        assert isinstance(algo, dict)
-        plain["algo"] = lane_settings({str(k): v for k, v in algo.items()}, spec.lane_fields)
-    return _dotted(plain)
+    free = {"seed", "tune.trial", *(spec.lane_fields if spec is not None and spec.batched
+                                    else ())}
+    return {k: v for k, v in _dotted(plain).items() if k not in free}
 
 
 def _dotted(tree: dict[Any, Any], prefix: str = "") -> dict[str, Any]:
@@ -163,7 +158,7 @@ def why_alone(cfg: DictConfig, group_size: int,
 
 def lane_differences(spec: AlgoSpec) -> str:
     """What the lanes of one batch of ``spec``'s jobs may differ in, for a line."""
-    return ", ".join(["seed", *(f"algo.{f}" for f in spec.lane_fields)])
+    return ", ".join(["seed", *spec.lane_fields])
 
 
 def launch(launcher: Any, job_overrides: Sequence[Sequence[str]],

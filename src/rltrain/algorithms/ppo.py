@@ -67,10 +67,12 @@ class PPOStats:
 
 #: the settings each lane of a batch of PPO runs takes as its own (``hydra/launcher=batched``):
 #: they act before the stacked minibatch steps (the learning rate's schedule, the discount,
-#: GAE) or enter them as one column per lane (:class:`Coefficients`, the gradient clipping of
-#: :meth:`StackedAdam.step`, each lane's learning rate), or only set the initial parameters
-LANE_FIELDS = ("lr", "lr_annealing", "gamma", "gae_lambda", "clip_ratio", "value_clip",
-               "ent_coef", "vf_coef", "max_grad_norm", "init_log_std")
+#: GAE), enter them as one column per lane (:class:`Coefficients`, the gradient clipping of
+#: :meth:`StackedAdam.step`, each lane's learning rate) or as each lane's own number of
+#: passes (a lane with fewer sits out the last ones), or only set the initial parameters
+LANE_FIELDS = tuple(f"algo.{name}" for name in (
+    "lr", "lr_annealing", "gamma", "gae_lambda", "clip_ratio", "value_clip", "ent_coef",
+    "vf_coef", "max_grad_norm", "init_log_std")) + ("trainer.update_step_num_repetitions",)
 
 
 @dataclass(frozen=True)
@@ -356,7 +358,7 @@ class _Minibatches(lanes.Work):
         settings = (lane_settings(asdict(cfg), LANE_FIELDS) if self.algo.by_hand
                     else asdict(cfg))
         return (repr(settings), self.algo.by_hand, cfg.value_clip is None,
-                tuple(t.shape[1:] for t in self.tensors), self.size, len(self.perms),
+                tuple(t.shape[1:] for t in self.tensors), self.size,
                 self.algo.optim.flat.shape, str(self.algo.device))
 
     def alone(self) -> tuple[torch.Tensor, int]:
@@ -399,12 +401,13 @@ class _Minibatches(lanes.Work):
         coef = Coefficients.stacked(cfgs, sums)  # each run's own, a column each
         max_norm = (None if all(c.max_grad_norm is None for c in cfgs) else sums.new_tensor(
             [[math.inf if c.max_grad_norm is None else c.max_grad_norm] for c in cfgs]))
-        for r in range(len(works[0].perms)):
+        for r in range(max(len(w.perms) for w in works)):
             perm = torch.zeros(len(works), chunks * size, dtype=torch.long, device=device)
             weight = torch.zeros(len(works), chunks * size, dtype=dtype, device=device)
             for i, w in enumerate(works):
-                perm[i, : lengths[i]] = w.perms[r]
-                weight[i, : lengths[i]] = 1.0
+                if r < len(w.perms):  # a seed with fewer passes sits out the last ones
+                    perm[i, : lengths[i]] = w.perms[r]
+                    weight[i, : lengths[i]] = 1.0
             for c in range(chunks):
                 part = slice(c * size, (c + 1) * size)
                 idx, wt = perm[:, part], weight[:, part]

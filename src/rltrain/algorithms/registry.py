@@ -63,9 +63,9 @@ class AlgoSpec:
     #: its updates can run stacked with other seeds' in one process (``hydra/launcher=batched``,
     #: rltrain.lanes); the others run there too, each updating alone
     batched: bool = False
-    #: with ``batched``: the ``algo`` settings that may differ between the lanes of one batch
-    #: (a sweep over them stacks as a sweep over seeds does), because each lane's share of
-    #: the stacked update uses its own value (:func:`lane_settings`)
+    #: with ``batched``: the settings (dotted keys of the run config, e.g. ``algo.lr``) that
+    #: may differ between the lanes of one batch (a sweep over them stacks as a sweep over
+    #: seeds does), because each lane's share of the stacked update uses its own value
     lane_fields: tuple[str, ...] = ()
     #: ``algo.compile=true`` compiles its update's losses (:func:`rltrain.algorithms.base.compiled`)
     compiles: bool = False
@@ -75,9 +75,10 @@ ALGORITHMS: dict[str, AlgoSpec] = {}
 
 
 def lane_settings(algo: dict[str, Any], fields: tuple[str, ...]) -> dict[str, Any]:
-    """An algorithm's settings (a plain dict) but ``fields``: those that must be equal for
-    runs to be lanes of one batch."""
-    return {k: v for k, v in algo.items() if k not in fields}
+    """An algorithm's settings (a plain dict of ``algo``) but those of ``fields`` (dotted
+    keys, as ``AlgoSpec.lane_fields``): the ones that must be equal for runs to be lanes of
+    one batch."""
+    return {k: v for k, v in algo.items() if f"algo.{k}" not in fields}
 
 
 def register(spec: AlgoSpec) -> AlgoSpec:
