@@ -1,6 +1,6 @@
 """``hydra/launcher=batched``: a sweep's jobs that differ only in their seed (or in settings the
-algorithm takes per lane, such as PPO's learning rate) train side by side
-in one process, their updates stacked into one computation (:mod:`rltrain.lanes`).
+algorithm takes per lane, such as PPO's learning rate) train side by side in one process,
+their updates stacked into one computation (:mod:`rltrain.lanes`).
 
 ``rltrain --multirun seed=0,1,2,3,4,5,6,7,8,9 hydra/launcher=batched`` composes each job as
 Hydra's basic launcher does and runs it with Hydra's own ``run_job``, so each job's run
@@ -10,12 +10,13 @@ read them unchanged. What differs is that the jobs of one group run as lanes, ea
 thread of its own, taking turns, and the updates of an algorithm registered with
 ``batched=True`` (PPO) run as one batch over stacked parameters.
 
-* Jobs group when their configs are equal but for ``seed`` and the settings the algorithm
-  takes per lane (``AlgoSpec.lane_fields``; PPO: its learning rate and schedule, discount,
-  GAE lambda, clip ratio, value clip, loss coefficients, gradient clipping, initial log-std
-  and number of passes), so a sweep over those stacks as a sweep over seeds does. A job alone in its
-  group, or one whose algorithm has no batched update, runs as an ordinary job, and a line
-  says why.
+* Jobs group when their configs are equal but for ``seed``, the Optuna trial's number and
+  the settings the algorithm takes per lane (``AlgoSpec.lane_fields``; PPO: its learning
+  rate and schedule, discount, GAE lambda, clip ratio, value clip, loss coefficients,
+  gradient clipping, initial log-std and number of passes), so a sweep over those stacks as
+  a sweep over seeds does. A job alone in its group, or one whose algorithm has no batched
+  update, runs as an ordinary job, and a line says why (what parts it from the nearest other
+  job).
 * A job that stops early (its seed solved the task) leaves its lane; the others go on in a
   smaller batch.
 * SIGINT/SIGTERM: every lane finishes its step, checkpoints and stops, as a run alone does;
