@@ -249,6 +249,15 @@ def test_ppos_stacked_minibatch_steps_equal_each_seeds_own_in_float64(env_id, by
         torch.set_default_dtype(torch.float32)
 
 
+def test_lanes_with_and_without_value_clipping_stack_in_separate_batches():
+    g = torch.Generator().manual_seed(0)
+    clipped, other_clip, plain = (_work(_ppo("CartPole-v1", s, value_clip=c), 64, g)
+                                  for s, c in ((0, 0.2), (1, 0.5), (2, None)))
+    assert clipped.batch_key() == other_clip.batch_key() != plain.batch_key()
+    shape = _work(_ppo("CartPole-v1", 3, value_clip=0.2, hidden_sizes=[32]), 64, g)
+    assert shape.batch_key() != clipped.batch_key()
+
+
 def test_ppo_on_images_or_with_a_shared_encoder_updates_alone():
     assert _ppo("CartPole-v1", 0).batchable()
     assert not _ppo("CartPole-v1", 0, share_encoder=True).batchable()
