@@ -132,12 +132,12 @@ def group_key(view: dict[str, Any]) -> str:
     return repr(sorted(view.items(), key=lambda item: item[0]))
 
 
-def why_alone(cfg: DictConfig, group_size: int,
+def why_alone(view: dict[str, Any], group_size: int,
               others: Sequence[tuple[int, dict[str, Any]]] = ()) -> str | None:
-    """Why a job runs as an ordinary job (None: it is a lane of a batch); ``others``: the
-    number and :func:`lane_view` of each job of the sweep in another group, to name what
-    parts this one from the nearest of them."""
-    name = str(OmegaConf.select(cfg, "algo.name", default=""))
+    """Why a job runs as an ordinary job (None: it is a lane of a batch), from its
+    :func:`lane_view`; ``others``: the number and view of each job of the sweep in another
+    group, to name what parts this one from the nearest of them."""
+    name = str(view.get("algo.name", ""))
     spec = ALGORITHMS.get(name)
     if spec is None or not spec.batched:
         batched = ", ".join(sorted(n for n, s in ALGORITHMS.items() if s.batched))
@@ -147,10 +147,9 @@ def why_alone(cfg: DictConfig, group_size: int,
     same_algo = [(num, view) for num, view in others if view.get("algo.name") == name]
     if not same_algo:
         return f"no other job of the sweep runs algo={name}"
-    mine = lane_view(cfg)
     nearest, keys = -1, list[str]()
     for num, theirs in same_algo:
-        differ = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
+        differ = sorted(k for k in view.keys() | theirs.keys() if view.get(k) != theirs.get(k))
         if nearest < 0 or len(differ) < len(keys):
             nearest, keys = num, differ
     return (f"it differs from job {nearest} in {', '.join(keys)} (the lanes of a batch "
@@ -187,7 +186,7 @@ def launch(launcher: Any, job_overrides: Sequence[Sequence[str]],
     for group in groups.values():
         inside = {job.num for job in group}
         others = [(num, view) for num, view in views.items() if num not in inside]
-        alone = why_alone(group[0].cfg, len(group), others)
+        alone = why_alone(views[group[0].num], len(group), others)
         if alone is not None:
             for job in group:
                 print(f"rltrain: job {job.num} runs alone: {alone}", flush=True)
