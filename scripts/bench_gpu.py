@@ -7,13 +7,16 @@ Sections, each in its own fresh process, in this order (``--sections`` picks som
 
 - ``sac_update``: SAC's gradient step on HalfCheetah-v5 with its tuned settings (256x256
   networks, batch 256), sampling from a buffer of 5,000 random transitions included:
-  gradient steps per second, eager and compiled, on ``--device`` and on the CPU; the first
-  50 steps (the compile, for the compiled path) are timed apart; then the update alone,
-  repeated on one sampled batch (its copies to the device still included), and the host-side
-  sampling alone (indices and gather), to show which of the two bounds the step.
+  gradient steps per second, eager and compiled, on ``--device`` and on the CPU; on the
+  device each with the batches copied through page-locked memory without waiting (the
+  default for compiled losses) and from pageable memory (eager's default); the first 50 steps (the
+  compile, for the compiled path) are timed apart; then the update alone, repeated on one
+  sampled batch (its copies to the device still included), and the host-side sampling alone
+  (indices and gather), to show which of the two bounds the step.
 - ``ppo_atari``: PPO on ``ALE/Pong-v5``, tuned (8 async envs, the Nature CNN), the whole CLI:
   env steps per second of training (collection and update, from ``epochs.jsonl``) in the
-  second epoch, after any compile; the device eager and compiled.
+  second epoch, after any compile; the device eager and compiled, and the machine's CPU with
+  all its cores as torch threads (epochs of 4,096 env steps instead of 16,384).
 - ``ppo_mlp``: the same for PPO on HalfCheetah-v5, tuned (one env, 2,048-step rollouts, 10
   passes of minibatch 64), and on the CPU too.
 - ``tests``: the suite's tests that need a CUDA device.
@@ -21,10 +24,11 @@ Sections, each in its own fresh process, in this order (``--sections`` picks som
   per second in the second epoch, eager and compiled on the device (the acting step reads
   each action back to the CPU; the update's stats stay on the device).
 - ``batched``: ``scripts/bench_batched.py`` on the device (``--override device=...``, fixed
-  budget of 3 epochs): PPO CartPole (the batched launcher stacks PPO's updates), one seed
-  alone, 1, 5 and 20 seeds batched, 5 seeds under the basic launcher. (With PPO Pendulum as
-  well it did not finish within 240 s on an H200.)
-- ``td3_update``: as ``sac_update``, for TD3 (its tuned HalfCheetah settings).
+  budget of 2 epochs): PPO CartPole (the batched launcher stacks PPO's updates), one seed
+  alone, 1 and 10 seeds batched, 2 seeds under the basic launcher. (With 1, 5 and 20 seeds
+  of 3 epochs, and PPO Pendulum as well, it did not finish within 240 s on an H200.)
+- ``td3_update``, ``ddpg_update``: as ``sac_update``, for TD3 (its tuned HalfCheetah
+  settings) and DDPG (its defaults), page-locked copies only.
 
 Each section has a time limit; ``--deadline`` seconds after the start no new section begins,
 so the command fits a lease. Results print as they come and go to ``--out`` (JSON lines).
@@ -50,12 +54,15 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-SECTIONS = ("sac_update", "ppo_atari", "ppo_mlp", "tests", "sac_loop", "batched", "td3_update")
+SECTIONS = ("sac_update", "ppo_atari", "ppo_mlp", "tests", "sac_loop", "batched", "td3_update",
+            "ddpg_update")
 
 
-def update_worker(algo_name: str, device: str, compile_: bool, steps: int) -> dict[str, Any]:
-    """In this process: SAC's (or TD3's) update on HalfCheetah, timed (see the module's
-    docstring)."""
+def update_worker(algo_name: str, device: str, compile_: bool, steps: int, pinned: bool
+                  ) -> dict[str, Any]:
+    """In this process: SAC's (TD3's, DDPG's) update on HalfCheetah, timed (see the module's
+    docstring); ``pinned`` False copies each batch to the device from pageable memory, as
+    before page-locked copies were the default."""
     import torch
 
     sys.path.insert(0, str(ROOT / "scripts"))
@@ -66,6 +73,8 @@ def update_worker(algo_name: str, device: str, compile_: bool, steps: int) -> di
                f"algo.compile={str(compile_).lower()}"])
     b.train_collector.collect(b.trainer.random_policy, n_steps=5000)
     sampler, algo, size = b.trainer.sampler, b.algorithm, b.s.trainer.batch_size
+    if device.startswith("cuda"):
+        algo.pinned_copies = pinned
 
     def sync() -> None:
         if device.startswith("cuda"):
@@ -95,6 +104,7 @@ def update_worker(algo_name: str, device: str, compile_: bool, steps: int) -> di
     seconds = timed(steps, 50)
     alone = timed(steps, 50 + steps, fixed=sample())
     return {"algo": algo_name, "device": device, "compile": compile_,
+            "pinned": algo.pinned_copies,
             "threads": torch.get_num_threads(),
             "first_50_s": first, "steps": steps, "gradient_steps_per_s": steps / seconds,
             "update_alone_per_s": steps / alone, "sampling_alone_per_s": steps / sampling(steps)}
@@ -139,14 +149,18 @@ def variants(device: str, skip_cpu: bool) -> list[tuple[str, list[str]]]:
 
 def section(name: str, args: argparse.Namespace, emit) -> None:
     quick, device = args.quick, args.device
-    if name in ("sac_update", "td3_update"):
+    if name in ("sac_update", "td3_update", "ddpg_update"):
         steps = 100 if quick else 2000
-        runs = [] if args.skip_cpu else [("cpu", False)]
-        runs += ([(device, False)] if device != "cpu" else []) + [(device, True)]
-        for dev, comp in runs:
+        runs = [] if args.skip_cpu else [("cpu", False, True)]
+        if device != "cpu":  # eager and compiled, each with page-locked and pageable copies
+            runs += [(device, comp, pin) for comp in (False, True)
+                     for pin in ((True, False) if name == "sac_update" else (True,))]
+        else:
+            runs += [(device, True, True)]
+        for dev, comp, pin in runs:
             res = subprocess.run([sys.executable, __file__, "--worker", name.split("_")[0],
                                   "--device", dev, "--compile", str(int(comp)),
-                                  "--steps", str(steps)],
+                                  "--pinned", str(int(pin)), "--steps", str(steps)],
                                  capture_output=True, text=True, timeout=200)
             if res.returncode != 0:
                 emit({"section": name, "device": dev, "compile": comp,
@@ -167,19 +181,26 @@ def section(name: str, args: argparse.Namespace, emit) -> None:
                     f"trainer.epoch_num_steps={300 if quick else 2000}",
                     "trainer.test_step_num_episodes=1", "env.num_test_envs=1"]
         for label, extra in variants(device, args.skip_cpu):
-            if name != "ppo_mlp" and label == "cpu eager" and device != "cpu":
-                continue  # the CPU's figures for these are in sac_update and docs/images.md
+            if name == "sac_loop" and label == "cpu eager" and device != "cpu":
+                continue  # the CPU's figures for SAC are in sac_update
+            overrides = base + extra
+            if name == "ppo_atari" and label == "cpu eager":
+                # all the machine's cores for torch, and a quarter of the epoch (the rate is
+                # per step; the CPU's update is slow)
+                overrides = [o if not o.startswith("trainer.epoch_num_steps=") else
+                             f"trainer.epoch_num_steps={1024 if quick else 4096}"
+                             for o in overrides] + [f"torch_threads={os.cpu_count()}"]
             try:
-                emit({"section": name, "variant": label, **cli_rate(base + extra, 200)})
+                emit({"section": name, "variant": label, **cli_rate(overrides, 200)})
             except (RuntimeError, subprocess.TimeoutExpired) as exc:
                 emit({"section": name, "variant": label, "error": str(exc)[-3000:]})
     elif name == "batched":
         # the basic launcher runs its seeds one after another: 5 of them say what 20 would
         common = [sys.executable, str(ROOT / "scripts" / "bench_batched.py"),
-                  "--tasks", "ppo_cartpole", "--budget", "fixed", "--epochs", "3",
+                  "--tasks", "ppo_cartpole", "--budget", "fixed", "--epochs", "2",
                   "--override", f"device={device}"]
-        for launcher, seeds in (("batched", "1,2" if quick else "1,5,20"),
-                                ("basic", "2" if quick else "5")):
+        for launcher, seeds in (("batched", "1,2" if quick else "1,10"),
+                                ("basic", "1" if quick else "2")):
             # its lines pass straight through, so that a lease that ends mid-table keeps them
             res = subprocess.run([*common, "--launchers", launcher, "--seeds", seeds],
                                  timeout=400)
@@ -187,7 +208,7 @@ def section(name: str, args: argparse.Namespace, emit) -> None:
     elif name == "tests":
         res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                               "-n", "0", "-k", "cuda", "tests/test_settings.py",
-                              "tests/test_image_encoders.py"],
+                              "tests/test_image_encoders.py", "tests/test_device_copies.py"],
                              capture_output=True, text=True, timeout=180, cwd=ROOT)
         emit({"section": name, "rc": res.returncode, "output": res.stdout[-3000:]})
 
@@ -204,9 +225,11 @@ def main() -> None:
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--compile", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--steps", type=int, default=2000, help=argparse.SUPPRESS)
+    p.add_argument("--pinned", type=int, default=1, help=argparse.SUPPRESS)
     args = p.parse_args()
-    if args.worker in ("sac", "td3"):
-        print(json.dumps(update_worker(args.worker, args.device, bool(args.compile), args.steps)))
+    if args.worker in ("sac", "td3", "ddpg"):
+        print(json.dumps(update_worker(args.worker, args.device, bool(args.compile), args.steps,
+                                       bool(args.pinned))))
         return
     names = [n for n in args.sections.split(",") if n]
     unknown = sorted(set(names) - set(SECTIONS))
@@ -249,8 +272,9 @@ def print_summary(records: list[dict[str, Any]]) -> None:
             print(f"  {where} {r.get('variant', r.get('device', ''))}: FAILED (above)")
         elif where == "machine":
             print(f"  {r['gpu'] or 'no GPU'}, torch {r['torch']}, {r['cpus']} CPUs")
-        elif where in ("sac_update", "td3_update"):
-            mode = "compiled" if r["compile"] else "eager"
+        elif where in ("sac_update", "td3_update", "ddpg_update"):
+            mode = ("compiled" if r["compile"] else "eager") + (
+                ", pageable copies" if r["device"] != "cpu" and not r["pinned"] else "")
             print(f"  {r['algo'].upper()} HalfCheetah update, {r['device']} {mode}: "
                   f"{r['gradient_steps_per_s']:,.1f} gradient steps/s (one batch over and over, "
                   f"copies included: {r['update_alone_per_s']:,.1f}; sampling alone: "
