@@ -28,7 +28,8 @@ Sections, each in its own fresh process, in this order (``--sections`` picks som
   alone, 1 and 10 seeds batched, 2 seeds under the basic launcher. (With 1, 5 and 20 seeds
   of 3 epochs, and PPO Pendulum as well, it did not finish within 240 s on an H200.)
 - ``td3_update``, ``ddpg_update``: as ``sac_update``, for TD3 (its tuned HalfCheetah
-  settings) and DDPG (its defaults), page-locked copies only.
+  settings) and DDPG (its defaults), each with its default copies (eager: pageable;
+  compiled: page-locked).
 
 Each section has a time limit; ``--deadline`` seconds after the start no new section begins,
 so the command fits a lease. Results print as they come and go to ``--out`` (JSON lines).
@@ -152,9 +153,9 @@ def section(name: str, args: argparse.Namespace, emit) -> None:
     if name in ("sac_update", "td3_update", "ddpg_update"):
         steps = 100 if quick else 2000
         runs = [] if args.skip_cpu else [("cpu", False, True)]
-        if device != "cpu":  # eager and compiled, each with page-locked and pageable copies
-            runs += [(device, comp, pin) for comp in (False, True)
-                     for pin in ((True, False) if name == "sac_update" else (True,))]
+        if device != "cpu":  # SAC: eager and compiled, each with both kinds of copy
+            runs += ([(device, comp, pin) for comp in (False, True) for pin in (True, False)]
+                     if name == "sac_update" else [(device, False, False), (device, True, True)])
         else:
             runs += [(device, True, True)]
         for dev, comp, pin in runs:
