@@ -35,7 +35,7 @@ Each section has a time limit; ``--deadline`` seconds after the start no new sec
 so the command fits a lease. Results print as they come and go to ``--out`` (JSON lines).
 
     python scripts/bench_gpu.py [--device cuda] [--sections sac_update,ppo_atari,...]
-        [--deadline 330] [--out gpu.jsonl] [--quick] [--skip-cpu]
+        [--deadline 330] [--out gpu.jsonl] [--quick] [--skip-cpu] [--profile 1]
 
 ``--quick`` shrinks every budget (a check of the script itself on a CPU-only machine, with
 ``--device cpu``).
@@ -59,11 +59,12 @@ SECTIONS = ("sac_update", "ppo_atari", "ppo_mlp", "tests", "sac_loop", "batched"
             "ddpg_update")
 
 
-def update_worker(algo_name: str, device: str, compile_: bool, steps: int, pinned: bool
-                  ) -> dict[str, Any]:
+def update_worker(algo_name: str, device: str, compile_: bool, steps: int, pinned: bool,
+                  profile: bool = False) -> dict[str, Any]:
     """In this process: SAC's (TD3's, DDPG's) update on HalfCheetah, timed (see the module's
     docstring); ``pinned`` False copies each batch to the device from pageable memory, as
-    before page-locked copies were the default."""
+    before page-locked copies were the default. ``profile``: then ``torch.profiler`` over
+    100 more sampled updates, its operators by self CPU time and (on CUDA) self CUDA time."""
     import torch
 
     sys.path.insert(0, str(ROOT / "scripts"))
@@ -104,7 +105,21 @@ def update_worker(algo_name: str, device: str, compile_: bool, steps: int, pinne
     first = timed(50, 0)
     seconds = timed(steps, 50)
     alone = timed(steps, 50 + steps, fixed=sample())
-    return {"algo": algo_name, "device": device, "compile": compile_,
+    tables = {}
+    if profile:
+        from torch.profiler import ProfilerActivity
+        from torch.profiler import profile as profiler
+
+        kinds = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda")
+                                          else [])
+        with profiler(activities=kinds) as prof:
+            timed(100, 50 + 2 * steps)
+        averages = prof.key_averages()
+        tables["by_self_cpu"] = averages.table(sort_by="self_cpu_time_total", row_limit=25)
+        if device.startswith("cuda"):
+            tables["by_self_cuda"] = averages.table(sort_by="self_cuda_time_total",
+                                                    row_limit=25)
+    return {**tables, "algo": algo_name, "device": device, "compile": compile_,
             "pinned": algo.pinned_copies,
             "threads": torch.get_num_threads(),
             "first_50_s": first, "steps": steps, "gradient_steps_per_s": steps / seconds,
@@ -161,7 +176,8 @@ def section(name: str, args: argparse.Namespace, emit) -> None:
         for dev, comp, pin in runs:
             res = subprocess.run([sys.executable, __file__, "--worker", name.split("_")[0],
                                   "--device", dev, "--compile", str(int(comp)),
-                                  "--pinned", str(int(pin)), "--steps", str(steps)],
+                                  "--pinned", str(int(pin)), "--steps", str(steps),
+                                  "--profile", str(int(args.profile))],
                                  capture_output=True, text=True, timeout=200)
             if res.returncode != 0:
                 emit({"section": name, "device": dev, "compile": comp,
@@ -227,10 +243,13 @@ def main() -> None:
     p.add_argument("--compile", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--steps", type=int, default=2000, help=argparse.SUPPRESS)
     p.add_argument("--pinned", type=int, default=1, help=argparse.SUPPRESS)
+    p.add_argument("--profile", type=int, default=0,
+                   help="1: the update sections also profile 100 updates (torch.profiler) "
+                        "and print the operator tables")
     args = p.parse_args()
     if args.worker in ("sac", "td3", "ddpg"):
         print(json.dumps(update_worker(args.worker, args.device, bool(args.compile), args.steps,
-                                       bool(args.pinned))))
+                                       bool(args.pinned), bool(args.profile))))
         return
     names = [n for n in args.sections.split(",") if n]
     unknown = sorted(set(names) - set(SECTIONS))
@@ -276,6 +295,10 @@ def print_summary(records: list[dict[str, Any]]) -> None:
         elif where in ("sac_update", "td3_update", "ddpg_update"):
             mode = ("compiled" if r["compile"] else "eager") + (
                 ", pageable copies" if r["device"] != "cpu" and not r["pinned"] else "")
+            for table in ("by_self_cpu", "by_self_cuda"):
+                if table in r:
+                    print(f"  {r['algo'].upper()} {r['device']} {mode}, operators {table}:\n"
+                          f"{r[table]}")
             print(f"  {r['algo'].upper()} HalfCheetah update, {r['device']} {mode}: "
                   f"{r['gradient_steps_per_s']:,.1f} gradient steps/s (one batch over and over, "
                   f"copies included: {r['update_alone_per_s']:,.1f}; sampling alone: "
