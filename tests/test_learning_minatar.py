@@ -14,8 +14,8 @@ the table gives the final tests, and a run's best is at least its final):
 
 | algo, game | best test return, seeds 0, 1, 2 | floor |
 | --- | --- | --- |
-| PPO Breakout | final 6.6, 6.5, 5.6 | 5 |
-| PPO SpaceInvaders | final 69.5, 37.2, 34.6 | 30 |
+| PPO Breakout | final 6.6, 6.5, 5.6; 2026-11-27: best 6.0, 6.3, 5.9 | 5 |
+| PPO SpaceInvaders | final 69.5, 37.2, 34.6; 2026-11-27: best 64.7, 61.9, 59.2 | 30 |
 | DQN Breakout | 18.2, 28.9, 25.9 | 12 |
 | DQN SpaceInvaders | 100.2, 88.5, 86.1 | 30 |
 
