@@ -82,7 +82,7 @@ class Algorithm(nn.Module, ABC):
         #: the host wait for the GPU's queued work. Measured on an H200 (docs/performance.md),
         #: SAC's compiled step gained about 7% from this and its eager step, which the host's
         #: kernel launches bound, lost about as much to the extra staging copy
-        self.pinned_copies = device.type == "cuda" and bool(getattr(cfg, "compile", False))
+        self.pinned_copies = device.type == "cuda" and compiles(cfg)
 
     @overload
     def stat(self, x: torch.Tensor | float) -> Stat: ...
@@ -396,6 +396,11 @@ def td_priorities(td_error: torch.Tensor) -> torch.Tensor:
 _COMPILED: dict[tuple[Callable[..., Any], str], Callable[..., Any]] = {}
 
 
+def compiles(cfg: object) -> bool:
+    """Whether a run's algorithm settings ask for compiled losses (``algo.compile=true``)."""
+    return isinstance(cfg, NetworkConfig) and cfg.compile
+
+
 def compiled(algo: Algorithm, name: str) -> Callable[..., Any]:
     """The method ``name`` of ``algo`` (a loss), compiled by ``torch.compile`` when
     ``algo.compile=true``, else the plain method.
@@ -409,8 +414,7 @@ def compiled(algo: Algorithm, name: str) -> Callable[..., Any]:
     two differ only by floating-point reordering (``tests/test_compile.py``). The function of
     the class is compiled once per process and called with ``algo`` as its first argument, so
     torch.compile guards on the instance and compiles again for another one."""
-    cfg = algo.cfg
-    if not (isinstance(cfg, NetworkConfig) and cfg.compile):
+    if not compiles(algo.cfg):
         return cast(Callable[..., Any], getattr(algo, name))
     fn = getattr(type(algo), name)
     mode = "reduce-overhead" if algo.device.type == "cuda" else "default"
