@@ -22,11 +22,14 @@ Sections, each in its own fresh process, in this order (``--sections`` picks som
 - ``tests``: the suite's tests that need a CUDA device.
 - ``sac_loop``: SAC on HalfCheetah-v5, the whole CLI after 1,000 random steps: training steps
   per second in the second epoch, eager and compiled on the device (the acting step reads
-  each action back to the CPU; the update's stats stay on the device).
+  each action back to the CPU; the update's stats stay on the device). The ``*_loop``,
+  ``ppo_*`` sections also run compiled with the acting step left eager (the update still
+  compiled): what the compiled acting step adds.
 - ``batched``: ``scripts/bench_batched.py`` on the device (``--override device=...``, fixed
   budget of 2 epochs): PPO CartPole (the batched launcher stacks PPO's updates), one seed
-  alone, 1 and 10 seeds batched, 2 seeds under the basic launcher. (With 1, 5 and 20 seeds
-  of 3 epochs, and PPO Pendulum as well, it did not finish within 240 s on an H200.)
+  alone, 1 and 10 seeds batched (``--batched-seeds``), 2 seeds under the basic launcher.
+  (With 1, 5 and 20 seeds of 3 epochs, and PPO Pendulum as well, it did not finish within
+  240 s on an H200.)
 - ``td3_update``, ``ddpg_update``: as ``sac_update``, for TD3 (its tuned HalfCheetah
   settings) and DDPG (its defaults), each with its default copies (eager: pageable;
   compiled: page-locked).
@@ -126,11 +129,21 @@ def update_worker(algo_name: str, device: str, compile_: bool, steps: int, pinne
             "update_alone_per_s": steps / alone, "sampling_alone_per_s": steps / sampling(steps)}
 
 
-def cli_rate(overrides: list[str], timeout: float) -> dict[str, Any]:
+#: ``rltrain`` with the acting step left eager (the update still compiled when asked): what
+#: compiling the acting step adds, measured beside the full compiled path
+EAGER_ACTING = ("import sys; from rltrain.algorithms import actor_critic, ddpg, sac; "
+                "plain = lambda algo, name: getattr(algo, name); "
+                "sac.acting = ddpg.acting = actor_critic.acting = plain; "
+                "from rltrain.cli import main; sys.argv[0] = 'rltrain'; main()")
+
+
+def cli_rate(overrides: list[str], timeout: float, eager_acting: bool = False
+             ) -> dict[str, Any]:
     """One whole ``rltrain`` run of two epochs; its second epoch's training rate."""
+    program = [sys.executable, "-c", EAGER_ACTING] if eager_acting else [str(BIN / "rltrain")]
     with tempfile.TemporaryDirectory() as tmp:
         run = Path(tmp) / "run"
-        argv = [str(BIN / "rltrain"), *overrides, "trainer.max_epochs=2",
+        argv = [*program, *overrides, "trainer.max_epochs=2",
                 "trainer.stop_score=null", "logger.progress_bar=false",
                 "logger.tensorboard=false", f"hydra.run.dir={run}"]
         t0 = time.perf_counter()
@@ -146,7 +159,7 @@ def cli_rate(overrides: list[str], timeout: float) -> dict[str, Any]:
     def busy(e: dict[str, Any]) -> float:
         return float(e["timing"]["collect"] + e["timing"]["update"])
 
-    return {"overrides": overrides, "wall_s": wall,
+    return {"overrides": overrides, "eager_acting": eager_acting, "wall_s": wall,
             "epoch1_train_s": busy(first), "epoch2_train_s": busy(second),
             "epoch2_env_steps": steps,
             "steps_per_s": steps / busy(second),
@@ -160,6 +173,9 @@ def variants(device: str, skip_cpu: bool) -> list[tuple[str, list[str]]]:
     if device != "cpu":
         out.append((f"{device} eager", [f"device={device}"]))
     out.append((f"{device} compiled", [f"device={device}", "algo.compile=true"]))
+    if device != "cpu":
+        out.append((f"{device} compiled, eager acting", [f"device={device}",
+                                                         "algo.compile=true"]))
     return out
 
 
@@ -170,7 +186,8 @@ def section(name: str, args: argparse.Namespace, emit) -> None:
         runs = [] if args.skip_cpu else [("cpu", False, True)]
         if device != "cpu":  # SAC: eager and compiled, each with both kinds of copy
             runs += ([(device, comp, pin) for comp in (False, True) for pin in (True, False)]
-                     if name == "sac_update" else [(device, False, False), (device, True, True)])
+                     if name == "sac_update" and not args.profile
+                     else [(device, False, False), (device, True, True)])
         else:
             runs += [(device, True, True)]
         for dev, comp, pin in runs:
@@ -208,7 +225,8 @@ def section(name: str, args: argparse.Namespace, emit) -> None:
                              f"trainer.epoch_num_steps={1024 if quick else 4096}"
                              for o in overrides] + [f"torch_threads={os.cpu_count()}"]
             try:
-                emit({"section": name, "variant": label, **cli_rate(overrides, 200)})
+                emit({"section": name, "variant": label,
+                      **cli_rate(overrides, 200, eager_acting="eager acting" in label)})
             except (RuntimeError, subprocess.TimeoutExpired) as exc:
                 emit({"section": name, "variant": label, "error": str(exc)[-3000:]})
     elif name == "batched":
@@ -216,7 +234,7 @@ def section(name: str, args: argparse.Namespace, emit) -> None:
         common = [sys.executable, str(ROOT / "scripts" / "bench_batched.py"),
                   "--tasks", "ppo_cartpole", "--budget", "fixed", "--epochs", "2",
                   "--override", f"device={device}"]
-        for launcher, seeds in (("batched", "1,2" if quick else "1,10"),
+        for launcher, seeds in (("batched", "1,2" if quick else args.batched_seeds),
                                 ("basic", "1" if quick else "2")):
             # its lines pass straight through, so that a lease that ends mid-table keeps them
             res = subprocess.run([*common, "--launchers", launcher, "--seeds", seeds],
@@ -225,7 +243,8 @@ def section(name: str, args: argparse.Namespace, emit) -> None:
     elif name == "tests":
         res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                               "-n", "0", "-k", "cuda", "tests/test_settings.py",
-                              "tests/test_image_encoders.py", "tests/test_device_copies.py"],
+                              "tests/test_image_encoders.py", "tests/test_device_copies.py",
+                              "tests/test_compile.py"],
                              capture_output=True, text=True, timeout=180, cwd=ROOT)
         emit({"section": name, "rc": res.returncode, "output": res.stdout[-3000:]})
 
@@ -243,6 +262,8 @@ def main() -> None:
     p.add_argument("--compile", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--steps", type=int, default=2000, help=argparse.SUPPRESS)
     p.add_argument("--pinned", type=int, default=1, help=argparse.SUPPRESS)
+    p.add_argument("--batched-seeds", default="1,10",
+                   help="the batched section's seed counts (e.g. 1,2,5,10,20)")
     p.add_argument("--profile", type=int, default=0,
                    help="1: the update sections also profile 100 updates (torch.profiler) "
                         "and print the operator tables")

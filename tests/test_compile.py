@@ -93,6 +93,31 @@ def test_sacs_compiled_updates_equal_eager_ones(float64):
     _off_policy_updates_agree(SAC, SACConfig)
 
 
+@pytest.mark.parametrize("name, info", [("td3", BOX), ("ppo", BOX), ("ppo", CARTPOLE)],
+                         ids=["td3", "ppo-box", "ppo-discrete"])
+def test_compiled_acting_draws_eager_actings_actions(float64, name, info):
+    """``algo.compile=true`` compiles the acting step too (``rltrain.algorithms.base.acting``):
+    from the same random state it picks and draws eager acting's actions, to rounding, for
+    the training envs' batch and the test envs' batch of another size."""
+    import numpy as np
+
+    spec = ALGORITHMS[name]
+    algos = []
+    for compile_ in (False, True):
+        torch.manual_seed(0)
+        algos.append(spec.build(spec.config(compile=compile_, **TINY), info, CPU, 0))
+    rng = np.random.default_rng(0)
+    for n, deterministic in ((4, False), (4, False), (3, True), (4, False)):
+        obs = rng.normal(size=(n, *info.obs_shape))
+        acts = []
+        for algo in algos:
+            torch.manual_seed(7)
+            acts.append(algo.act(obs, deterministic=deterministic, progress=progress(0)))
+        assert acts[1].dtype == acts[0].dtype and acts[1].shape == acts[0].shape
+        np.testing.assert_allclose(acts[1], acts[0], rtol=1e-10, atol=1e-12)
+    assert (type(algos[1]).action, "default") in _COMPILED  # compiled, not run eagerly
+
+
 def test_only_the_algorithms_with_a_compiled_update_take_compile(cli, tmp_path):
     assert sorted(n for n, s in ALGORITHMS.items() if s.compiles) == ["ddpg", "ppo", "sac",
                                                                      "td3"]
@@ -130,3 +155,40 @@ def test_losses_compiled_with_cuda_graphs_hand_back_copies_that_still_backpropag
     assert torch.equal(w.grad, torch.arange(3.0))
     single = _copied_out(lambda: kept[0])
     assert torch.equal(single, kept[0]) and single.data_ptr() != kept[0].data_ptr()
+
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@CUDA
+@pytest.mark.parametrize("name, info", [("sac", BOX), ("td3", BOX), ("ddpg", BOX),
+                                        ("ppo", BOX), ("ppo", CARTPOLE)],
+                         ids=["sac", "td3", "ddpg", "ppo-box", "ppo-discrete"])
+def test_compiled_acting_on_cuda_acts_as_eager_acting(name, info):
+    """With ``algo.compile=true`` on CUDA the acting step replays as a CUDA graph
+    (``rltrain.algorithms.base.acting``). Its greedy actions are eager acting's, to rounding;
+    its exploring ones have their shape, dtype and bounds; and batches of other sizes (the
+    test envs) and repeated calls (each replay writes over the last one's output) stay right."""
+    import numpy as np
+
+    cuda = torch.device("cuda")
+    spec = ALGORITHMS[name]
+    algos = []
+    for compile_ in (False, True):
+        torch.manual_seed(0)
+        algos.append(spec.build(spec.config(compile=compile_, **TINY), info, cuda, 0))
+    eager, compiled_ = algos
+    rng = np.random.default_rng(0)
+    for n in (8, 3, 8, 1):
+        obs = rng.normal(size=(n, *info.obs_shape)).astype(np.float32)
+        greedy = [a.act(obs, deterministic=True, progress=progress(0)) for a in algos]
+        assert greedy[1].dtype == greedy[0].dtype and greedy[1].shape == greedy[0].shape
+        np.testing.assert_allclose(greedy[1], greedy[0], rtol=1e-5, atol=1e-6)
+        drawn = [a.act(obs, deterministic=False, progress=progress(0)) for a in algos]
+        assert drawn[1].dtype == drawn[0].dtype and drawn[1].shape == drawn[0].shape
+        assert np.isfinite(drawn[1]).all()
+        if name in ("sac", "td3", "ddpg"):  # squashed or clipped into [-1, 1]
+            assert np.abs(drawn[1]).max() <= 1.0
+        if info.num_actions:
+            assert set(np.unique(drawn[1])) <= set(range(info.num_actions))
+    assert (type(compiled_).action, "reduce-overhead") in _COMPILED  # compiled, not eager

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rltrain.algorithms.base import OnPolicyAlgorithm
+from rltrain.algorithms.base import OnPolicyAlgorithm, acting
 from rltrain.config import ConfigError, DiscountedConfig, check_positive
 from rltrain.core import Progress, SpaceInfo
 from rltrain.data.buffers import Rollout
@@ -122,13 +122,16 @@ class ActorCritic(OnPolicyAlgorithm):
         return self.pi
 
     def _act(self, obs: np.ndarray, *, deterministic: bool, progress: Progress) -> np.ndarray:
-        x = self._obs(obs)
+        act = acting(self, "action")(self._obs(obs), deterministic)
+        return act.reshape(len(obs), *self.info.action_shape).cpu().numpy()
+
+    def action(self, x: torch.Tensor, deterministic: bool) -> torch.Tensor:
+        """The action for observations ``x`` (as the networks take them): the most likely one
+        (the mean, or the argmax of the logits), or one drawn from the policy."""
         if deterministic:
             out = self.pi.forward(x)
-            act = out.argmax(-1) if self.discrete else out
-        else:
-            act = self.pi.sample(x)
-        return act.reshape(len(obs), *self.info.action_shape).cpu().numpy()
+            return out.argmax(-1) if self.discrete else out
+        return self.pi.sample(x)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         return self.critic(obs).squeeze(-1)

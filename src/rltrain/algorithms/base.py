@@ -402,11 +402,12 @@ def compiles(cfg: object) -> bool:
 
 
 def compiled(algo: Algorithm, name: str) -> Callable[..., Any]:
-    """The method ``name`` of ``algo`` (a loss), compiled by ``torch.compile`` when
-    ``algo.compile=true``, else the plain method.
+    """The method ``name`` of ``algo`` (a loss, or the acting step's network part:
+    :func:`acting`), compiled by ``torch.compile`` when ``algo.compile=true``, else the plain
+    method.
 
-    What is compiled is a loss: its forward pass through inductor, its backward by
-    AOTAutograd when the caller's ``loss.backward()`` runs it; the optimiser's step stays
+    A loss's forward pass goes through inductor, its backward through AOTAutograd when the
+    caller's ``loss.backward()`` runs it; the optimiser's step stays
     rltrain's (one fused kernel). On CUDA the mode is ``reduce-overhead``: the compiled
     graphs replay as CUDA graphs. Random numbers drawn inside (SAC's and TD3's noise) come
     from torch's own generator as in eager mode (inductor's ``fallback_random``), so a
@@ -427,6 +428,17 @@ def compiled(algo: Algorithm, name: str) -> Callable[..., Any]:
     if mode == "reduce-overhead":
         return partial(_copied_out, _COMPILED[key], algo)
     return partial(_COMPILED[key], algo)
+
+
+def acting(algo: Algorithm, name: str) -> Callable[..., Any]:
+    """The acting step's network part, the method ``name`` of ``algo`` (observations as the
+    networks take them in, the action tensor out), compiled as the losses are
+    (:func:`compiled`) when ``algo.compile=true``, else the plain method. Its random draws
+    are torch's, as eager acting's. On CUDA it replays as a CUDA graph: an env step's dozen
+    small kernels cost more to launch than to run. On a CPU, inductor's code for SAC's actor
+    at batch 1 ran in 50 us where eager took 73-99 us (``docs/performance.md``). A test env
+    batch of another size compiles once more."""
+    return compiled(algo, name)
 
 
 def _copied_out(fn: Callable[..., Any], *args: Any) -> Any:

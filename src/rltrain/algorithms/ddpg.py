@@ -19,6 +19,7 @@ from rltrain.algorithms.base import (
     Stat,
     TDAlgorithm,
     UpdateReport,
+    acting,
     clip_and_step,
     compiled,
     frozen,
@@ -106,12 +107,21 @@ class DDPG(TDAlgorithm):
         return {"actor": self.actor_optim, "critic": self.critic_optim}
 
     def _act(self, obs: np.ndarray, *, deterministic: bool, progress: Progress) -> np.ndarray:
-        act = self.pi(self._obs(obs))
-        if not deterministic:
-            noise = self.exploration_noise(len(obs), self.cfg.noise_beta)
-            noise = torch.randn_like(act) if noise is None else noise.reshape(act.shape)
-            act = (act + noise.mul_(self.cfg.exploration_noise)).clamp_(-1.0, 1.0)
+        noise = None if deterministic else self.exploration_noise(len(obs), self.cfg.noise_beta)
+        act = acting(self, "action")(self._obs(obs), deterministic, noise)
         return act.reshape(len(obs), *self.info.action_shape).cpu().numpy()
+
+    def action(self, x: torch.Tensor, deterministic: bool, noise: torch.Tensor | None
+               ) -> torch.Tensor:
+        """The action for observations ``x`` (as the networks take them): the actor's, or with
+        ``exploration_noise`` times the standard normal ``noise`` added (None: white noise,
+        drawn here), clipped to [-1, 1]. Out of place: a compiled graph that wrote into its
+        input would not replay as a CUDA graph."""
+        act = self.pi(x)
+        if deterministic:
+            return act
+        noise = torch.randn_like(act) if noise is None else noise.reshape(act.shape)
+        return (act + noise * self.cfg.exploration_noise).clamp(-1.0, 1.0)
 
     def actor_step(self, obs: torch.Tensor) -> torch.Tensor:
         """The deterministic policy gradient: ascend the first critic's value of the actor's

@@ -21,6 +21,7 @@ from rltrain.algorithms.base import (
     Stat,
     TDAlgorithm,
     UpdateReport,
+    acting,
     clip_and_step,
     compiled,
     frozen,
@@ -161,12 +162,15 @@ class SAC(SoftActorCritic):
             -float(d) if cfg.target_entropy is None else float(cfg.target_entropy))
 
     def _act(self, obs: np.ndarray, *, deterministic: bool, progress: Progress) -> np.ndarray:
-        x = self._obs(obs)
-        if deterministic:
-            act = self.pi(x)
-        else:
-            act = self.pi.sample(x, self.exploration_noise(len(obs), self.cfg.noise_beta))[0]
+        noise = None if deterministic else self.exploration_noise(len(obs), self.cfg.noise_beta)
+        act = acting(self, "action")(self._obs(obs), deterministic, noise)
         return act.reshape(len(obs), *self.info.action_shape).cpu().numpy()
+
+    def action(self, x: torch.Tensor, deterministic: bool, noise: torch.Tensor | None
+               ) -> torch.Tensor:
+        """The action for observations ``x`` (as the networks take them): tanh of the mean, or
+        one drawn with the standard normal ``noise`` (None: white noise, drawn here)."""
+        return self.pi(x) if deterministic else self.pi.sample(x, noise)[0]
 
     def update(self, batch: Batch, *, progress: Progress) -> UpdateReport:
         cfg = self.cfg
