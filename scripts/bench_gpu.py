@@ -215,6 +215,8 @@ def section(name: str, args: argparse.Namespace, emit) -> None:
                     f"trainer.epoch_num_steps={300 if quick else 2000}",
                     "trainer.test_step_num_episodes=1", "env.num_test_envs=1"]
         for label, extra in variants(device, args.skip_cpu):
+            if args.variants and label not in args.variants.split(","):
+                continue
             if name == "sac_loop" and label == "cpu eager" and device != "cpu":
                 continue  # the CPU's figures for SAC are in sac_update
             overrides = base + extra
@@ -262,6 +264,8 @@ def main() -> None:
     p.add_argument("--compile", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--steps", type=int, default=2000, help=argparse.SUPPRESS)
     p.add_argument("--pinned", type=int, default=1, help=argparse.SUPPRESS)
+    p.add_argument("--variants", default="",
+                   help="the CLI sections' variants to run, by label (e.g. 'cuda compiled')")
     p.add_argument("--batched-seeds", default="1,10",
                    help="the batched section's seed counts (e.g. 1,2,5,10,20)")
     p.add_argument("--profile", type=int, default=0,

@@ -168,7 +168,10 @@ def test_compiled_acting_on_cuda_acts_as_eager_acting(name, info):
     """With ``algo.compile=true`` on CUDA the acting step replays as a CUDA graph
     (``rltrain.algorithms.base.acting``). Its greedy actions are eager acting's, to rounding;
     its exploring ones have their shape, dtype and bounds; and batches of other sizes (the
-    test envs) and repeated calls (each replay writes over the last one's output) stay right."""
+    test envs) and repeated calls (each replay writes over the last one's output) stay right.
+    Each batch size comes three times: torch runs a CUDA-graphed function plainly at its
+    first call, captures it at the second and replays it from the third, and only the
+    capture refuses an operation that reads back to the host."""
     import numpy as np
 
     cuda = torch.device("cuda")
@@ -179,7 +182,7 @@ def test_compiled_acting_on_cuda_acts_as_eager_acting(name, info):
         algos.append(spec.build(spec.config(compile=compile_, **TINY), info, cuda, 0))
     eager, compiled_ = algos
     rng = np.random.default_rng(0)
-    for n in (8, 3, 8, 1):
+    for n in (8, 8, 8, 3, 3, 3, 8, 1, 1, 1):
         obs = rng.normal(size=(n, *info.obs_shape)).astype(np.float32)
         greedy = [a.act(obs, deterministic=True, progress=progress(0)) for a in algos]
         assert greedy[1].dtype == greedy[0].dtype and greedy[1].shape == greedy[0].shape

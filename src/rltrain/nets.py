@@ -380,8 +380,11 @@ class GaussianActor(Actor):
         return self.outputs(obs)
 
     def sample(self, obs: torch.Tensor) -> torch.Tensor:
+        """mean + std * a standard normal draw: what ``torch.normal(mean, std)`` computes,
+        bit for bit, without its check that every std is non-negative (a read back to the
+        host, which a CUDA graph cannot hold: the compiled acting step failed its capture)."""
         mean = self.outputs(obs)
-        return torch.normal(mean, self.log_std.exp().expand_as(mean))
+        return mean + self.log_std.exp() * torch.randn_like(mean)
 
     def log_prob_entropy(self, obs: torch.Tensor, act: torch.Tensor, *,
                          features: torch.Tensor | None = None
