@@ -39,6 +39,7 @@ so the command fits a lease. Results print as they come and go to ``--out`` (JSO
 
     python scripts/bench_gpu.py [--device cuda] [--sections sac_update,ppo_atari,...]
         [--deadline 330] [--out gpu.jsonl] [--quick] [--skip-cpu] [--profile 1]
+        [--variants "cuda compiled,..."] [--batched-seeds 1,2,5,10,20]
 
 ``--quick`` shrinks every budget (a check of the script itself on a CPU-only machine, with
 ``--device cpu``).

@@ -121,8 +121,9 @@ class NetworkConfig(AlgoConfig):
     #: the observation encoder of every network: auto (chosen from the observation space:
     #: flat for a Box) or a registered encoder's name (rltrain.encoders)
     encoder: str = "auto"
-    #: compile the update's losses with torch.compile (on CUDA with CUDA graphs); the
-    #: algorithms that have a compiled path say so in the registry (ppo, sac, td3, ddpg)
+    #: compile the update's losses and the acting step with torch.compile (on CUDA with CUDA
+    #: graphs); the algorithms that have a compiled path say so in the registry (ppo, sac,
+    #: td3, ddpg)
     compile: bool = False
 
     def check(self) -> None:
