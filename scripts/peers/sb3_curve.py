@@ -21,6 +21,9 @@ Pairs (hyperparameters: rl-baselines3-zoo hyperparams/<algo>.yml, the -v2/-v0 en
   dqn_lunarlander   LunarLander-v3, lr 8.8e-4, batch 32, buffer 1M, target every 10k steps,
                     train_freq 16, gradient_steps -1, epsilon to 0.1 over 30k steps, net
                     [256, 256], 100k env steps (benchmark.md: 154.4 +- 79.2)
+  qrdqn_mountaincar sb3-contrib's QR-DQN (in the bench extra), MountainCar-v0,
+                    dqn_mountaincar's settings with 25 quantiles, 120k env steps
+                    (benchmark.md: -106.0 +- 15.5)
 
     .venv/bin/python scripts/peers/sb3_curve.py --pair a2c_lunarlander --seed 0
 """
@@ -76,6 +79,20 @@ PAIRS: dict[str, dict[str, Any]] = {
 }
 
 
+def qrdqn_mountaincar() -> dict[str, Any]:
+    """The QR-DQN pair, its class imported only when asked for (sb3-contrib, the bench
+    extra's, is needed by this pair alone)."""
+    from sb3_contrib import QRDQN
+
+    kwargs = dict(PAIRS["dqn_mountaincar"]["kwargs"])
+    kwargs["policy_kwargs"] = dict(net_arch=[256, 256], n_quantiles=25)
+    return dict(PAIRS["dqn_mountaincar"], cls=QRDQN, kwargs=kwargs)
+
+
+#: pairs whose peer class comes from another package
+LATE_PAIRS: dict[str, Callable[[], dict[str, Any]]] = {"qrdqn_mountaincar": qrdqn_mountaincar}
+
+
 class Curve(BaseCallback):
     """Test every ``every`` env steps (10 deterministic episodes), never stop early."""
 
@@ -97,13 +114,13 @@ class Curve(BaseCallback):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pair", choices=sorted(PAIRS), required=True)
+    parser.add_argument("--pair", choices=sorted([*PAIRS, *LATE_PAIRS]), required=True)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=None,
                         help="env steps to train (default: the pair's budget)")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    pair = PAIRS[args.pair]
+    pair = LATE_PAIRS[args.pair]() if args.pair in LATE_PAIRS else PAIRS[args.pair]
     env = make_vec_env(pair["env_id"], n_envs=pair["n_envs"], seed=args.seed)
     model = pair["cls"]("MlpPolicy", env, seed=args.seed, device="cpu", verbose=0,
                         **pair["kwargs"])
