@@ -77,6 +77,21 @@ def test_dqn_learns_with_uniform_and_prioritized_replay(cli, tmp_path, task, buf
     assert summary["env_step"] <= budget, summary
 
 
+def mountaincar_best_scores(cli, tmp_path, algo: str, seeds: int) -> list[float]:
+    """Seeds 0 to ``seeds - 1`` of ``algo`` on MountainCar-v0 (its tuned config) as one joblib
+    sweep (two at a time), each its full 120k env steps: their best test returns, sorted."""
+    sweep = tmp_path / "sweep"
+    res = cli("--multirun", "hydra/launcher=joblib", f"algo={algo}", "env=mountaincar",
+              f"seed={','.join(map(str, range(seeds)))}", "trainer.stop_score=null",
+              f"hydra.sweep.dir={sweep}", "logger.tensorboard=false",
+              "logger.progress_bar=false", timeout=3600)
+    assert res.returncode == 0, res.stderr
+    summaries = [json.loads(p.read_text()) for p in sorted(sweep.glob("*/summary.json"))]
+    assert len(summaries) == seeds
+    assert all(s["env_step"] <= 120_000 for s in summaries), summaries
+    return sorted(s["best_score"] for s in summaries)
+
+
 @pytest.mark.slow
 def test_qrdqn_on_mountaincar_reaches_rl_zoos_result_on_five_of_six_seeds(cli, tmp_path):
     """QR-DQN on MountainCar-v0 with RL-Zoo3's settings (-106.0 +- 15.5 at 120k, one run): seeds
@@ -88,16 +103,8 @@ def test_qrdqn_on_mountaincar_reaches_rl_zoos_result_on_five_of_six_seeds(cli, t
     -94.1 (4 of 6); PyTorch's initialisation, now the tuned config's, -97.0, -99.6, -99.8,
     -102.6, -96.5, -99.3 (6 of 6); sb3-contrib's QR-DQN, the same settings and tests, -108.2,
     -95.5, -99.7, -99.1, -102.9, -98.4 (6 of 6)."""
-    sweep = tmp_path / "sweep"
-    res = cli("--multirun", "hydra/launcher=joblib", "algo=qrdqn", "env=mountaincar",
-              "seed=0,1,2,3,4,5", "trainer.stop_score=null", f"hydra.sweep.dir={sweep}",
-              "logger.tensorboard=false", "logger.progress_bar=false", timeout=3600)
-    assert res.returncode == 0, res.stderr
-    summaries = [json.loads(p.read_text()) for p in sorted(sweep.glob("*/summary.json"))]
-    assert len(summaries) == 6
-    scores = sorted(s["best_score"] for s in summaries)
+    scores = mountaincar_best_scores(cli, tmp_path, "qrdqn", 6)
     assert sum(score >= -106.0 - 15.5 for score in scores) >= 5, scores
-    assert all(s["env_step"] <= 120_000 for s in summaries), summaries
 
 
 @pytest.mark.slow
@@ -105,13 +112,5 @@ def test_dqn_on_mountaincar_reaches_rl_zoos_result_on_three_seeds(cli, tmp_path)
     """Seeds 0-2 as one joblib sweep (two at a time); each runs its full 120k env steps, and
     each one's best test is within the band -110 +- 15 or above it (measured 2026-11-27:
     -109.0, -105.5, -118.8)."""
-    sweep = tmp_path / "sweep"
-    res = cli("--multirun", "hydra/launcher=joblib", "algo=dqn", "env=mountaincar",
-              "seed=0,1,2", "trainer.stop_score=null", f"hydra.sweep.dir={sweep}",
-              "logger.tensorboard=false", "logger.progress_bar=false", timeout=3600)
-    assert res.returncode == 0, res.stderr
-    summaries = [json.loads(p.read_text()) for p in sorted(sweep.glob("*/summary.json"))]
-    assert len(summaries) == 3
-    scores = sorted(s["best_score"] for s in summaries)
+    scores = mountaincar_best_scores(cli, tmp_path, "dqn", 3)
     assert scores[0] >= -110.0 - 15.0, scores
-    assert all(s["env_step"] <= 120_000 for s in summaries), summaries
