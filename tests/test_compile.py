@@ -9,6 +9,7 @@ SAC's comparison is slow-marked."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -99,8 +100,6 @@ def test_compiled_acting_draws_eager_actings_actions(float64, name, info):
     """``algo.compile=true`` compiles the acting step too (``rltrain.algorithms.base.acting``):
     from the same random state it picks and draws eager acting's actions, to rounding, for
     the training envs' batch and the test envs' batch of another size."""
-    import numpy as np
-
     spec = ALGORITHMS[name]
     algos = []
     for compile_ in (False, True):
@@ -172,15 +171,13 @@ def test_compiled_acting_on_cuda_acts_as_eager_acting(name, info):
     Each batch size comes three times: torch runs a CUDA-graphed function plainly at its
     first call, captures it at the second and replays it from the third, and only the
     capture refuses an operation that reads back to the host."""
-    import numpy as np
-
     cuda = torch.device("cuda")
     spec = ALGORITHMS[name]
     algos = []
     for compile_ in (False, True):
         torch.manual_seed(0)
         algos.append(spec.build(spec.config(compile=compile_, **TINY), info, cuda, 0))
-    eager, compiled_ = algos
+    compiled_ = algos[1]
     rng = np.random.default_rng(0)
     for n in (8, 8, 8, 3, 3, 3, 8, 1, 1, 1):
         obs = rng.normal(size=(n, *info.obs_shape)).astype(np.float32)
