@@ -9,8 +9,9 @@ Sections, each in its own fresh process, in this order (``--sections`` picks som
   networks, batch 256), sampling from a buffer of 5,000 random transitions included:
   gradient steps per second, eager and compiled, on ``--device`` and on the CPU; on the
   device each with the batches copied through page-locked memory without waiting (the
-  default for compiled losses) and from pageable memory (eager's default); the first 50 steps (the
-  compile, for the compiled path) are timed apart; then the update alone, repeated on one
+  default for compiled losses) and from pageable memory (eager's default; with ``--profile 1``
+  each path with its default copies only); the first 50 steps (the compile, for the compiled
+  path) are timed apart; then the update alone, repeated on one
   sampled batch (its copies to the device still included), and the host-side sampling alone
   (indices and gather), to show which of the two bounds the step.
 - ``ppo_atari``: PPO on ``ALE/Pong-v5``, tuned (8 async envs, the Nature CNN), the whole CLI:
@@ -28,8 +29,8 @@ Sections, each in its own fresh process, in this order (``--sections`` picks som
 - ``batched``: ``scripts/bench_batched.py`` on the device (``--override device=...``, fixed
   budget of 2 epochs): PPO CartPole (the batched launcher stacks PPO's updates), one seed
   alone, 1 and 10 seeds batched (``--batched-seeds``), 2 seeds under the basic launcher.
-  (With 1, 5 and 20 seeds of 3 epochs, and PPO Pendulum as well, it did not finish within
-  240 s on an H200.)
+  (``--batched-seeds 1,2,5,10,20`` and the basic launcher took 84 s on an H200; with 3
+  epochs, and PPO Pendulum as well, it did not finish within 240 s.)
 - ``td3_update``, ``ddpg_update``: as ``sac_update``, for TD3 (its tuned HalfCheetah
   settings) and DDPG (its defaults), each with its default copies (eager: pageable;
   compiled: page-locked).
