@@ -380,9 +380,10 @@ class GaussianActor(Actor):
         return self.outputs(obs)
 
     def sample(self, obs: torch.Tensor) -> torch.Tensor:
-        """mean + std * a standard normal draw: what ``torch.normal(mean, std)`` computes,
-        bit for bit, without its check that every std is non-negative (a read back to the
-        host, which a CUDA graph cannot hold: the compiled acting step failed its capture)."""
+        """mean + std * a standard normal draw: what ``torch.normal(mean, std)`` computes (bit
+        for bit on the CPU), without its check that every std is non-negative: a read back
+        to the host, which a CUDA graph cannot hold (the compiled acting step failed its
+        capture)."""
         mean = self.outputs(obs)
         return mean + self.log_std.exp() * torch.randn_like(mean)
 
