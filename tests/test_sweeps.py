@@ -498,13 +498,15 @@ def test_a_submitit_job_out_of_requeues_is_a_failed_job_with_its_resume_command(
 @pytest.mark.slow
 def test_a_local_submitit_job_goes_on_past_the_controllers_six_attempts(cli, tmp_path):
     """submitit's local controller starts a job 6 times at most, whatever max_num_timeout
-    says: the sweep submits it again, and it resumes, exactly, until it completes."""
+    says: the sweep submits it again, and it resumes, exactly, until it completes. The
+    unbroken run for comparison goes first: beside it, the sweep's job could train through
+    so many of its 12 epochs that 7 preemptions, one an epoch, would outlast it."""
     args = [*SMOKE, "trainer.max_epochs=12", "trainer.epoch_num_steps=2048"]
     sweep, full = tmp_path / "sweep", tmp_path / "full"
     job = sweep / "job0"
+    assert cli(*args, f"hydra.run.dir={full}").returncode == 0
     live = LiveSweep([*args, f"hydra.sweep.dir={sweep}"], tmp_path)
     try:
-        assert cli(*args, f"hydra.run.dir={full}").returncode == 0
         pid = None
         for _ in range(7):
             done = len((job / "epochs.jsonl").read_text().splitlines()) \
