@@ -55,6 +55,28 @@ def test_the_written_out_tanh_is_tanh_to_float_precision():
     assert edges[0].isnan() and edges[1:].tolist() == [1.0, -1.0]
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_doubled_layers_tanh_is_the_four_pass_tanh_bit_for_bit(dtype):
+    """A tanh layer's forward written out doubles its pre-activation inside the matrix
+    product (``addmm``/``baddbmm`` with alpha = beta = 2) and takes two passes after it: the
+    same bits as ``2 sigmoid(2z) - 1`` in four passes on the plain product."""
+    from rltrain.nets import _tanh_of_doubled_
+
+    g = torch.Generator().manual_seed(4)
+    for batch, width, copies in ((256, 64, 1), (7, 33, 3), (1, 5, 2)):
+        x = torch.randn(copies, batch, width, generator=g, dtype=dtype) * 3
+        w = torch.randn(copies, 64, width, generator=g, dtype=dtype) * 2
+        b = torch.randn(copies, 64, generator=g, dtype=dtype)
+        four = torch.addmm(b[0], x[0], w[0].t()).mul_(2.0).sigmoid_().mul_(2.0).sub_(1.0)
+        two = _tanh_of_doubled_(torch.addmm(b[0], x[0], w[0].t(), beta=2.0, alpha=2.0))
+        assert torch.equal(two, four)
+        stacked = torch.baddbmm(b.unsqueeze(1), x, w.transpose(1, 2))
+        four = stacked.mul_(2.0).sigmoid_().mul_(2.0).sub_(1.0)
+        two = _tanh_of_doubled_(torch.baddbmm(b.unsqueeze(1), x, w.transpose(1, 2), beta=2.0,
+                                              alpha=2.0))
+        assert torch.equal(two, four)
+
+
 def test_backward_into_needs_the_gradients_to_exist():
     net = MLP([2, 4, 1], "tanh", 1.0)
     inputs, _ = net.forward_kept(torch.randn(3, 2))
@@ -147,3 +169,45 @@ def test_ppos_minibatch_steps_by_hand_equal_autograds(float64, env_id, options):
 def test_only_plain_ppo_on_vector_observations_steps_by_hand():
     assert _ppo("CartPole-v1").by_hand
     assert not _ppo("CartPole-v1", share_encoder=True).by_hand  # a shared encoder: autograd
+
+
+@pytest.mark.parametrize(("n", "size", "options"), [
+    (246, 256, {}),  # one minibatch a pass, shorter than the batch size (CartPole's rollouts)
+    (100, 32, {}),  # a shorter last minibatch in each pass
+    (97, 32, {"value_clip": 0.2, "ent_coef": 0.01}),  # ... of one sample
+    (64, 16, {"normalize_advantage": False}),
+])
+def test_an_updates_steps_by_hand_are_its_minibatch_steps_one_by_one(n, size, options):
+    """The update's steps by hand (gathered once, advantages normalised for all minibatches
+    at once, stats reduced at the end: ``PPO._minibatches_by_hand``) against
+    ``PPO._minibatch`` on each minibatch in turn: the same parameters and Adam moments bit
+    for bit, the same stats up to rounding. float32, as runs train."""
+    from rltrain.algorithms.ppo import _Minibatches
+
+    algo = _ppo("CartPole-v1", **options)
+    g = torch.Generator().manual_seed(3)
+    obs = torch.randn(n, 4, generator=g)
+    act = torch.randint(0, 2, (n,), generator=g)
+    adv, ret = torch.randn(n, generator=g), torch.randn(n, generator=g)
+    old_v = ret + torch.randn(n, generator=g)
+    with torch.no_grad():
+        old_logp, _ = algo.pi.log_prob_entropy(obs, act)
+    old_logp = old_logp + 0.3 * torch.randn(n, generator=g)
+    tensors = (obs, act, adv, ret, old_v, old_logp)
+    perms = [torch.randperm(n, generator=g) for _ in range(4)]
+    names = ("flat", "exp_avg", "exp_avg_sq")
+    start = {name: getattr(algo.optim, name).clone() for name in names}
+
+    sums, steps = _Minibatches(algo, tensors, perms, size).alone()
+    together = [getattr(algo.optim, name).clone() for name in names]
+    for name, value in start.items():
+        getattr(algo.optim, name).copy_(value)
+    algo.optim.steps = 0
+    one_by_one = [algo._minibatch(*(t[perm[a:a + size]] for t in tensors))
+                  for perm in perms for a in range(0, n, size)]
+
+    assert steps == len(one_by_one) == 4 * -(-n // size)
+    assert not torch.equal(together[0], start["flat"])  # it learned
+    for name, value in zip(names, together, strict=True):
+        assert torch.equal(value, getattr(algo.optim, name)), name
+    assert torch.allclose(sums, torch.stack(one_by_one).sum(0), rtol=1e-5, atol=1e-6)
