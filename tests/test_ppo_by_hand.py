@@ -55,18 +55,23 @@ def test_the_written_out_tanh_is_tanh_to_float_precision():
     assert edges[0].isnan() and edges[1:].tolist() == [1.0, -1.0]
 
 
+@pytest.mark.parametrize("device", [
+    "cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(),
+                                                         reason="needs a CUDA device"))])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_the_doubled_layers_tanh_is_the_four_pass_tanh_bit_for_bit(dtype):
+def test_the_doubled_layers_tanh_is_the_four_pass_tanh_bit_for_bit(dtype, device):
     """A tanh layer's forward written out doubles its pre-activation inside the matrix
     product (``addmm``/``baddbmm`` with alpha = beta = 2) and takes two passes after it: the
-    same bits as ``2 sigmoid(2z) - 1`` in four passes on the plain product."""
+    same bits as ``2 sigmoid(2z) - 1`` in four passes on the plain product. (On CUDA the -1
+    is a CPU number tensor, which a CUDA op takes as a number.)"""
     from rltrain.nets import _tanh_of_doubled_
 
     g = torch.Generator().manual_seed(4)
     for batch, width, copies in ((256, 64, 1), (7, 33, 3), (1, 5, 2)):
-        x = torch.randn(copies, batch, width, generator=g, dtype=dtype) * 3
-        w = torch.randn(copies, 64, width, generator=g, dtype=dtype) * 2
-        b = torch.randn(copies, 64, generator=g, dtype=dtype)
+        x, w, b = (t.to(device) for t in (
+            torch.randn(copies, batch, width, generator=g, dtype=dtype) * 3,
+            torch.randn(copies, 64, width, generator=g, dtype=dtype) * 2,
+            torch.randn(copies, 64, generator=g, dtype=dtype)))
         four = torch.addmm(b[0], x[0], w[0].t()).mul_(2.0).sigmoid_().mul_(2.0).sub_(1.0)
         two = _tanh_of_doubled_(torch.addmm(b[0], x[0], w[0].t(), beta=2.0, alpha=2.0))
         assert torch.equal(two, four)
