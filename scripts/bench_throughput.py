@@ -252,6 +252,26 @@ def ppo_minibatch_steps(batch_size: int, n: int = 2000) -> float:
     return per_second(lambda: ppo._minibatch(obs, act, adv, ret, old_v, old_logp), n)
 
 
+def ppo_update_minibatch_steps(batch_size: int, passes: int = 20, n: int = 100) -> float:
+    """The same steps as :func:`ppo_minibatch_steps`, as an update runs them: one minibatch
+    of ``batch_size`` samples a pass, ``passes`` passes, gathered once with their advantages
+    normalised together and their stats reduced at the end (``PPO._minibatches_by_hand``):
+    minibatch steps per second."""
+    from rltrain.algorithms.ppo import _Minibatches
+
+    b = build([*ZOO_PPO, f"trainer.batch_size={batch_size}"])
+    ppo = b.algorithm
+    obs = torch.as_tensor(np.random.default_rng(0).normal(size=(batch_size, 4)),
+                          dtype=torch.float32)
+    act = torch.randint(2, (batch_size,))
+    adv, ret, old_v = torch.randn(batch_size), torch.randn(batch_size), torch.randn(batch_size)
+    with torch.no_grad():
+        old_logp, _ = ppo.pi.log_prob_entropy(obs, act)
+    perms = [torch.randperm(batch_size) for _ in range(passes)]
+    work = _Minibatches(ppo, (obs, act, adv, ret, old_v, old_logp), perms, batch_size)
+    return passes * per_second(work.alone, n, warmup=5)
+
+
 def plain_ppo_minibatch_steps(batch_size: int, n: int = 2000) -> float:
     """The floor: the same minibatch step in plain PyTorch, written as CleanRL's ppo.py does
     (two nn.Sequential 64x64 tanh networks, log_softmax for the categorical, the same losses,
@@ -292,8 +312,10 @@ def plain_ppo_minibatch_steps(batch_size: int, n: int = 2000) -> float:
 def ppo_report() -> None:
     for bs in (64, 256):
         ours, floor = ppo_minibatch_steps(bs), plain_ppo_minibatch_steps(bs)
-        print(f"PPO minibatch steps/s, batch {bs:>3}, 64x64: rltrain {ours:,.0f}; plain PyTorch "
-              f"floor {floor:,.0f} (rltrain / floor = {ours / floor:.2f})")
+        in_update = ppo_update_minibatch_steps(bs)
+        print(f"PPO minibatch steps/s, batch {bs:>3}, 64x64: rltrain {ours:,.0f} one at a time, "
+              f"{in_update:,.0f} within an update of 20; plain PyTorch floor {floor:,.0f} "
+              f"(rltrain / floor = {ours / floor:.2f}, {in_update / floor:.2f})")
 
 
 def sb3_ppo_loop(steps: int) -> float:
