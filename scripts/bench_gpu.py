@@ -170,7 +170,8 @@ def cli_rate(overrides: list[str], timeout: float, eager_acting: bool = False
 
 
 def variants(device: str, skip_cpu: bool) -> list[tuple[str, list[str]]]:
-    """(label, overrides) for eager on the CPU, eager on the device, compiled on the device."""
+    """(label, overrides) for eager on the CPU, eager on the device, compiled on the device,
+    and compiled with the acting step eager or the replay buffer on the host only."""
     out = [("cpu eager", ["device=cpu"])] if not skip_cpu else []
     if device != "cpu":
         out.append((f"{device} eager", [f"device={device}"]))
@@ -178,6 +179,10 @@ def variants(device: str, skip_cpu: bool) -> list[tuple[str, list[str]]]:
     if device != "cpu":
         out.append((f"{device} compiled, eager acting", [f"device={device}",
                                                          "algo.compile=true"]))
+        # the replay buffer's device copy (on by default on CUDA) left off: what it adds
+        out.append((f"{device} compiled, replay on host", [f"device={device}",
+                                                           "algo.compile=true",
+                                                           "buffer.on_device=false"]))
     return out
 
 
@@ -221,6 +226,8 @@ def section(name: str, args: argparse.Namespace, emit) -> None:
                 continue
             if name == "sac_loop" and label == "cpu eager" and device != "cpu":
                 continue  # the CPU's figures for SAC are in sac_update
+            if name != "sac_loop" and "replay on host" in label:
+                continue  # on-policy: no replay buffer
             overrides = base + extra
             if name == "ppo_atari" and label == "cpu eager":
                 # all the machine's cores for torch, and a quarter of the epoch (the rate is
@@ -248,7 +255,8 @@ def section(name: str, args: argparse.Namespace, emit) -> None:
         res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                               "-n", "0", "-k", "cuda", "tests/test_settings.py",
                               "tests/test_image_encoders.py", "tests/test_device_copies.py",
-                              "tests/test_compile.py"],
+                              "tests/test_compile.py", "tests/test_device_replay.py",
+                              "tests/test_ppo_by_hand.py"],
                              capture_output=True, text=True, timeout=180, cwd=ROOT)
         emit({"section": name, "rc": res.returncode, "output": res.stdout[-3000:]})
 

@@ -188,6 +188,7 @@ WRONG_TYPES = {
     "algo.hidden_sizes=abc": "takes a list of integers, like [64,64]",
     "algo.hidden_sizes=[a,b]": "takes a list of integers",
     "env.normalize.obs=maybe": "takes true or false",
+    "buffer.on_device=maybe": "takes true or false or null",
 }
 
 

@@ -19,11 +19,19 @@ import numpy as np
 import torch
 
 from rltrain.actions import ScaleActions, ShiftActions
-from rltrain.algorithms import ALGORITHMS, CONTINUOUS, DISCRETE, Algorithm, AlgoSpec
+from rltrain.algorithms import (
+    ALGORITHMS,
+    CONTINUOUS,
+    DISCRETE,
+    Algorithm,
+    AlgoSpec,
+    OffPolicyAlgorithm,
+)
 from rltrain.algorithms import get as algorithm_spec
 from rltrain.collector import Collector
 from rltrain.config import ConfigError, DiscountedConfig, wrapper_entry
 from rltrain.core import SpaceInfo
+from rltrain.data.buffers import ReplayBuffer
 from rltrain.envs import (
     env_seeds,
     make_vector_env,
@@ -37,6 +45,7 @@ from rltrain.normalize import ObsNormalizer, RewardScaler
 from rltrain.observations import describe as describe_obs
 from rltrain.observations import layout, raw_tensors, storage_dtype
 from rltrain.settings import Settings
+from rltrain.system import available_memory, size_text
 from rltrain.trainer import TRAINERS, Callbacks, Storage, StorageRequest, Trainer
 
 log = logging.getLogger("rltrain")
@@ -179,6 +188,8 @@ def build_parts(s: Settings) -> Parts:
             train_envs.close()
         test_envs.close()
         raise
+    if isinstance(algorithm, OffPolicyAlgorithm):
+        replay_on_device(s.buffer.on_device, algorithm, storage.buffer, online=kind.collects)
     if algorithm.obs_norm is not None and storage.observations is not None:
         algorithm.obs_norm.observe(storage.observations)  # an offline run's fixed statistics
     if not info.discrete:  # the algorithm acts in [-1, 1]; the envs scale to their bounds
@@ -199,6 +210,44 @@ def build_parts(s: Settings) -> Parts:
     test_collector.reset(seed=test_seed)
     return Parts(info, algorithm, storage, train_collector, test_collector, train_seed,
                  test_seed)
+
+
+def replay_on_device(wanted: bool | None, algorithm: OffPolicyAlgorithm,
+                     buffer: ReplayBuffer, *, online: bool) -> None:
+    """``buffer.on_device``: give the replay buffer its copy on the algorithm's device (see
+    :class:`rltrain.data.buffers.DeviceMirror`), or say why it cannot have one. Auto
+    (None) gives one to an offline run on CUDA: its dataset is copied once, and each batch
+    then costs one copy of indices instead of five of data. An online run writes every
+    step it collects, one copy per field, about as many copies as its batches save at one
+    gradient step per env step: it asks with ``true`` (unmeasured on a GPU so far; see
+    ``docs/performance.md``)."""
+    device = algorithm.device
+    if wanted is False or (wanted is None and (device.type != "cuda" or online)):
+        return
+    why = None
+    if buffer.frame_stack > 1:
+        why = (f"the buffer stores {buffer.frame_stack}-frame stacks frame by frame, and the "
+               "copy holds whole observations (buffer.frame_stack=1 stores them whole)")
+    elif not algorithm.one_step_batches():
+        why = (f"{algorithm.cfg.name} builds n-step batches (algo.n_step="
+               f"{getattr(algorithm.cfg, 'n_step', '?')}) from the host arrays; the copy "
+               "holds one-step transitions")
+    else:
+        need = buffer.mirror_bytes()
+        free = (torch.cuda.mem_get_info(device)[0] if device.type == "cuda"
+                else available_memory())
+        if free is not None and need > free // 2:
+            why = (f"it needs {size_text(need)}, more than half the {size_text(free)} free "
+                   f"on {device}")
+    if why is None:
+        buffer.mirror_on(device)
+        log.info(f"replay buffer: a copy on {device} ({size_text(buffer.mirror_bytes())}); "
+                 "batches are gathered there")
+    elif wanted:
+        raise ConfigError(f"buffer.on_device=true: no copy of the replay buffer on {device}: "
+                          f"{why}; set buffer.on_device=null (auto) or false")
+    else:
+        log.info(f"replay buffer: kept on the host only ({why})")
 
 
 def _warn_of_threshold(s: Settings, info: SpaceInfo) -> None:

@@ -271,6 +271,12 @@ class ReplayBufferConfig:
     priority_beta: float = 0.4
     #: prioritized: added to each |TD error|, so no transition has zero probability
     priority_eps: float = 1e-6
+    #: keep the one-step transitions again on the algorithm's device, where batches are then
+    #: gathered: null (auto) for an offline run on a CUDA device when the batches are
+    #: one-step (n_step 1), the observations are stored whole (frame_stack 1) and the copy
+    #: takes at most half the device's free memory; true: for any run that can have one (on
+    #: a CPU a second copy, for checks); false: never
+    on_device: bool | None = None
 
 
 @dataclass

@@ -14,9 +14,14 @@ as in Welford's algorithm) and applied in float32.
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import numpy as np
 import torch
 from torch import nn
+
+#: host arrays or tensors: what a batch's fields are
+ArrayT = TypeVar("ArrayT", np.ndarray, torch.Tensor)
 
 
 class RunningMoments(nn.Module):
@@ -129,5 +134,7 @@ class RewardScaler(nn.Module):
         """What rewards are multiplied by now."""
         return float((self.moments.var + self.epsilon).rsqrt())
 
-    def scale(self, rew: np.ndarray) -> np.ndarray:
+    def scale(self, rew: ArrayT) -> ArrayT:
+        """Rewards scaled: host arrays, or tensors (the same float32 maths: the factor, a
+        Python float, enters either in float32)."""
         return (rew * self.factor()).clip(-self.clip, self.clip)

@@ -195,7 +195,7 @@ class Algorithm(nn.Module, ABC):
         # memory; the caching host allocator keeps the staging block until the copy is done
         return host.to(dtype).pin_memory().to(self.device, non_blocking=True)
 
-    def _obs(self, obs: np.ndarray) -> torch.Tensor:
+    def _obs(self, obs: np.ndarray | torch.Tensor) -> torch.Tensor:
         """A batch of observations as the networks take them: vectors as float32, normalised
         (when on); images and packed dict observations as they are stored (uint8): the
         encoder scales and unpacks them on the device (a quarter of the bytes to move)."""
@@ -204,9 +204,20 @@ class Algorithm(nn.Module, ABC):
         x = self._tensor(obs)
         return x if self.obs_norm is None else self.obs_norm(x)
 
-    def _rew(self, rew: np.ndarray) -> np.ndarray:
-        """Rewards as the losses take them: scaled (training only)."""
-        return rew if self.reward_scaler is None else self.reward_scaler.scale(rew)
+    @overload
+    def _rew(self, rew: np.ndarray) -> np.ndarray: ...
+
+    @overload
+    def _rew(self, rew: torch.Tensor) -> torch.Tensor: ...
+
+    def _rew(self, rew: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
+        """Rewards as the losses take them: scaled (training only). Host arrays, or a
+        batch's tensors from the buffer's device copy."""
+        if self.reward_scaler is None:
+            return rew
+        if isinstance(rew, torch.Tensor):
+            return self.reward_scaler.scale(rew)
+        return self.reward_scaler.scale(rew)
 
     def batch_weights(self, batch: Batch) -> torch.Tensor | None:
         """The batch's importance-sampling weights on the device (prioritised replay), or
@@ -338,6 +349,11 @@ class OffPolicyAlgorithm(Algorithm):
         """The batch this algorithm learns from at the sampled transitions: the returns it
         needs are computed here (rltrain.data.returns), not by the buffer."""
 
+    def one_step_batches(self) -> bool:
+        """Whether :meth:`batch` reads one-step transitions only (what a buffer's device
+        copy holds: ``buffer.on_device``)."""
+        return False
+
     @abstractmethod
     def update(self, batch: Batch, *, progress: Progress) -> UpdateReport:
         """Learn from one sampled batch."""
@@ -350,6 +366,9 @@ class TDAlgorithm(OffPolicyAlgorithm):
 
     def batch(self, buffer: ReplayBuffer, lanes: np.ndarray, positions: np.ndarray) -> Batch:
         return nstep_batch(buffer, lanes, positions, self.cfg.n_step, self.cfg.gamma)
+
+    def one_step_batches(self) -> bool:
+        return self.cfg.n_step == 1
 
 
 def weighted_mean(x: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:

@@ -96,6 +96,9 @@ class BC(OffPolicyAlgorithm):
         # the loss reads states and actions only: one-step transitions, no discount to apply
         return nstep_batch(buffer, lanes, positions, 1, 1.0)
 
+    def one_step_batches(self) -> bool:
+        return True
+
     def update(self, batch: Batch, *, progress: Progress) -> UpdateReport:
         obs = self._obs(batch.obs)
         if isinstance(self.pi, MultiCategoricalActor):

@@ -71,13 +71,14 @@ class BufferFullError(RuntimeError):
 @dataclass(frozen=True)
 class Batch:
     """Sampled transitions with n-step returns applied: the target is
-    ``rew + discount * V(next_obs)``."""
+    ``rew + discount * V(next_obs)``. Host arrays, or tensors on the device when the buffer
+    keeps a device copy (:meth:`ReplayBuffer.mirror_on`) and the batch is one-step."""
 
-    obs: np.ndarray
-    act: np.ndarray
-    rew: np.ndarray
-    next_obs: np.ndarray
-    discount: np.ndarray
+    obs: np.ndarray | torch.Tensor
+    act: np.ndarray | torch.Tensor
+    rew: np.ndarray | torch.Tensor
+    next_obs: np.ndarray | torch.Tensor
+    discount: np.ndarray | torch.Tensor
     #: (lane, position) of each sampled transition, for priority updates
     lanes: np.ndarray
     positions: np.ndarray
@@ -290,6 +291,9 @@ class ReplayBuffer:
         self._touched = np.zeros(num_lanes, dtype=np.int64)  # slots ever written, per lane
         #: every lane's ptr is the same (False may be wrong, True never is)
         self._lockstep = True
+        #: the one-step transitions again on an accelerator, written as they are here
+        #: (:meth:`mirror_on`); None: batches are gathered from the host arrays
+        self.mirror: DeviceMirror | None = None
         #: no lane's ring has room for fewer than this many more asides
         self._slack = 0
         self._written = 0  # asides written by all lanes, ever: a bound on any lane's serial
@@ -456,6 +460,11 @@ class ReplayBuffer:
             run = slice(start, start + steps)
             for name, value in fields.items():
                 getattr(self, name)[:, run] = np.asarray(value).swapaxes(0, 1)
+            if self.mirror is not None:  # step-major, as the block's rows are
+                slots = self._lane_base + np.arange(start, start + steps)[:, None]
+                self.mirror.write(slots.reshape(-1), *(
+                    np.asarray(a).reshape(steps * self.num_lanes, *np.shape(a)[2:])
+                    for a in (obs, act, rew, terminated, next_obs)))
             if stacked:
                 serial = int(self._serial[0]) % self._frame_slots
                 if serial + steps <= self._frame_slots and (self._serial == self._serial[0]).all():
@@ -527,6 +536,10 @@ class ReplayBuffer:
             self._count_frames(added)
         for name, value in entries.items():
             self._flat[name][flat] = value
+        if self.mirror is not None:
+            written_next = nxt if valid is None else nxt.take(idx, axis=0)
+            self.mirror.write(flat, entries["obs"], entries["act"], entries["rew"],
+                              entries["terminated"], written_next)
         ref = self._flat["aside_ref"]
         ref[flat] = 0
         # the lanes' newest: resolved (or still pending: marked again below; in an empty
@@ -1008,6 +1021,107 @@ class ReplayBuffer:
         self._slack = 0  # a new ring: test before the next aside
         np.maximum(self._touched, self.size, out=self._touched)
         self._lockstep = bool((self.ptr == self.ptr[0]).all())
+        if self.mirror is not None:
+            self.mirror.sync(self)
+
+    # ------------------------------------------------------------------ device copy
+    def mirror_bytes(self) -> int:
+        """The bytes :meth:`mirror_on` allocates on its device."""
+        return self.num_lanes * self.lane_capacity * DeviceMirror.bytes_per_slot(self)
+
+    def mirror_on(self, device: torch.device) -> None:
+        """Keep the one-step transitions again on ``device`` (:class:`DeviceMirror`), from
+        now on written there as they are written here, so that :meth:`device_transitions`
+        gathers a batch on the device. Only for whole observations (``frame_stack`` 1)."""
+        if self.frame_stack > 1:
+            raise ValueError("a device copy of the buffer holds whole observations; this "
+                             f"buffer stores {self.frame_stack}-frame stacks frame by frame")
+        self.mirror = DeviceMirror(self, device)
+        self.mirror.sync(self)
+
+    def device_transitions(self, lanes: np.ndarray, positions: np.ndarray
+                           ) -> tuple[torch.Tensor, ...]:
+        """:meth:`transitions`, gathered from the device copy: the same values, as tensors
+        on its device."""
+        assert self.mirror is not None, "mirror_on() first"
+        return self.mirror.gather(self._lane_base[lanes] + positions)
+
+
+class DeviceMirror:
+    """A replay buffer's one-step transitions kept again on an accelerator (``buffer.
+    on_device``): each slot's observation, action, reward, termination and next observation,
+    the next one stored whole (on the host it is the successor's row or an aside). The
+    buffer writes each block here as it stores it, in one copy per field; a batch is then
+    gathered on the device after one copy of its indices, rather than gathered from the host
+    arrays and copied up field by field at every gradient step. The host arrays stay what
+    checkpoints, n-step windows and rollouts read; a restored state is copied over whole."""
+
+    _FIELDS = ("obs", "act", "rew", "terminated", "next_obs")
+
+    def __init__(self, buffer: ReplayBuffer, device: torch.device) -> None:
+        self.device = device
+        slots = buffer.num_lanes * buffer.lane_capacity
+
+        def zeros(shape: tuple[int, ...], dtype: np.dtype) -> torch.Tensor:
+            return torch.zeros((slots, *shape), dtype=_torch_dtype(dtype), device=device)
+
+        obs = (buffer.obs_shape, buffer.obs_dtype)
+        self.tensors = {"obs": zeros(*obs), "act": zeros(buffer.act_shape, buffer.act.dtype),
+                        "rew": zeros((), buffer.rew.dtype),
+                        "terminated": zeros((), buffer.terminated.dtype),
+                        "next_obs": zeros(*obs)}
+
+    @staticmethod
+    def bytes_per_slot(buffer: ReplayBuffer) -> int:
+        obs = int(np.prod(buffer.obs_shape, dtype=np.int64)) * buffer.obs_dtype.itemsize
+        act = int(np.prod(buffer.act_shape, dtype=np.int64)) * buffer.act.dtype.itemsize
+        return 2 * obs + act + buffer.rew.dtype.itemsize + buffer.terminated.dtype.itemsize
+
+    def _up(self, array: np.ndarray, dtype: np.dtype) -> torch.Tensor:
+        """A host array on the device. To CUDA through page-locked memory, in a copy the host
+        does not wait for (a copy from pageable memory waits for the device's queue: a sync
+        at every write and every batch); the caching host allocator keeps the staging block
+        until the copy is done."""
+        host = torch.from_numpy(np.ascontiguousarray(array, dtype=dtype))
+        if self.device.type != "cuda":
+            return host.to(self.device)
+        return host.pin_memory().to(self.device, non_blocking=True)
+
+    def write(self, flat: np.ndarray, *rows: np.ndarray) -> None:
+        """Rows ``(obs, act, rew, terminated, next_obs)`` into flat slots ``flat``."""
+        if len(flat) == 0:
+            return
+        index = self._up(flat, np.dtype(np.int64))
+        for name, value in zip(self._FIELDS, rows, strict=True):
+            tensor = self.tensors[name]
+            rows_up = self._up(value, _numpy_dtype(tensor))
+            tensor.index_copy_(0, index, rows_up.reshape(len(flat), *tensor.shape[1:]))
+
+    def sync(self, buffer: ReplayBuffer, chunk: int = 1 << 16) -> None:
+        """Copy over every slot the buffer has written (after a restored state), ``chunk``
+        slots at a time (the host gathers them first)."""
+        for lane, touched in enumerate(buffer._touched.tolist()):
+            for start in range(0, touched, chunk):
+                positions = np.arange(start, min(start + chunk, touched))
+                lanes = np.full(len(positions), lane)
+                self.write(buffer._lane_base[lanes] + positions,
+                           *buffer.transitions(lanes, positions))
+
+    def gather(self, flat: np.ndarray) -> tuple[torch.Tensor, ...]:
+        """``(obs, act, rew, terminated, next_obs)`` at flat slots ``flat``."""
+        index = self._up(flat, np.dtype(np.int64))
+        t = self.tensors
+        return (t["obs"].index_select(0, index), t["act"].index_select(0, index),
+                t["rew"].index_select(0, index), t["terminated"].index_select(0, index),
+                t["next_obs"].index_select(0, index))
+
+
+def _torch_dtype(dtype: np.dtype) -> torch.dtype:
+    return torch.from_numpy(np.zeros(0, dtype=dtype)).dtype
+
+
+def _numpy_dtype(tensor: torch.Tensor) -> np.dtype:
+    return torch.zeros(0, dtype=tensor.dtype).numpy().dtype
 
 
 # ---------------------------------------------------------------------- state formats

@@ -10,6 +10,7 @@ the indices, and :func:`nstep_batch` combines them with the algorithm's gamma an
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from rltrain.data.buffers import Batch, ReplayBuffer
 
@@ -91,6 +92,12 @@ def nstep_batch(buffer: ReplayBuffer, lanes: np.ndarray, positions: np.ndarray, 
     """
     if n < 1:
         raise ValueError(f"n-step returns need n >= 1, got {n}")
+    if n == 1 and buffer.mirror is not None:  # gathered on the buffer's device copy
+        obs_t, act_t, rew_t, terminated_t, next_obs_t = buffer.device_transitions(lanes,
+                                                                                  positions)
+        discount_t = torch.full_like(rew_t, gamma).masked_fill_(terminated_t, 0.0)
+        return Batch(obs=obs_t, act=act_t, rew=rew_t, next_obs=next_obs_t,
+                     discount=discount_t, lanes=lanes, positions=positions)
     if n == 1:  # every gradient step of SAC, TD3, DDPG: one gather per field
         obs, act, rew, terminated, next_obs = buffer.transitions(lanes, positions)
         discount = np.where(terminated, np.float32(0.0), np.float32(gamma))
