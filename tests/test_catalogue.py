@@ -106,7 +106,8 @@ def test_trainer_problem_names_the_algorithms_trainer():
                    "dataset, device, env, logger, precision, seed, torch_threads, trainer, "
                    "trust, tune)"),
     ("buffer.siz", None, "unknown key buffer.siz; did you mean buffer.size? (buffer has: "
-                   "frame_stack, priority_alpha, priority_beta, priority_eps, sampler, size)"),
+                   "frame_stack, on_device, priority_alpha, priority_beta, priority_eps, "
+                   "sampler, size)"),
     ("tune.objectiv", None, "unknown key tune.objectiv; did you mean tune.objective?"),
     ("env.normalize.rewards", None, "unknown key env.normalize.rewards; did you mean "
                                     "env.normalize.reward? (env.normalize has: clip_obs, "
