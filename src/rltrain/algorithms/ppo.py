@@ -283,7 +283,7 @@ class PPO(ActorCritic):
         loss = pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss
         with torch.no_grad():
             rows = _rows(plain, clipped, v_err, v_err_clipped, entropy_all, ratio, logratio)
-            return loss, self._stats(rows.detach(), weight, cfg.clip_ratio)
+            return loss, self._stats(rows, weight, cfg.clip_ratio)
 
     def clipped_gradients(
         self,
