@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from _build import build
+from rltrain.algorithms.ppo import PPO
 from rltrain.core import Progress
 from rltrain.nets import mlp
 
@@ -241,15 +242,22 @@ def ppo_minibatch_steps(batch_size: int, n: int = 2000) -> float:
     """rltrain's PPO minibatch step (the RL-Zoo3 CartPole settings: separate 64x64 tanh actor
     and critic, clipped surrogate, value loss, entropy, gradient-norm clip 0.5, Adam) on one
     fixed minibatch cut from a real rollout: minibatch steps per second."""
-    b = build([*ZOO_PPO, f"trainer.batch_size={batch_size}"])
-    ppo = b.algorithm
+    ppo, tensors = ppo_minibatch(batch_size)
+    return per_second(lambda: ppo._minibatch(*tensors), n)
+
+
+def ppo_minibatch(batch_size: int) -> tuple[PPO, tuple[torch.Tensor, ...]]:
+    """A PPO with the RL-Zoo3 CartPole settings, and one minibatch for it: (obs, act, adv,
+    ret, old_v, old_logp)."""
+    ppo = build([*ZOO_PPO, f"trainer.batch_size={batch_size}"]).algorithm
+    assert isinstance(ppo, PPO)
     obs = torch.as_tensor(np.random.default_rng(0).normal(size=(batch_size, 4)),
                           dtype=torch.float32)
     act = torch.randint(2, (batch_size,))
     adv, ret, old_v = torch.randn(batch_size), torch.randn(batch_size), torch.randn(batch_size)
     with torch.no_grad():
         old_logp, _ = ppo.pi.log_prob_entropy(obs, act)
-    return per_second(lambda: ppo._minibatch(obs, act, adv, ret, old_v, old_logp), n)
+    return ppo, (obs, act, adv, ret, old_v, old_logp)
 
 
 def ppo_update_minibatch_steps(batch_size: int, passes: int = 20, n: int = 100) -> float:
@@ -259,16 +267,9 @@ def ppo_update_minibatch_steps(batch_size: int, passes: int = 20, n: int = 100) 
     minibatch steps per second."""
     from rltrain.algorithms.ppo import _Minibatches
 
-    b = build([*ZOO_PPO, f"trainer.batch_size={batch_size}"])
-    ppo = b.algorithm
-    obs = torch.as_tensor(np.random.default_rng(0).normal(size=(batch_size, 4)),
-                          dtype=torch.float32)
-    act = torch.randint(2, (batch_size,))
-    adv, ret, old_v = torch.randn(batch_size), torch.randn(batch_size), torch.randn(batch_size)
-    with torch.no_grad():
-        old_logp, _ = ppo.pi.log_prob_entropy(obs, act)
+    ppo, tensors = ppo_minibatch(batch_size)
     perms = [torch.randperm(batch_size) for _ in range(passes)]
-    work = _Minibatches(ppo, (obs, act, adv, ret, old_v, old_logp), perms, batch_size)
+    work = _Minibatches(ppo, tensors, perms, batch_size)
     return passes * per_second(work.alone, n, warmup=5)
 
 

@@ -107,13 +107,20 @@ def test_a_run_learns_the_same_with_the_replay_on_the_device(cli, tmp_path, name
     is the run's without, which an online run's default (null) is (continuous actions;
     discrete ones with prioritised replay, its importance weights and priority updates, and
     scaled rewards)."""
-    runs = {}
-    for on in ("true", "null"):
-        runs[on] = tmp_path / on
-        res = cli(*RUNS[name], "seed=2", f"device={device}", f"buffer.on_device={on}",
-                  "logger.tensorboard=false", f"hydra.run.dir={runs[on]}")
+    same_with_and_without(cli, tmp_path, [*RUNS[name], "seed=2"], device, ("true", "null"))
+
+
+def same_with_and_without(cli, tmp_path, args: list[str], device: str,
+                          settings: tuple[str, str]) -> None:
+    """Runs ``args`` with the first ``buffer.on_device`` setting (which must keep a copy)
+    and the second (which must not): the same learning records."""
+    runs = []
+    for on in settings:
+        runs.append(tmp_path / on)
+        res = cli(*args, f"device={device}", f"buffer.on_device={on}",
+                  "logger.tensorboard=false", f"hydra.run.dir={runs[-1]}")
         assert res.returncode == 0, res.stderr
-    copied, host = (runs[on] for on in runs)
+    copied, host = runs
     assert f"replay buffer: a copy on {device}" in (copied / "rltrain.log").read_text()
     assert "replay buffer: a copy" not in (host / "rltrain.log").read_text()
     assert learning_records(copied) == learning_records(host)
@@ -124,17 +131,9 @@ def test_an_offline_run_learns_the_same_from_a_dataset_on_the_device(cli, tmp_pa
     """The dataset, loaded, copied to the device whole; BC's batches gathered there: by
     default (null) on CUDA, asked for (true) on a CPU, where the default keeps none."""
     data = random_dataset(tmp_path / "random.npz", episodes=6)
-    runs = {}
-    for on in (("true", "null") if device == "cpu" else ("null", "false")):
-        runs[on] = tmp_path / on
-        res = cli("algo=bc", "env=cartpole", f"dataset={data}", "trainer.max_epochs=2",
-                  "trainer.epoch_num_steps=200", f"device={device}", f"buffer.on_device={on}",
-                  "logger.tensorboard=false", f"hydra.run.dir={runs[on]}")
-        assert res.returncode == 0, res.stderr
-    copied, host = (runs[on] for on in runs)
-    assert f"replay buffer: a copy on {device}" in (copied / "rltrain.log").read_text()
-    assert "replay buffer: a copy" not in (host / "rltrain.log").read_text()
-    assert learning_records(copied) == learning_records(host)
+    same_with_and_without(cli, tmp_path, ["algo=bc", "env=cartpole", f"dataset={data}",
+                                          "trainer.max_epochs=2", "trainer.epoch_num_steps=200"],
+                          device, ("true", "null") if device == "cpu" else ("null", "false"))
 
 
 def test_a_run_with_the_replay_on_the_device_resumes_exactly(cli, tmp_path):
