@@ -171,7 +171,7 @@ def cli_rate(overrides: list[str], timeout: float, eager_acting: bool = False
 
 def variants(device: str, skip_cpu: bool) -> list[tuple[str, list[str]]]:
     """(label, overrides) for eager on the CPU, eager on the device, compiled on the device,
-    and compiled with the acting step eager or the replay buffer on the host only."""
+    and compiled with the acting step eager or with the replay buffer's device copy."""
     out = [("cpu eager", ["device=cpu"])] if not skip_cpu else []
     if device != "cpu":
         out.append((f"{device} eager", [f"device={device}"]))
@@ -179,10 +179,11 @@ def variants(device: str, skip_cpu: bool) -> list[tuple[str, list[str]]]:
     if device != "cpu":
         out.append((f"{device} compiled, eager acting", [f"device={device}",
                                                          "algo.compile=true"]))
-        # the replay buffer's device copy (on by default on CUDA) left off: what it adds
-        out.append((f"{device} compiled, replay on host", [f"device={device}",
-                                                           "algo.compile=true",
-                                                           "buffer.on_device=false"]))
+        # the replay buffer's device copy, which an online run has only when asked: what it
+        # changes
+        out.append((f"{device} compiled, replay on device", [f"device={device}",
+                                                             "algo.compile=true",
+                                                             "buffer.on_device=true"]))
     return out
 
 
@@ -226,7 +227,7 @@ def section(name: str, args: argparse.Namespace, emit) -> None:
                 continue
             if name == "sac_loop" and label == "cpu eager" and device != "cpu":
                 continue  # the CPU's figures for SAC are in sac_update
-            if name != "sac_loop" and "replay on host" in label:
+            if name != "sac_loop" and "replay on device" in label:
                 continue  # on-policy: no replay buffer
             overrides = base + extra
             if name == "ppo_atari" and label == "cpu eager":
