@@ -49,11 +49,6 @@ def _tanh_of_doubled_(x: torch.Tensor) -> torch.Tensor:
     return torch.add(_MINUS_ONE, x.sigmoid_(), alpha=2.0, out=x)
 
 
-def _tanh_(x: torch.Tensor) -> torch.Tensor:
-    """``tanh`` in place, as ``2 sigmoid(2x) - 1`` (:func:`_tanh_of_doubled_`)."""
-    return _tanh_of_doubled_(x.mul_(2.0))
-
-
 #: each activation of a hidden layer for the forward passes written out (no autograd graph):
 #: the factor the layer's matrix product and bias are scaled by, and the activation applied
 #: in place to that scaled pre-activation

@@ -14,14 +14,11 @@ as in Welford's algorithm) and applied in float32.
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import overload
 
 import numpy as np
 import torch
 from torch import nn
-
-#: host arrays or tensors: what a batch's fields are
-ArrayT = TypeVar("ArrayT", np.ndarray, torch.Tensor)
 
 
 class RunningMoments(nn.Module):
@@ -134,7 +131,13 @@ class RewardScaler(nn.Module):
         """What rewards are multiplied by now."""
         return float((self.moments.var + self.epsilon).rsqrt())
 
-    def scale(self, rew: ArrayT) -> ArrayT:
+    @overload
+    def scale(self, rew: np.ndarray) -> np.ndarray: ...
+
+    @overload
+    def scale(self, rew: torch.Tensor) -> torch.Tensor: ...
+
+    def scale(self, rew: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
         """Rewards scaled: host arrays, or tensors (the same float32 maths: the factor, a
         Python float, enters either in float32)."""
         return (rew * self.factor()).clip(-self.clip, self.clip)

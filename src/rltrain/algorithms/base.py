@@ -213,11 +213,7 @@ class Algorithm(nn.Module, ABC):
     def _rew(self, rew: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
         """Rewards as the losses take them: scaled (training only). Host arrays, or a
         batch's tensors from the buffer's device copy."""
-        if self.reward_scaler is None:
-            return rew
-        if isinstance(rew, torch.Tensor):
-            return self.reward_scaler.scale(rew)
-        return self.reward_scaler.scale(rew)
+        return rew if self.reward_scaler is None else self.reward_scaler.scale(rew)
 
     def batch_weights(self, batch: Batch) -> torch.Tensor | None:
         """The batch's importance-sampling weights on the device (prioritised replay), or
