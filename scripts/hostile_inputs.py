@@ -1286,6 +1286,54 @@ def issue20_console_cases() -> list[Case]:
     ])
 
 
+# --------------------------------------------------------------------------- issue 45
+# "Sound on every new surface": one function per section of the issue, each filled in by
+# whoever fixes that section.
+def issue45_s1_identity_cases() -> list[Case]:
+    """§1: a run directory holds one run."""
+    return []
+
+
+def issue45_s2_dict_cases() -> list[Case]:
+    """§2: dict observations and masks with any number of envs."""
+    return []
+
+
+def issue45_s3_size_cases() -> list[Case]:
+    """§3: sizes known before memory is touched."""
+    return []
+
+
+def issue45_s4_domain_cases() -> list[Case]:
+    """§4: settings that cannot work are refused."""
+    return []
+
+
+def issue45_s5_sweep_cases() -> list[Case]:
+    """§5: sweeps end as they say."""
+    return []
+
+
+def issue45_s6_atari_cases() -> list[Case]:
+    """§6: Atari resumes exactly with its default settings."""
+    return []
+
+
+def issue45_s7_console_cases() -> list[Case]:
+    """§7: a console and docs that never mislead."""
+    return []
+
+
+def issue45_s8_file_cases() -> list[Case]:
+    """§8: files and disks."""
+    return []
+
+
+def issue45_s9_layer_cases() -> list[Case]:
+    """§9: layers (checked by the test suite's import contract; no CLI case)."""
+    return []
+
+
 SECTIONS: dict[str, Callable[[], list[Case]]] = {
     "Controls": control_cases,
     "Config and keys": config_cases,
@@ -1304,6 +1352,15 @@ SECTIONS: dict[str, Callable[[], list[Case]]] = {
     "Issue 20 §4 faults": issue20_fault_cases,
     "Issue 20 §5 README": issue20_readme_cases,
     "Issue 20 §6 console": issue20_console_cases,
+    "Issue 45 §1 identity": issue45_s1_identity_cases,
+    "Issue 45 §2 dicts": issue45_s2_dict_cases,
+    "Issue 45 §3 sizes": issue45_s3_size_cases,
+    "Issue 45 §4 domains": issue45_s4_domain_cases,
+    "Issue 45 §5 sweeps": issue45_s5_sweep_cases,
+    "Issue 45 §6 Atari": issue45_s6_atari_cases,
+    "Issue 45 §7 console": issue45_s7_console_cases,
+    "Issue 45 §8 files": issue45_s8_file_cases,
+    "Issue 45 §9 layers": issue45_s9_layer_cases,
 }
 
 
