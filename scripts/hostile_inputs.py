@@ -1295,8 +1295,25 @@ def issue45_s1_identity_cases() -> list[Case]:
 
 
 def issue45_s2_dict_cases() -> list[Case]:
-    """§2: dict observations and masks with any number of envs."""
-    return []
+    """§2: dict observations and masks with any number of envs (MiniGrid: an image and a
+    direction; the mask layouts run in tests/test_env_counts.py, on the tests' own envs)."""
+    sweep = ["rltrain", "--multirun", "hydra/launcher=batched", SMOKE, "env=minigrid",
+             "env.num_train_envs=1", "env.num_test_envs=1", "seed=0,1", "hydra.sweep.dir=S"]
+
+    def both_jobs(tmp: Path, result: Result) -> str | None:
+        for job in ("seed=0_job0", "seed=1_job1"):
+            epochs, problem = read_records(tmp / "S" / job / "epochs.jsonl")
+            if problem or epochs != [1, 2]:
+                return f"{job}: {problem or f'epochs {epochs}'}"
+        return None
+
+    return [
+        trains("env=minigrid env.num_test_envs=1"),
+        trains("env=minigrid env.num_train_envs=1"),
+        trains("env=minigrid algo=dqn env.num_train_envs=1 env.num_test_envs=1"),
+        trains("env=minigrid env.num_train_envs=3 env.num_test_envs=3"),
+        Case("batched sweep on MiniGrid, one env per lane", sweep, "ok", check=both_jobs),
+    ]
 
 
 def issue45_s3_size_cases() -> list[Case]:

@@ -123,9 +123,20 @@ class DictLayout:
         for key in self.keys:
             dtype, offset = self.dtype.fields[key][:2]  # type: ignore[index]
             base, shape = dtype.base, dtype.shape
-            part = rows[:, offset : offset + dtype.itemsize].contiguous()
+            part = _packed(rows[:, offset : offset + dtype.itemsize])
             out[key] = part.view(TORCH_DTYPES[base]).reshape(n, *shape)
         return out
+
+
+def _packed(part: torch.Tensor) -> torch.Tensor:
+    """``part`` with its rows back to back (strides ``(width, 1)``), as reinterpreting its
+    bytes as a wider dtype needs. ``Tensor.contiguous()`` is not enough: a slice of one row
+    (one env) already counts as contiguous, since a stride along an axis of size 1 is never
+    used, and keeps the parent's row stride, which ``view(dtype)`` then refuses."""
+    width = part.shape[1]
+    if part.stride() == (width, 1):
+        return part
+    return part.clone(memory_format=torch.contiguous_format)
 
 
 #: numpy storage dtypes and their torch equivalents
