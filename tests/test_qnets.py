@@ -42,27 +42,28 @@ def test_a_plain_network_has_the_names_and_values_dqn_always_had():
     assert new(OBS).shape == (6, 3)
 
 
-@pytest.mark.parametrize("atoms", [1, 5])
+@pytest.mark.parametrize("atoms", [None, 1, 5])
 def test_dueling_is_value_plus_advantage_less_its_mean(atoms):
     torch.manual_seed(1)
     net = network(dueling=True, atoms=atoms)
+    width = atoms or 1
     assert net.value is not None and net.advantage is not None
     with torch.no_grad():
         q = net(OBS)
         features = net.net(OBS)
         v = net.value(features)  # (batch, atoms)
-        a = net.advantage(features).reshape(6, 3, atoms)
+        a = net.advantage(features).reshape(6, 3, width)
     expected = v[:, None, :] + a - a.mean(1, keepdim=True)
-    torch.testing.assert_close(q, expected.squeeze(-1) if atoms == 1 else expected)
+    torch.testing.assert_close(q, expected.squeeze(-1) if atoms is None else expected)
     # the identity the mean buys: averaged over actions, Q is V
-    torch.testing.assert_close(q.mean(1), v.squeeze(-1) if atoms == 1 else v)
+    torch.testing.assert_close(q.mean(1), v.squeeze(-1) if atoms is None else v)
     assert not torch.allclose(a.mean(1), torch.zeros_like(v), atol=1e-3)  # it was subtracted
     # the torso holds the encoder and the first hidden layer; each stream its own last one
     assert [tuple(p.shape) for p in net.net.layers.parameters()] == [(16, 3), (16,)]
-    assert [tuple(p.shape) for p in net.value.parameters()] == [(8, 16), (8,), (atoms, 8),
-                                                                (atoms,)]
+    assert [tuple(p.shape) for p in net.value.parameters()] == [(8, 16), (8,), (width, 8),
+                                                                (width,)]
     assert [tuple(p.shape) for p in net.advantage.parameters()] == [(8, 16), (8,),
-                                                                    (3 * atoms, 8), (3 * atoms,)]
+                                                                    (3 * width, 8), (3 * width,)]
 
 
 def test_dueling_without_hidden_layers_streams_from_the_features():

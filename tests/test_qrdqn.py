@@ -125,6 +125,24 @@ def test_deployable_policy_argmaxes_the_quantiles_mean():
                                   deployed)
 
 
+@pytest.mark.parametrize("dueling", [False, True])
+def test_one_quantile_is_a_distribution_of_one_atom(dueling):
+    """N = 1 learns the median return (tau 1/2): the network keeps its quantile axis, so the
+    expected values are per action and every action is one of the env's (a squeezed axis once
+    made the mean run over the actions, and the argmax picked out-of-range actions)."""
+    torch.manual_seed(5)
+    qr = QRDQN(QRDQNConfig(quantiles=1, dueling=dueling, **SMALL), DISC, CPU, 0)
+    obs = np.random.default_rng(1).normal(size=(64, 3)).astype(np.float32)
+    with torch.no_grad():
+        assert qr.q(torch.from_numpy(obs)).shape == (64, 3, 1)
+    for deterministic in (True, False):
+        actions = qr.act(obs, deterministic=deterministic, progress=progress(0))
+        assert actions.shape == (64,) and set(actions.tolist()) <= {0, 1, 2}
+    report = qr.update(random_batch(DISC, seed=3), progress=progress(0))
+    assert np.isfinite(report.stats.loss) and report.priorities is not None
+    assert report.priorities.shape == (len(random_batch(DISC, seed=3).rew),)
+
+
 def test_bad_settings_are_refused_by_name():
     with pytest.raises(ConfigError, match=r"algo.quantiles must be at least 1, got 0"):
         QRDQNConfig(quantiles=0).check()

@@ -11,9 +11,11 @@ independent options:
   :class:`NoisyLinear`, whose weights are ``mu + sigma * eps`` with learnt ``mu`` and ``sigma``
   and factorised Gaussian noise ``eps``: exploration by perturbed weights instead of
   epsilon-greedy actions.
-- ``atoms``: the number of outputs per action. 1 gives plain Q-values ``(batch, actions)``; more
-  give ``(batch, actions, atoms)``, a return distribution per action (C51's logits over a fixed
-  support, QR-DQN's quantiles).
+- ``atoms``: the number of outputs per action. None gives plain Q-values ``(batch, actions)``;
+  a number gives ``(batch, actions, atoms)``, a return distribution per action (C51's logits
+  over a fixed support, QR-DQN's quantiles), with its atoms axis even when there is one atom
+  (QR-DQN with one quantile learns the median return: still a distribution's head, whose
+  last axis the loss and the expected values reduce).
 
 Noise is explicit: ``forward(obs, noise)`` draws fresh weight noise from the generator
 ``noise`` (a training forward pass or an exploring action), and uses the mean weights when
@@ -149,9 +151,13 @@ class QNetwork(nn.Module):
 
     def __init__(self, encoder: Encoder, hidden_sizes: Sequence[int], num_actions: int,
                  activation: str, *, dueling: bool = False, noisy: bool = False,
-                 sigma0: float = 0.5, atoms: int = 1, init: str = "orthogonal") -> None:
+                 sigma0: float = 0.5, atoms: int | None = None, init: str = "orthogonal"
+                 ) -> None:
         super().__init__()
         self.num_actions, self.atoms, self.dueling = num_actions, atoms, dueling
+        #: outputs per action (one plain Q-value, or the atoms)
+        self.width = 1 if atoms is None else atoms
+        width = self.width
         sizes = [encoder.out_dim, *hidden_sizes]
         kw: dict[str, Any] = {"noisy": noisy, "sigma0": sigma0, "init": init}
         self.value: Layers | None = None
@@ -160,23 +166,23 @@ class QNetwork(nn.Module):
             # the torso: the encoder and every hidden layer but the last (none: the features)
             torso, stream = (sizes[:-1], sizes[-1:]) if hidden_sizes else (sizes, [])
             self.net = Layers(torso, activation, activate_last=True, encoder=encoder, **kw)
-            self.value = Layers([self.net.out_dim, *stream, atoms], activation, **kw)
-            self.advantage = Layers([self.net.out_dim, *stream, num_actions * atoms],
+            self.value = Layers([self.net.out_dim, *stream, width], activation, **kw)
+            self.advantage = Layers([self.net.out_dim, *stream, num_actions * width],
                                     activation, **kw)
         else:
-            self.net = Layers([*sizes, num_actions * atoms], activation, encoder=encoder, **kw)
+            self.net = Layers([*sizes, num_actions * width], activation, encoder=encoder, **kw)
 
     def forward(self, obs: torch.Tensor, noise: torch.Generator | None = None) -> torch.Tensor:
-        """Q-values ``(batch, actions)`` (atoms 1) or ``(batch, actions, atoms)``; fresh weight
-        noise from ``noise`` for a noisy network, its mean weights when None."""
+        """Q-values ``(batch, actions)`` (atoms None) or ``(batch, actions, atoms)``; fresh
+        weight noise from ``noise`` for a noisy network, its mean weights when None."""
         x = self.net(obs, noise)
         if self.value is None or self.advantage is None:
-            out = x.unflatten(-1, (self.num_actions, self.atoms))
+            out = x.unflatten(-1, (self.num_actions, self.width))
         else:
             v = self.value(x, noise).unsqueeze(1)  # (batch, 1, atoms)
-            a = self.advantage(x, noise).unflatten(-1, (self.num_actions, self.atoms))
+            a = self.advantage(x, noise).unflatten(-1, (self.num_actions, self.width))
             out = v + a - a.mean(1, keepdim=True)
-        return out.squeeze(-1) if self.atoms == 1 else out
+        return out.squeeze(-1) if self.atoms is None else out
 
     def plain_layers(self) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
         """Every layer's ``(weight, bias)`` when the network is its encoder and plain linear

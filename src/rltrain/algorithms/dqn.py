@@ -112,7 +112,7 @@ class QLearning(TDAlgorithm):
     cfg: QConfig
 
     def __init__(self, cfg: QConfig, info: SpaceInfo, device: torch.device, seed: int,
-                 atoms: int = 1) -> None:
+                 atoms: int | None = None) -> None:
         super().__init__(cfg, info, device, seed)
         self.num_actions = info.action_dim
         self.q = QNetwork(self.encoder(), cfg.hidden_sizes, info.action_dim, cfg.activation,
