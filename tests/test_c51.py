@@ -17,7 +17,13 @@ import torch
 from algo_helpers import CPU, DISC, SMALL, progress, random_batch
 from conftest import learning_records, run_tool, signal_when
 from rltrain.algorithms import ALGORITHMS
-from rltrain.algorithms.c51 import C51, C51Config, RainbowConfig, categorical_projection
+from rltrain.algorithms.c51 import (
+    C51,
+    C51Config,
+    RainbowConfig,
+    categorical_projection,
+    check_support,
+)
 from rltrain.config import ConfigError
 from rltrain.evaluate import load_run
 
@@ -145,6 +151,27 @@ def test_bad_settings_are_refused_by_name():
         C51Config(v_min=5.0, v_max=5.0).check()
     with pytest.raises(ConfigError, match=r"algo.noisy_sigma0 must be > 0"):
         RainbowConfig(noisy_sigma0=0.0).check()
+
+
+@pytest.mark.parametrize(("bounds", "atoms", "dtype", "message"), [
+    ((-1e300, 1e300), 51, torch.float32, r"must fit in float32"),
+    ((-1e308, 1e308), 51, torch.float64, r"span \(2e\+308\) must fit in float64"),
+    ((-3e38, 3e38), 51, torch.float32, r"span \(6e\+38\) must fit"),
+    ((0.0, 100.0), 100_000_000, torch.float32, r"algo.atoms=100,000,000 .* finer than float32"),
+])
+def test_a_support_the_precision_cannot_hold_is_refused_before_building(bounds, atoms, dtype,
+                                                                        message):
+    cfg = C51Config(atoms=atoms, v_min=bounds[0], v_max=bounds[1], **SMALL)
+    cfg.check()  # each value is in range on its own
+    with pytest.raises(ConfigError, match=message):
+        check_support(cfg, dtype)
+
+
+def test_a_wide_support_that_fits_builds_finite_and_increasing():
+    cfg = C51Config(atoms=51, v_min=-1e38, v_max=1e38, **SMALL)
+    check_support(cfg, torch.float32)
+    support = C51(cfg, DISC, CPU, 0).support
+    assert torch.isfinite(support).all() and (support.diff() > 0).all()
 
 
 def test_rainbow_is_c51_with_every_option_on():

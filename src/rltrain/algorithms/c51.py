@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -93,6 +94,33 @@ def categorical_projection(probs: torch.Tensor, rew: torch.Tensor, discount: tor
     return m
 
 
+def check_support(cfg: C51Config, dtype: torch.dtype) -> None:
+    """The support as the networks will hold it (in ``dtype``, the run's precision) must be
+    ``atoms`` distinct, finite values, and its span ``v_max - v_min`` finite too: the
+    projection divides by the atoms' spacing and the expected values sum over the support.
+    Bounds beyond the type's range (``algo.v_max=1e300`` in float32) would make an infinite
+    support, and atoms closer than the type's resolution would coincide: both refused by name
+    before anything is built, instead of an overflow deep inside the first update."""
+    finfo = torch.finfo(dtype)
+    name = str(dtype).removeprefix("torch.")
+    span = cfg.v_max - cfg.v_min
+    if not (abs(cfg.v_min) <= finfo.max and abs(cfg.v_max) <= finfo.max and span <= finfo.max):
+        raise ConfigError(
+            f"algo.v_min={cfg.v_min:g} and algo.v_max={cfg.v_max:g}: the support and its span "
+            f"({span:g}) must fit in {name} (up to {finfo.max:.3g}); returns are clipped to "
+            "the support, so choose bounds a little beyond the returns the env can give "
+            "(the defaults are -10 and 10)")
+    spacing = span / (cfg.atoms - 1)
+    resolution = float(np.spacing(np.asarray(max(abs(cfg.v_min), abs(cfg.v_max)),
+                                             dtype=np.float64 if finfo.bits == 64
+                                             else np.float32)))
+    if not spacing > resolution:
+        raise ConfigError(
+            f"algo.atoms={cfg.atoms:,} between algo.v_min={cfg.v_min:g} and algo.v_max="
+            f"{cfg.v_max:g} would be {spacing:.3g} apart, finer than {name} can tell apart "
+            f"there ({resolution:.3g}): use fewer atoms or a wider support")
+
+
 class C51(QLearning):
     cfg: C51Config
     #: the fixed support z_1..z_atoms; follows from the config, so not in the state_dict
@@ -100,6 +128,7 @@ class C51(QLearning):
 
     def __init__(self, cfg: C51Config, info: SpaceInfo, device: torch.device, seed: int
                  ) -> None:
+        check_support(cfg, torch.get_default_dtype())
         super().__init__(cfg, info, device, seed, atoms=cfg.atoms)
         self.register_buffer("support", torch.linspace(cfg.v_min, cfg.v_max, cfg.atoms,
                                                        device=device), persistent=False)
