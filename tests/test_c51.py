@@ -155,7 +155,7 @@ def test_bad_settings_are_refused_by_name():
 
 @pytest.mark.parametrize(("bounds", "atoms", "dtype", "message"), [
     ((-1e300, 1e300), 51, torch.float32, r"must fit in float32"),
-    ((-1e308, 1e308), 51, torch.float64, r"span \(2e\+308\) must fit in float64"),
+    ((-1e308, 1e308), 51, torch.float64, r"span \(inf\) must fit in float64"),
     ((-3e38, 3e38), 51, torch.float32, r"span \(6e\+38\) must fit"),
     ((0.0, 100.0), 100_000_000, torch.float32, r"algo.atoms=100,000,000 .* finer than float32"),
 ])
