@@ -99,11 +99,17 @@ def test_settings_refuse_by_name(case):
     assert message in refusal(*overrides)
 
 
-@pytest.mark.parametrize("override", ["algo.lr=nan", "algo.lr=inf", "algo.clip_ratio=nan",
-                                      "algo.ent_coef=inf", "algo.vf_coef=-inf",
-                                      "trainer.stop_score=nan", "env.reward_threshold=inf"])
+@pytest.mark.parametrize("override", [
+    "algo.lr=nan", "algo.lr=inf", "algo.clip_ratio=nan", "algo.ent_coef=inf",
+    "algo.vf_coef=-inf", "trainer.stop_score=nan", "env.reward_threshold=inf",
+    # the free-form parts, walked to any depth: an env's own arguments, a wrapper's
+    "+env.kwargs.fill=nan", "+env.kwargs.deep.bound=-inf", "+env.kwargs.levels=[1.0,nan]",
+    "env.wrappers=[{name: gymnasium.wrappers.ClipReward, kwargs: {min_reward: -inf}}]"])
 def test_non_finite_numbers_are_refused_in_process(override):
-    key = override.split("=")[0]
+    key = {"+env.kwargs.levels=[1.0,nan]": "env.kwargs.levels[1]"}.get(
+        override, override.split("=")[0].removeprefix("+"))
+    if key == "env.wrappers":
+        key = "env.wrappers[0].kwargs.min_reward"
     message = refusal("algo=ppo", override)
     assert message.startswith(f"{key} must be a finite number, got ")
     if key == "trainer.stop_score":

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -432,11 +432,29 @@ def check_finite(obj: Any, prefix: str) -> None:
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
             check_finite(value, f"{prefix}.{f.name}")  # env.normalize.epsilon=inf, ...
             continue
-        values = value if isinstance(value, (list, tuple)) else [value]
-        for v in values:
-            if isinstance(v, float) and not math.isfinite(v):
-                hint = " (null means none)" if f.name == "stop_score" else ""
-                raise ConfigError(f"{prefix}.{f.name} must be a finite number, got {v}{hint}")
+        found = _nonfinite(value, f"{prefix}.{f.name}")
+        if found is not None:
+            key, v = found
+            hint = " (null means none)" if f.name == "stop_score" else ""
+            raise ConfigError(f"{key} must be a finite number, got {v}{hint}")
+
+
+def _nonfinite(value: Any, key: str) -> tuple[str, float] | None:
+    """The first NaN or infinite number inside ``value`` (lists and mappings walked: the
+    free-form ``env.kwargs`` and wrapper arguments too) and its key, or None."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (key, value)
+    if isinstance(value, Mapping):
+        items: Iterable[tuple[str, Any]] = ((f"{key}.{k}", v) for k, v in value.items())
+    elif isinstance(value, (list, tuple)):
+        items = ((f"{key}[{i}]", v) for i, v in enumerate(value))
+    else:
+        return None
+    for inner_key, inner in items:
+        found = _nonfinite(inner, inner_key)
+        if found is not None:
+            return found
+    return None
 
 
 def check_seed(seed: Any, key: str = "seed") -> int:

@@ -325,6 +325,24 @@ def autoreset_mode(envs: VectorEnv) -> AutoresetMode:
     return mode
 
 
+def _empty_part(obs_space: gym.Space, act_space: gym.Space) -> str | None:
+    """The part of the spaces that holds no values (a Box of shape ``(0,)``, a Dict key of
+    one), said as the user would look for it; None when every part holds some."""
+    def size(space: gym.Space) -> int | None:
+        shape = getattr(space, "shape", None)
+        return None if shape is None else int(np.prod(shape))
+
+    parts = [("the action space", act_space)]
+    if isinstance(obs_space, gym.spaces.Dict):
+        parts += [(f"observation key {key!r}", sub) for key, sub in obs_space.spaces.items()]
+    else:
+        parts.append(("the observation space", obs_space))
+    for what, space in parts:
+        if size(space) == 0:
+            return f"{what} ({space})"
+    return None
+
+
 def space_info(envs: VectorEnv, env_id: str, max_steps: int = DEFAULT_MAX_EPISODE_STEPS,
                reward_threshold: float | None = None) -> SpaceInfo:
     """:param reward_threshold: the config's (``env.reward_threshold``); None: the env's
@@ -346,6 +364,11 @@ def space_info(envs: VectorEnv, env_id: str, max_steps: int = DEFAULT_MAX_EPISOD
             f"{env_id} has observation space {obs_space}; rltrain supports Box observations "
             "(turn them into a Box with a wrapper listed in env.wrappers)"
         )
+    empty = _empty_part(obs_space, act_space)
+    if empty is not None:
+        raise ConfigError(f"{env_id}: {empty} holds no values, so there is nothing to "
+                          "observe or act with; fix the env's space (or a wrapper in "
+                          "env.wrappers that changes it)")
     # whether a network can take the observations is the encoders' question (images: no encoder
     # yet; rltrain.encoders.registry.choose refuses them, naming why)
     shape: tuple[int, ...]

@@ -1,0 +1,67 @@
+"""An env whose spaces are whatever its kwargs say: for the edges of what rltrain takes
+(spaces with no values, images too small for a convolution, spaces too large for memory).
+
+``rltrain-test/Spaces-v0`` (``env=gym env.id=rltrain-test/Spaces-v0 env.kwargs.obs=[2,2,3]
+env.kwargs.dtype=uint8 env.kwargs.action=discrete:3``):
+
+* ``obs``: the observation's shape; ``dtype``: ``float32`` (values in [-1, 1]) or ``uint8``
+  (an image when it has three axes, values in [0, ``high``]);
+* ``action``: ``discrete:N``, ``box:D1,D2,...`` (bounds [-1, 1]) or ``multidiscrete:N1,N2``.
+
+Observations are zeros but for one random entry; the reward is 1 when the first action
+entry is 0 (or below 0, continuous), else 0. Episodes of 20 steps. Nothing is allocated but
+one observation at a time, so a space larger than memory costs nothing until rltrain sizes
+what it would build for it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+SPACES_ID = "rltrain-test/Spaces-v0"
+STEPS = 20
+
+
+def action_space(text: str) -> gym.Space:
+    kind, _, sizes = text.partition(":")
+    numbers = [int(n) for n in sizes.split(",") if n.strip()] if sizes else []
+    if kind == "discrete":
+        return gym.spaces.Discrete(numbers[0])
+    if kind == "box":
+        return gym.spaces.Box(-1.0, 1.0, tuple(numbers), np.float32)
+    if kind == "multidiscrete":
+        return gym.spaces.MultiDiscrete(numbers)
+    raise ValueError(f"action={text!r}: discrete:N, box:D1,... or multidiscrete:N1,...")
+
+
+class SpacesEnv(gym.Env):
+    def __init__(self, obs: list[int] | tuple[int, ...] = (4,), dtype: str = "float32",
+                 high: int = 255, action: str = "discrete:2") -> None:
+        shape = tuple(int(n) for n in obs)
+        if dtype == "uint8":
+            self.observation_space = gym.spaces.Box(0, high, shape, np.uint8)
+        else:
+            self.observation_space = gym.spaces.Box(-1.0, 1.0, shape, np.float32)
+        self.action_space = action_space(action)
+
+    def _obs(self) -> np.ndarray:
+        obs = np.zeros(self.observation_space.shape, self.observation_space.dtype)
+        if obs.size:
+            obs.flat[int(self.np_random.integers(obs.size))] = self.observation_space.high.flat[0]
+        return obs
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        return self._obs(), {}
+
+    def step(self, action: Any):
+        first = np.asarray(action, dtype=np.float64).reshape(-1)
+        hit = first.size > 0 and first[0] <= 0
+        return self._obs(), float(hit), False, False, {}
+
+
+if SPACES_ID not in gym.registry:
+    gym.register(id=SPACES_ID, entry_point=SpacesEnv, max_episode_steps=STEPS)
