@@ -260,6 +260,40 @@ def test_dict_rows_outside_their_keys_spaces_are_refused(data: dict[str, Path],
         one_line(e, f"dataset {path} has obs {needle}")
 
 
+def test_image_values_beyond_their_spaces_bounds_are_refused(data: dict[str, Path],
+                                                              tmp_path: Path) -> None:
+    """An image is scaled by its space's bounds inside the network: a frame holding 255 where
+    the space says 1 (MinAtar's 0/1 channels) would reach it 255 times too bright. Refused
+    by value and place, for a whole image and for an image key of a Dict; data within the
+    bounds load."""
+    ds = load_dataset(str(data["stripes"]))
+    bright = int(ds.obs.max())
+    assert bright > 1
+    narrow = {**ds.meta, "observation_space": describe_space(
+        gym.spaces.Box(0, 1, (10, 10, 3), np.uint8))}
+    path = write_h5(tmp_path / "bright.h5", with_arrays(ds), narrow)
+    with pytest.raises(ConfigError) as e:
+        load_dataset(str(path))
+    first = int(np.flatnonzero((ds.obs > 1).reshape(len(ds.obs), -1).any(axis=1))[0])
+    one_line(e, f"dataset {path} has obs {bright} at transition {first}, outside its "
+                "space's bounds [0, 1] there")
+    dim = with_arrays(ds, obs=(ds.obs > 0).astype(np.uint8),
+                      next_obs=(ds.next_obs > 0).astype(np.uint8))
+    assert len(load_dataset(str(write_h5(tmp_path / "dim.h5", dim, narrow)))) == len(ds)
+
+    beacon = load_dataset(str(data["beacon"]))
+    space = SPACES["beacon"]
+    assert isinstance(space, gym.spaces.Dict)
+    narrow_dict = gym.spaces.Dict([  # in the env's order of keys, as the rows are packed
+        (key, gym.spaces.Box(0, 1, (6, 6, 1), np.uint8) if key == "image" else sub)
+        for key, sub in space.spaces.items()])
+    path = write_h5(tmp_path / "beacon.h5", with_arrays(beacon),
+                    {**beacon.meta, "observation_space": describe_space(narrow_dict)})
+    with pytest.raises(ConfigError) as e:
+        load_dataset(str(path))
+    one_line(e, "has obs with key 'image' 255 at transition", "outside its space's bounds")
+
+
 def test_check_spaces_refuses_another_envs_dataset(data: dict[str, Path]) -> None:
     stripes, beacon = (load_dataset(str(data[name])) for name in ENVS)
     actions = gym.spaces.Discrete(3)

@@ -772,6 +772,8 @@ def _validated(arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any], spec: 
             raise bad(f"has {name} of shape {a.shape[1:]} and dtype {a.dtype}, but its "
                       f"observation space is {texts['observation_space']}{stored}")
         problem = _rows_problem(obs_space, a)
+        if problem is None and isinstance(obs_space, gym.spaces.Box):
+            problem = _beyond_bounds(obs_space, a)
         if problem is not None:
             raise bad(f"has {name} {problem}")
     act, act_space = arrays["act"], spaces["action_space"]
@@ -814,6 +816,39 @@ def _validated(arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any], spec: 
                         arrays["terminated"], arrays["truncated"], meta=dict(meta))
 
 
+#: rows scanned at a time for values beyond an integer space's bounds (a few MB of images)
+_SCAN_ROWS = 1024
+
+
+def _beyond_bounds(space: gym.spaces.Box, values: np.ndarray) -> str | None:
+    """What lies outside an integer Box's bounds (an image's, or a uint8 Dict key's), or None.
+    A network scales such values by the space's bounds (rltrain.encoders.image): a MinAtar
+    frame holding 255 where its space says 1 reaches the network 255 times too bright, a
+    silent wrong answer, so it is refused. Floats are not checked: many envs' vectors leave
+    their declared bounds by design. Scanned in chunks, and not at all when the bounds are
+    the dtype's own (nothing can lie beyond them)."""
+    if values.dtype.kind not in "iub" or not len(values):
+        return None
+    low = np.broadcast_to(space.low, space.shape).reshape(-1)
+    high = np.broadcast_to(space.high, space.shape).reshape(-1)
+    info = np.iinfo(np.uint8 if values.dtype == np.bool_ else values.dtype)
+    if (low <= info.min).all() and (high >= info.max).all():
+        return None
+    flat = values.reshape(len(values), -1)
+    for start in range(0, len(flat), _SCAN_ROWS):
+        chunk = flat[start:start + _SCAN_ROWS]
+        wrong = (chunk < low) | (chunk > high)
+        if wrong.any():
+            row = int(np.flatnonzero(wrong.any(axis=1))[0])
+            column = int(np.flatnonzero(wrong[row])[0])
+            value = chunk[row, column]
+            return (f"{int(value)} at transition {start + row}, outside its space's bounds "
+                    f"[{low[column]:g}, {high[column]:g}] there: the network scales it by "
+                    "those bounds, so it would see it wrongly; recollect the data, or fix the "
+                    "space recorded with it")
+    return None
+
+
 def _rows_problem(space: gym.Space, rows: np.ndarray) -> str | None:
     """What is wrong in the packed rows of a Dict observation, which no dtype check sees: a
     Discrete, MultiDiscrete or MultiBinary key outside its space (its one-hot encoding would
@@ -829,6 +864,9 @@ def _rows_problem(space: gym.Space, rows: np.ndarray) -> str | None:
         values = records[key].reshape(len(rows), -1)
         if isinstance(sub, gym.spaces.Box):
             if values.dtype.kind != "f":
+                beyond = _beyond_bounds(sub, values)
+                if beyond is not None:
+                    return f"with key {key!r} {beyond}"
                 continue
             wrong = ~np.isfinite(values)
         else:
