@@ -15,7 +15,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from conftest import run_cli, run_tool
+from conftest import run_cli, run_tool, tmpfs
 from rltrain.actions import to_agent, to_env
 from rltrain.config import ConfigError
 from rltrain.data.buffers import ReplayBuffer
@@ -642,6 +642,14 @@ BAD_INPUTS = {
                      ["exists.h5 exists", "--force"]),
     "unknown env": (["--random", "--env", "NoSuchEnv-v0", "--episodes", "2", "--out", "x.h5"],
                     ["--env NoSuchEnv-v0 is not a registered gymnasium env"]),
+    # ids whose registering module is not imported: the refusal names what works
+    "ALE id": (["--random", "--env", "ALE/Pong-v5", "--episodes", "2", "--out", "x.h5"],
+               ["not registered yet: ALE/ ids are registered by importing ale_py",
+                "pass --env ale_py:ALE/Pong-v5"]),
+    "MiniGrid id": (["--random", "--env", "MiniGrid-Empty-5x5-v0", "--episodes", "2", "--out",
+                     "x.h5"], ["env=minigrid's wrappers",
+                               "rltrain env=minigrid env.id=MiniGrid-Empty-5x5-v0",
+                               "rltrain-collect RUN_DIR --random"]),
     "env without random": (["--env", "Pendulum-v1", "--episodes", "2", "--out", "x.h5"],
                            ["--random"]),
     "bad env kwargs": (["--random", "--env", "Pendulum-v1", "--env-kwargs", "{g: 1}",
@@ -685,3 +693,52 @@ def test_bad_input(damaged_runs: dict[str, Path], tmp_path: Path, case: str) -> 
     assert_one_line_error(result, *needles)
     assert not (tmp_path / "x.h5").exists()
     assert (tmp_path / "exists.h5").read_text() == "an earlier file\n"
+
+
+def test_the_way_out_for_an_unregistered_family_works(tmp_path: Path) -> None:
+    """What the refusals above name: --env MODULE:ID for collect, the preset for rltrain."""
+    ok(collect("--random", "--env", "ale_py:ALE/Pong-v5", "--steps", "8", "--num-envs", "1",
+               "--out", "pong.npz", cwd=tmp_path))
+    res = run_cli("experiment=smoke", "env=gym", "env.id=MiniGrid-Empty-5x5-v0", cwd=tmp_path)
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert ("env.id='MiniGrid-Empty-5x5-v0' is not registered yet: MiniGrid- ids are "
+            "registered by importing minigrid, which env=minigrid does; use env=minigrid "
+            "env.id=MiniGrid-Empty-5x5-v0") in res.stderr
+    res = run_cli("experiment=smoke", "env=minigrid", "env.id=MiniGrid-Empty-5x5-v0",
+                  "trainer.max_epochs=1", f"hydra.run.dir={tmp_path / 'grid'}", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+
+
+CARTPOLE = ["--random", "--env", "CartPole-v1"]
+
+
+@pytest.mark.parametrize(("size", "suffix", "said"), [
+    (["--steps", "1000000"], ".npz",
+     "it needs at least 46.0 MB (1,000,000 transitions x 46 bytes), and "),
+    (["--steps", "1000000"], ".h5", "it needs about "),
+    (["--episodes", "1000000"], ".h5", "before all 1,000,000 episodes ended, already take "),
+], ids=["npz-steps", "h5-steps", "h5-episodes"])
+def test_a_collection_that_cannot_fit_is_refused_early(tmp_path: Path, size: list[str],
+                                                       suffix: str, said: str) -> None:
+    """A real 1 MB disk: refused before the collection is done (a million steps took 41 s
+    to collect before the refusal; a million episodes many minutes), naming the sizes, the
+    free space and what to change; nothing written."""
+    with tmpfs(tmp_path / "fs", "1m") as fs:
+        result = collect(*CARTPOLE, *size, "--out", fs / f"c{suffix}", cwd=tmp_path)
+        assert_one_line_error(result, f"--out {fs / f'c{suffix}'}: the dataset will not fit: ",
+                              said, f"is free in {fs}", "or write it where there is room")
+        if suffix == ".h5" and size[0] == "--steps":
+            collected = int(result.stderr.split(" collected in")[0].split(" as ")[-1]
+                            .replace(",", ""))
+            assert collected < 100_000, result.stderr  # refused from a first part
+            assert "--steps " in result.stderr.split("collect fewer")[1]
+        assert list(fs.iterdir()) == []
+
+
+def test_an_estimate_that_overstates_does_not_refuse_what_fits(tmp_path: Path) -> None:
+    """The first 2,000 transitions of CartPole compress to 35 bytes each, the whole to 27:
+    30,000 transitions (about 0.84 MB) are written onto a 1 MB disk, not refused."""
+    with tmpfs(tmp_path / "fs", "1m") as fs:
+        result = collect(*CARTPOLE, "--steps", "30000", "--out", fs / "c.h5", cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        assert len(load_dataset(str(fs / "c.h5"))) == 30_000

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import run_cli
+from conftest import run_cli, tmpfs
 
 BIN = Path(sys.executable).parent
 EVAL = BIN / "rltrain-eval"
@@ -204,3 +204,21 @@ def test_missing_extra(runs: dict[str, Path], tmp_path: Path, script: Path,
                   env={"PYTHONPATH": str(shadow.parent)})
     assert_one_line_error(result, script.name, module, f'pip install -e ".[{extra}]"')
     assert not (tmp_path / "videos").exists()
+
+
+def test_export_onto_a_full_disk_leaves_nothing_partial(runs: dict[str, Path],
+                                                        tmp_path: Path) -> None:
+    """A real full disk (a tmpfs smaller than the graph): one line naming the problem, and
+    neither the 0-byte ``.policy.onnx.tmp`` it left before nor a change to an earlier
+    export."""
+    with tmpfs(tmp_path / "fs", "16k") as fs:
+        earlier = fs / "policy.onnx"
+        earlier.write_bytes(b"an earlier export\n")
+        result = tool(EXPORT, runs["cartpole"], "--out", earlier, cwd=tmp_path)
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert_one_line_error(result, "rltrain-export", "No space left on device")
+        assert sorted(p.name for p in fs.iterdir()) == ["policy.onnx"]
+        assert earlier.read_bytes() == b"an earlier export\n"
+    out = tmp_path / "policy.onnx"  # with room, the same command writes it
+    assert tool(EXPORT, runs["cartpole"], "--out", out, cwd=tmp_path).returncode == 0
+    assert out.stat().st_size > 16 * 1024 and not list(tmp_path.glob(".*.tmp"))

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +23,7 @@ import numpy as np
 import pytest
 import yaml
 
-from conftest import job_dir, run_cli, run_tool
+from conftest import job_dir, run_cli, run_tool, tmpfs, wait_for
 from rltrain.report import cli, compose, stats
 from rltrain.report.runs import group_runs, load_run
 
@@ -421,8 +425,75 @@ def test_force_replaces_only_report_files(tmp_path: Path) -> None:
         (out / name).write_text("x")
     with pytest.raises(cli.UserError, match="not empty"):
         cli.output_dir(out, [tmp_path], force=False)
-    cli.make_output_dir(cli.output_dir(out, [tmp_path], force=True), force=True)
-    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+    with pytest.raises(KeyboardInterrupt), cli.staged(out, force=True) as folder:
+        (folder / "report.md").write_text("half of a new one")
+        raise KeyboardInterrupt  # nothing changes until the new report is whole
+    assert sorted(p.name for p in out.iterdir()) == ["curves_X.png", "notes.txt", "report.md"]
+    assert (out / "report.md").read_text() == "x"
+    with cli.staged(cli.output_dir(out, [tmp_path], force=True), force=True) as folder:
+        (folder / "report.md").write_text("new")
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt", "report.md"]
+    assert (out / "report.md").read_text() == "new"
+
+
+def test_one_seed_gives_no_interval(sweep: Path, tmp_path: Path) -> None:
+    """Groups of one seed: their scores without an interval (the bootstrap could only draw
+    that seed again, "199.4 [199.4, 199.4]"), said in the notes, the HTML and the console."""
+    runs = [make_run(job_dir(sweep, 0), tmp_path / "a", [190, 199.4], seed=0),
+            make_run(job_dir(sweep, 0), tmp_path / "b", [10, 20], seed=0,
+                     config={"algo.lr": 0.01}),
+            make_run(job_dir(sweep, 0), tmp_path / "c", [30, 40], seed=1,
+                     config={"algo.lr": 0.01})]
+    out = tmp_path / "out"
+    res = run_tool(TOOL, *runs, "--out", out, "--last", "1", *REPS, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    md = (out / "report.md").read_text()
+    assert not re.search(r"(\d[\d,.]*) \[\1, \1\]", md), md
+    assert "| 199.4 (1 seed: no interval) | 199.4 (1 seed: no interval) |" in md
+    assert "| 30.00 [20.00, 40.00] |" in md  # two seeds: an interval
+    notes = md.split("## Notes")[1].split("\n## ")[0]
+    assert "CartPole-v1: `algo.lr=0.001` has one seed, and one seed gives no confidence " \
+           "interval" in notes and "none:" not in notes
+    assert "| 1.00 (1 seed: no interval) |" in md  # P(X > Y) of a one-seed group
+    assert "199.4 (1 seed: no interval)" in (out / "report.html").read_text()
+    assert "algo.lr=0.001 (1 seed: 0, no interval); algo.lr=0.01 (2 seeds: 0, 1)" in res.stdout
+
+
+def test_a_full_disk_leaves_no_partial_report(sweep: Path, tmp_path: Path) -> None:
+    """A real full disk: one line saying so and how to go on, no report directory (it was
+    left half-written), and an earlier report that --force would replace left as it was."""
+    with tmpfs(tmp_path / "fs", "64k") as fs:
+        res = run_tool(TOOL, job_dir(sweep, 0), "--out", fs / "report", *REPS, cwd=tmp_path)
+        assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+        assert res.stderr == (f"{TOOL}: error: could not write the report in {fs / 'report'}: "
+                              "No space left on device; nothing was left behind (free space "
+                              "there, or pass --out DIR to write it elsewhere)\n")
+        assert list(fs.iterdir()) == []
+        (fs / "report").mkdir()
+        for name in ("report.md", "runs.csv"):
+            (fs / "report" / name).write_text(f"an earlier {name}")
+        res = run_tool(TOOL, job_dir(sweep, 0), "--out", fs / "report", "--force", *REPS,
+                       cwd=tmp_path)
+        assert res.returncode == 1 and f"{fs / 'report'} is as it was" in res.stderr
+        assert {p.name: p.read_text() for p in (fs / "report").iterdir()} == {
+            "report.md": "an earlier report.md", "runs.csv": "an earlier runs.csv"}
+        assert list(fs.iterdir()) == [fs / "report"]
+
+
+def test_sigterm_while_writing_leaves_nothing(sweep: Path, tmp_path: Path) -> None:
+    """SIGTERM while the report is written (its default would end the process on the spot,
+    the directory half-made): one line, exit 143, nothing left."""
+    out = tmp_path / "out"
+    proc = subprocess.Popen([Path(sys.executable).parent / TOOL, sweep, "--out", out],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    wait_for(lambda: proc.poll() is not None or any(tmp_path.glob(".out.partial-*")),
+             what="the report's folder")
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert err.strip() == f"{TOOL}: stopped by SIGTERM; no report was written"
+    assert sorted(os.listdir(tmp_path)) == []
 
 
 def _chromium() -> str | None:

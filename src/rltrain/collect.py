@@ -33,9 +33,11 @@ import json
 import math
 import signal
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -52,21 +54,28 @@ from rltrain.evaluate import (
 )
 from rltrain.streams import clip_long_words, os_error_text
 
+if TYPE_CHECKING:
+    from rltrain.envs import EnvFamily
+
 #: the default seed is this plus the run's seed (eval's default is 10_000 plus it)
 SEED_OFFSET = 20_000
 #: envs of a --random --env collection unless --num-envs says otherwise
 DEFAULT_NUM_ENVS = 8
 #: vector steps per collection call: each call fills a fresh chunk of the lanes
 CHUNK = 256
+#: what :func:`collect` calls after each chunk (see :class:`RoomCheck`)
+Watch = Callable[[list[dict[str, np.ndarray]]], None]
 
 
 # --------------------------------------------------------------------------- collecting
 def collect(envs: Any, policy: Policy, *, seed: int, episodes: int | None = None,
-            steps: int | None = None) -> dict[str, np.ndarray]:
+            steps: int | None = None, watch: Watch | None = None) -> dict[str, np.ndarray]:
     """Run ``policy`` on ``envs`` (reset with ``seed``) until every env has its quota of
     ``episodes`` or ``steps`` (:func:`rltrain.collector.episode_quotas`); returns the
     transitions as arrays, env after env, each env's in time order, cut to its quota (an
-    episode the cut ends is marked truncated).
+    episode the cut ends is marked truncated). ``watch`` is called after every chunk with
+    its transitions, one dict of arrays per env that got some (a :class:`RoomCheck` stops the
+    collection by raising when the dataset will not fit).
 
     The :class:`~rltrain.collector.Collector` steps the envs and writes lanes of an
     append-only buffer, which is read and cleared every :data:`CHUNK` vector steps. The
@@ -100,6 +109,7 @@ def collect(envs: Any, policy: Policy, *, seed: int, episodes: int | None = None
         buffer.clear()
         collector.collect(policy, n_steps=CHUNK * m)
         rollout = buffer.rollout()
+        chunk: list[dict[str, np.ndarray]] = []
         for i in range(m):
             n = int(rollout.valid[i].sum())
             if have[i] >= quotas[i] or n == 0:
@@ -116,6 +126,9 @@ def collect(envs: Any, policy: Policy, *, seed: int, episodes: int | None = None
                 part = {k: v[: quotas[i] - have[i]] for k, v in part.items()}
                 have[i] += len(part["rew"])
             lanes[i].append(part)
+            chunk.append(part)
+        if watch is not None:
+            watch(chunk)
     out: dict[str, list[np.ndarray]] = {name: [] for name in ARRAYS}
     for parts in lanes:
         if not parts:
@@ -126,6 +139,162 @@ def collect(envs: Any, policy: Policy, *, seed: int, episodes: int | None = None
         if not (last_trunc[-1] or out["terminated"][-1][-1]):
             last_trunc[-1] = True  # --steps cut this env's episode
     return {name: np.concatenate(arrays) for name, arrays in out.items()}
+
+
+def transition_bytes(obs_space: Any, act_space: Any) -> int:
+    """Bytes one transition takes in a dataset file before compression, at the least: its
+    observation and next observation (a stack of uint8 frames counted as one new frame plus
+    the stack's frame indices, as a file keeps chained stacks), action, reward and the two end
+    flags."""
+    import gymnasium as gym
+
+    from rltrain.observations import storage_dtype, stored_shape
+
+    shape = stored_shape(obs_space)
+    obs = math.prod(shape) * storage_dtype(obs_space).itemsize
+    if storage_dtype(obs_space) == np.uint8 and len(shape) >= 3 and shape[0] >= 2:
+        obs_part = obs // shape[0] + 2 * shape[0] * 8  # one frame, two rows of int64 indices
+    else:
+        obs_part = 2 * obs
+    discrete = not isinstance(act_space, gym.spaces.Box)
+    act = math.prod(act_space.shape or ()) * (8 if discrete else 4)  # int64 or float32
+    return obs_part + act + 4 + 2  # float32 reward, bool terminated and truncated
+
+
+@dataclass
+class RoomCheck:
+    """Whether the dataset will fit where it is written, known as soon as it can be, not after
+    the whole collection (two million CartPole steps took 107 s before that refusal).
+
+    Before collecting, where the size is sure: ``--steps N`` into an ``.npz`` (which holds the
+    arrays as they are) needs at least N x :func:`transition_bytes`. Otherwise what a
+    transition takes in the file, compressed as the file will be, is measured on what has
+    been collected (:func:`rltrain.data.dataset.encoded_size`): ``--steps N`` is estimated
+    from it, and ``--episodes``, whose count of transitions is not known until they end, is
+    checked against what is already collected. A small sample compresses worse than the whole
+    (CartPole: 39 bytes a transition over 2,000, 27 over 200,000), so an estimate over the
+    free space is refused at once only when it is more than :data:`SURE` times it; else it is
+    measured again as the collection doubles, and refused once it has settled (two
+    measurements within :data:`SETTLED`) or covers everything in hand. The refusal
+    (UserError) names the sizes, the free space and what to change."""
+
+    #: an estimate this many times the free space is refused at once
+    SURE = 2.0
+    #: an estimate is settled when two measurements differ by less than this fraction
+    SETTLED = 0.05
+
+    out: Path
+    steps: int | None
+    episodes: int | None
+    #: bytes of a transition before compression (:func:`transition_bytes`)
+    per_transition: int
+    #: the dataset's meta fields, to make a sample dataset of what was collected
+    meta: dict[str, Any]
+    parts: list[dict[str, np.ndarray]] = field(default_factory=list)
+    collected: int = 0
+    #: (transitions measured, fixed bytes, bytes per transition) of each measurement
+    measured: list[tuple[int, float, float]] = field(default_factory=list)
+    started: float = field(default_factory=time.monotonic)
+
+    def before(self) -> None:
+        if self.steps is not None and self.out.suffix.lower() == ".npz":
+            self._refuse_over(self.steps * self.per_transition,
+                              f"at least {{size}} ({self.steps:,} transitions x "
+                              f"{self.per_transition:,} bytes)", self.per_transition)
+
+    def __call__(self, chunk: list[dict[str, np.ndarray]]) -> None:
+        self.parts += chunk
+        self.collected += sum(len(part["rew"]) for part in chunk)
+        if not self.collected:
+            return
+        if not self.measured:
+            self._measure()
+        free = self._free()
+        while free is not None and self._need() > free:
+            if self._need() > self.SURE * free or self._settled():
+                self._refuse_over(self._need(), self._how(), self.measured[-1][2])
+            if self.collected < 2 * self.measured[-1][0]:
+                return  # measured again once there is twice as much
+            self._measure()
+
+    def _need(self) -> int:
+        _, fixed, each = self.measured[-1]
+        return int(fixed + (self.steps or self.collected) * each)
+
+    def _settled(self) -> bool:
+        if self.measured[-1][0] == self.collected and (self.steps is None
+                                                       or self.collected >= self.steps):
+            return True  # measured on everything there will be (or, --episodes, in hand)
+        if self.steps is None:
+            return False
+        if len(self.measured) < 2:
+            return False
+        (_, _, before), (_, _, now) = self.measured[-2:]
+        return abs(before - now) <= self.SETTLED * now
+
+    def _how(self) -> str:
+        n, _, each = self.measured[-1]
+        took = f"{time.monotonic() - self.started:.1f} s"
+        if self.steps is not None:
+            return (f"about {{size}} ({self.steps:,} transitions of about {each:,.0f} bytes "
+                    f"each in the file, as {n:,} collected in {took} came out)")
+        return (f"more than {{size}} (the {self.collected:,} transitions collected in {took}, "
+                f"before all {self.episodes:,} episodes ended, already take that)")
+
+    def _measure(self) -> None:
+        """Measure the file's fixed bytes and bytes per transition on everything collected:
+        each env's part ends where the collection's end would cut it."""
+        from rltrain.data.dataset import encoded_size, make_dataset, new_meta
+
+        def size(parts: list[dict[str, np.ndarray]]) -> int:
+            parts = [dict(p, truncated=p["truncated"].copy()) for p in parts if len(p["rew"])]
+            for p in parts:
+                p["truncated"][-1] = True  # as collect() marks an env's last transition
+            obs, act, rew, next_obs, terminated, truncated = (
+                np.concatenate([p[name] for p in parts])
+                for name in ("obs", "act", "rew", "next_obs", "terminated", "truncated"))
+            ds = make_dataset(obs, act, rew, next_obs, terminated, truncated,
+                              meta=new_meta(**self.meta))
+            return encoded_size(ds, self.out.suffix)
+
+        first = [{k: v[:1] for k, v in self.parts[0].items()}]
+        one = size(first)
+        each = (size(self.parts) - one) / (self.collected - 1) if self.collected > 1 else one
+        self.measured.append((self.collected, one - each, each))
+
+    def _free(self) -> int | None:
+        from rltrain.data.dataset import free_bytes
+
+        return free_bytes(_existing(self.out.parent))
+
+    def _refuse_over(self, need: int, how: str, each: float | None) -> None:
+        """UserError if ``need`` bytes do not fit in the output's folder; ``how`` says how the
+        need was worked out ({size} stands for it); ``each``: bytes per transition, for the
+        --steps that would fit."""
+        from rltrain.data.dataset import size_text
+
+        free = self._free()
+        if free is None or need <= free:
+            return
+        if self.steps is not None and each:
+            fewer = f"collect fewer (--steps {max(1, int(free // (each * 1.1))):,} would fit)"
+        else:
+            fewer = "collect fewer (--episodes N, or --steps N, a number known in advance)"
+        held = ""
+        if self.out.is_file():  # --force: replaced only once the new file is whole
+            held = (f" (the {self.out.name} it replaces keeps its "
+                    f"{size_text(self.out.stat().st_size)} until the new one is whole)")
+        raise UserError(f"--out {self.out}: the dataset will not fit: it needs "
+                        f"{how.format(size=size_text(need))}, and {size_text(free)} is free "
+                        f"in {_existing(self.out.parent)}{held}; {fewer}, or write it where "
+                        "there is room (--out)")
+
+
+def _existing(folder: Path) -> Path:
+    """``folder``, or its nearest ancestor that exists (where --out's folders will be made)."""
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return folder
 
 
 def noisy(act: Policy, space: Any, noise: float, seed: int) -> Policy:
@@ -209,17 +378,33 @@ def _env_config(args: argparse.Namespace) -> Any:
     check_env(cfg)
     import gymnasium as gym
 
-    from rltrain.envs import import_env_modules, split_id
+    from rltrain.envs import import_env_modules, split_id, unregistered_family
 
     import_env_modules(cfg)  # module:Env-v0 registers its env on import
     try:
         gym.spec(split_id(args.env)[1])
     except gym.error.Error as e:
+        family = unregistered_family(args.env)
+        if family is not None:
+            raise UserError(unregistered_text(args.env, family)) from None
         own = "" if split_id(args.env)[0] else (
             "; for your own env, pass --env mypkg.envs:MyEnv-v0 (the module is imported first)")
         raise UserError(f"--env {args.env} is not a registered gymnasium env ({short(e)}){own}"
                         ) from None
     return cfg
+
+
+def unregistered_text(env_id: str, family: EnvFamily) -> str:
+    """Why ``env_id`` of a known family (:class:`rltrain.envs.EnvFamily`) is not registered,
+    and the --env that works (or, where the bare env's observations cannot be stored, the
+    run directory of its preset)."""
+    first = f"--env {env_id} is not registered yet: {family.why}"
+    if family.bare:
+        return (f"{first}; pass --env {family.module}:{env_id} (MODULE:ID imports the module "
+                "first)")
+    return (f"{first}, and their observations need env={family.preset}'s wrappers; collect on a "
+            f"run of it: rltrain env={family.preset} env.id={env_id} ..., then rltrain-collect "
+            "RUN_DIR --random --episodes N --out FILE")
 
 
 def _space_info(env_cfg: Any) -> Any:
@@ -276,6 +461,9 @@ def from_policy(args: argparse.Namespace) -> tuple[Any, str]:
     default_envs = (DEFAULT_NUM_ENVS if args.run_dir is None else env_cfg.num_train_envs)
     num_envs = args.num_envs or default_envs
     num_envs = min(num_envs, args.episodes if args.episodes is not None else args.steps)
+    room = RoomCheck(args.out, args.steps, args.episodes, transition_bytes(obs_space, act_space),
+                     {**_env_meta(env_cfg, obs_space, act_space), "policy": {"kind": "sample"}})
+    room.before()
     envs = make_vector_env(env_cfg, num_envs)
     try:
         if loaded is None:
@@ -294,7 +482,8 @@ def from_policy(args: argparse.Namespace) -> tuple[Any, str]:
             }
             how = (f"{loaded.settings.algo.name}'s {weights} policy ({loaded.weights_path})"
                    + (f" with noise {args.noise:g}" if args.noise else ""))
-        arrays = collect(envs, policy, seed=seed, episodes=args.episodes, steps=args.steps)
+        arrays = collect(envs, policy, seed=seed, episodes=args.episodes, steps=args.steps,
+                         watch=room)
     finally:
         envs.close()
     meta = new_meta(**_env_meta(env_cfg, obs_space, act_space), policy=described,

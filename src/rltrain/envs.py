@@ -75,10 +75,50 @@ def _spec(env_id: str) -> gym.envs.registration.EnvSpec:
     try:
         return gym.spec(name)
     except gym.error.Error as e:
+        family = unregistered_family(env_id)
+        if family is not None:  # gymnasium's "have you installed the package?" is wrong here
+            raise ConfigError(f"env.id={env_id!r} is not registered yet: {family.why}, which "
+                              f"env={family.preset} does; use env={family.preset} "
+                              f"env.id={name}") from None
         hint = ("; for your own env, name the module that registers it: "
                 "env.id=mypkg.envs:MyEnv-v0, or env.imports=[mypkg.envs]")
         raise ConfigError(f"env.id={env_id!r} is not a registered gymnasium env: {e}"
                           f"{hint if split_id(env_id)[0] is None else ''}") from None
+
+
+@dataclass(frozen=True)
+class EnvFamily:
+    """Envs whose ids exist only once a module is imported, and rltrain's preset for them."""
+
+    #: how the family's ids begin
+    prefix: str
+    #: the module whose import registers them
+    module: str
+    #: the preset (``env=NAME``) that imports it, with the wrappers the family needs
+    preset: str
+    #: whether the bare env (no preset wrappers) gives observations rltrain can store
+    bare: bool = True
+
+    @property
+    def why(self) -> str:
+        return f"{self.prefix} ids are registered by importing {self.module}"
+
+
+#: the families rltrain ships presets for
+ENV_FAMILIES = (EnvFamily("MinAtar/", "rltrain.wrappers", "minatar"),
+                EnvFamily("ALE/", "ale_py", "atari"),
+                # its observations hold the mission text, which the preset's wrapper drops
+                EnvFamily("MiniGrid-", "minigrid", "minigrid", bare=False))
+
+
+def unregistered_family(env_id: str) -> EnvFamily | None:
+    """The family of ``env_id`` when its registering module has not been imported (so that
+    gymnasium does not know the id yet), else None."""
+    module, name = split_id(env_id)
+    if module is not None:
+        return None
+    return next((f for f in ENV_FAMILIES
+                 if name.startswith(f.prefix) and f.module not in sys.modules), None)
 
 
 def max_episode_steps(cfg: EnvConfig) -> tuple[int, str]:

@@ -21,9 +21,9 @@ and states must agree at every step, so that an error that only builds up over s
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import inspect
-import os
 import sys
 import warnings
 from collections.abc import Sequence
@@ -33,6 +33,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from rltrain import signals
 from rltrain.config import ConfigError
 from rltrain.evaluate import (
     TRUST_HELP,
@@ -43,7 +44,7 @@ from rltrain.evaluate import (
     load_run,
     require,
 )
-from rltrain.files import fresh
+from rltrain.files import fresh, replacing
 from rltrain.observations import TORCH_DTYPES, layout, raw_tensors
 from rltrain.streams import clip_long_words, os_error_text
 
@@ -112,14 +113,26 @@ def export_onnx(loaded: LoadedRun, out: Path) -> None:
         # torch >= 2.9 defaults to the torch.export-based exporter, which also needs onnxscript
         kwargs["dynamo"] = False
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = fresh(out.with_name(f".{out.name}.tmp"))
-    with warnings.catch_warnings():
-        # "legacy TorchScript-based ONNX export" deprecation notices
-        warnings.simplefilter("ignore", DeprecationWarning)
-        torch.onnx.export(actor, example, str(tmp), **kwargs)
-    model = onnx.load(str(tmp))
+    # written to .NAME.tmp beside out and renamed over it when whole: a full disk, an error
+    # or a signal on the way removes the temporary file, and out is as it was
+    with replacing(out) as tmp:
+        with warnings.catch_warnings():
+            # "legacy TorchScript-based ONNX export" deprecation notices
+            warnings.simplefilter("ignore", DeprecationWarning)
+            torch.onnx.export(actor, example, str(tmp), **kwargs)
+        model = onnx.load(str(tmp))
+        onnx.helper.set_model_props(model, graph_metadata(loaded, inputs, state))
+        onnx.checker.check_model(model)
+        onnx.save(model, str(fresh(tmp)))
+
+
+def graph_metadata(loaded: LoadedRun, inputs: list[tuple[str, tuple[int, ...], np.dtype,
+                                                        gym.Space]],
+                   state: list[tuple[str, int]]) -> dict[str, str]:
+    """What the exported graph says about itself: the run it comes from, its inputs, the
+    state a recurrent policy threads, its action."""
     s, info = loaded.settings, loaded.info
-    meta = {
+    return {
         "producer": "rltrain-export",
         "algo": loaded.settings.algo.name,
         "env_id": s.env.id,
@@ -135,10 +148,6 @@ def export_onnx(loaded: LoadedRun, out: Path) -> None:
                   f"Box{info.action_shape} in [{info.action_low.tolist()}, "
                   f"{info.action_high.tolist()}]",
     }
-    onnx.helper.set_model_props(model, meta)
-    onnx.checker.check_model(model)
-    onnx.save(model, str(fresh(tmp)))
-    os.replace(tmp, out)
 
 
 def stepping(policy: Any) -> Any:
@@ -317,6 +326,18 @@ def default_out(run_dir: Path, weights: str) -> Path:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parser().parse_args(argv)
+    # Ctrl-C, SIGTERM and SIGHUP end the command by an exception, so that a graph being
+    # written is removed on the way out (SIGTERM's default would end it on the spot)
+    signals.startup()
+    try:
+        _export(args)
+    except signals.EarlyStop as e:
+        print(f"rltrain-export: stopped by {signals.name(e.signum)} (nothing half-written is "
+              "left)", file=sys.stderr)
+        sys.exit(128 + e.signum)
+
+
+def _export(args: argparse.Namespace) -> None:
     out = args.out if args.out is not None else default_out(args.run_dir, args.weights)
     try:
         require(["onnx", "onnxruntime"], "rltrain-export", "export")

@@ -12,10 +12,12 @@ Ground floor: the standard library only.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import io
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -77,6 +79,24 @@ def write_new(path: Path | str, text: str) -> None:
     """``path.write_text(text)``, without following a link at ``path``."""
     with open_new(path) as f:
         f.write(text)
+
+
+@contextlib.contextmanager
+def replacing(path: Path | str, tmp_name: str | None = None) -> Iterator[Path]:
+    """A fresh temporary path beside ``path`` (``.NAME.tmp``, or ``tmp_name``) for the block
+    to write, renamed over ``path`` when the block ends. On any way out of the block but its
+    end (an error, a full disk, Ctrl-C, a signal turned into an exception) the temporary
+    file is removed and ``path`` is as it was: nothing half-written is left, under any name.
+    ``os.replace`` replaces a link at ``path`` itself, never its target."""
+    path = Path(path)
+    tmp = fresh(path.with_name(tmp_name or f".{path.name}.tmp"))
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise
 
 
 def links_among(paths: list[Path]) -> list[Path]:

@@ -31,15 +31,24 @@ never refused: it holds a few hundred values four or five levels deep. Values ar
 ``OmegaConf.load`` reads them (with its loader: ``1e-3`` is a float, a date a string, a key
 given twice an error), so that a config means here what it meant when OmegaConf wrote it.
 
+A run's own JSON files are read through here too, bounded the same way: ``summary.json`` by
+:func:`read_json` and each line of ``epochs.jsonl`` by :func:`json_lines`, at most
+:data:`MAX_RECORD_BYTES` each (rltrain writes records of 1 or 2 KB). A line of a gigabyte is
+not read whole: its first bytes are, and the rest is skipped without being held, so a resume,
+a sweep's status or a report costs the same memory whatever a file holds.
+
 Ground floor: imports only :mod:`rltrain.config` (for ConfigError).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from rltrain.config import ConfigError
 
@@ -53,6 +62,9 @@ MAX_VALUES = 10_000
 MAX_DEPTH = 64
 #: digits of an integer (a seed is below 2**32; Python converts at most 4,300)
 MAX_INT_DIGITS = 100
+#: a summary.json or one line of epochs.jsonl (rltrain writes 1 or 2 KB; a resumed run's
+#: summary grows by a line per resume)
+MAX_RECORD_BYTES = 2**20
 _PLAIN = (str, int, float, bool, type(None))
 _MERGE = "tag:yaml.org,2002:merge"
 
@@ -146,20 +158,33 @@ def _short(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _read_text(path: Path) -> str:
-    """The file's text, refused unless it is a regular file of at most MAX_BYTES of UTF-8
-    (O_NONBLOCK: a FIFO at the name would block the open forever)."""
+def _open_regular(path: Path) -> IO[bytes]:
+    """``path`` opened for reading bytes, refused unless it is a regular file (O_NONBLOCK: a
+    FIFO at the name would block the open forever)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
         raise StoredDataError(path, e.strerror or str(e), readable=False) from None
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            raise StoredDataError(path, "not a regular file", readable=False)
+    f = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+        f.close()
+        raise StoredDataError(path, "not a regular file", readable=False)
+    return f
+
+
+def _read_bytes(path: Path, limit: int) -> bytes:
+    """At most ``limit + 1`` bytes of the regular file ``path`` (one more than allowed tells
+    the caller it is too large)."""
+    with _open_regular(path) as f:
         try:
-            data = f.read(MAX_BYTES + 1)
+            return f.read(limit + 1)
         except OSError as e:
             raise StoredDataError(path, e.strerror or str(e), readable=False) from None
+
+
+def _read_text(path: Path) -> str:
+    """The file's text, refused unless it is a regular file of at most MAX_BYTES of UTF-8."""
+    data = _read_bytes(path, MAX_BYTES)
     if len(data) > MAX_BYTES:
         raise StoredDataError(path, f"larger than {MAX_BYTES // 2**20} MiB, where a config "
                               "rltrain writes is a few KB", readable=False)
@@ -236,3 +261,87 @@ def _yaml_problem(e: BaseException) -> str:
     if problem:
         return f"{problem}, line {mark.line + 1}" if mark is not None else str(problem)
     return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+
+# --------------------------------------------------------------------------- a run's JSON files
+def read_json(path: Path) -> Any:
+    """The JSON value in ``path`` (a run's ``summary.json``), read only if it is a regular
+    file of at most :data:`MAX_RECORD_BYTES`; raises :class:`StoredDataError` (a ValueError)
+    naming the file and the problem."""
+    data = _read_bytes(path, MAX_RECORD_BYTES)
+    if len(data) > MAX_RECORD_BYTES:
+        raise StoredDataError(path, f"larger than {MAX_RECORD_BYTES // 2**20} MiB, where "
+                              "rltrain writes a few KB", readable=False)
+    value, problem = _parse_json(data)
+    if problem is not None:
+        raise StoredDataError(path, problem)
+    return value
+
+
+@dataclass(frozen=True)
+class JsonLine:
+    """One line of a JSON-lines file (``epochs.jsonl``), as :func:`json_lines` read it."""
+
+    #: counted from 1, blank lines included
+    number: int
+    #: the parsed JSON value (None when there is a problem, or the line says ``null``)
+    value: Any
+    #: what is wrong with the line (not JSON, too long, nested too deeply), else None
+    problem: str | None
+    #: the file's last line without its newline: a write cut short (a kill, a full disk)
+    torn: bool
+    #: longer than the bound: its bytes were skipped, not read
+    too_long: bool = False
+
+    def where(self, path: Path | str) -> str:
+        """``NAME line N``, for messages."""
+        return f"{Path(path).name} line {self.number}"
+
+
+def json_lines(path: Path, limit: int = MAX_RECORD_BYTES) -> Iterator[JsonLine]:
+    """Each non-blank line of ``path`` parsed as JSON, one at a time: never more than
+    ``limit`` bytes of a line are held, a longer line's problem says so (its bytes skipped
+    unread into memory). Raises :class:`StoredDataError` if ``path`` is not a regular file or
+    cannot be read."""
+    with _open_regular(path) as f:
+        number = 0
+        while True:
+            try:
+                line = f.readline(limit + 1)
+            except OSError as e:
+                raise StoredDataError(path, e.strerror or str(e), readable=False) from None
+            if not line:
+                return
+            number += 1
+            if len(line) > limit:
+                torn = not _skip_line(f, line)
+                yield JsonLine(number, None, f"longer than {_size(limit)}, where a record "
+                               "rltrain writes is about 1 KB", torn, too_long=True)
+                continue
+            if not line.strip():
+                continue
+            value, problem = _parse_json(line)
+            yield JsonLine(number, value, problem, not line.endswith(b"\n"))
+
+
+def _skip_line(f: IO[bytes], start: bytes) -> bool:
+    """Read past the rest of the line ``start`` began, a chunk at a time (nothing kept);
+    whether it ended with a newline."""
+    chunk = start
+    while chunk and not chunk.endswith(b"\n"):
+        chunk = f.readline(2**20)
+    return chunk.endswith(b"\n")
+
+
+def _parse_json(data: bytes) -> tuple[Any, str | None]:
+    """(value, None), or (None, what is wrong)."""
+    try:
+        return json.loads(data), None
+    except RecursionError:
+        return None, "nested too deeply"
+    except ValueError as e:  # JSONDecodeError, or bytes that are not UTF-8
+        return None, f"not JSON ({str(e).splitlines()[0][:80]})"
+
+
+def _size(n: int) -> str:
+    return f"{n // 2**20} MiB" if n >= 2**20 and n % 2**20 == 0 else f"{n:,} bytes"

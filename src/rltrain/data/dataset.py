@@ -502,6 +502,17 @@ def save_dataset(ds: Dataset, path: Path | str) -> Path:
 _NO_ROOM = (errno.ENOSPC, errno.EDQUOT)
 
 
+def encoded_size(ds: Dataset, suffix: str) -> int:
+    """Bytes the file of ``ds`` takes as :func:`save_dataset` writes it (``suffix``: .npz,
+    .h5 or .hdf5), compressed as it would be: for an estimate of what a whole collection
+    will need from a part of it (rltrain-collect)."""
+    meta = json.dumps(ds.meta, allow_nan=False)
+    arrays = file_arrays(ds)
+    if suffix.lower() == ".npz":
+        return sum(a.nbytes for a in arrays.values()) + len(meta.encode()) + 512 * len(arrays)
+    return len(_hdf5_image(arrays, meta))
+
+
 def file_arrays(ds: Dataset) -> dict[str, Any]:
     """The arrays a file of ``ds`` holds: :data:`ARRAYS`, with obs and next_obs replaced by
     :data:`FRAME_ARRAYS` where they are chained frame stacks."""
@@ -612,7 +623,7 @@ def _signals_held() -> Iterator[None]:
             signal.raise_signal(came[0])
 
 
-def _free_bytes(folder: Path) -> int | None:
+def free_bytes(folder: Path) -> int | None:
     """Bytes this process may still write in ``folder``'s file system (None: not known)."""
     try:
         st = os.statvfs(folder)
@@ -624,14 +635,14 @@ def _free_bytes(folder: Path) -> int | None:
 
 def _check_room(path: Path, size: int) -> None:
     """Refuse, before writing a byte, a file that cannot fit where it goes."""
-    free = _free_bytes(path.parent)
+    free = free_bytes(path.parent)
     if free is not None and size > free:
         raise _no_room(path, size)
 
 
 def _no_room(path: Path, size: int) -> OSError:
     """ENOSPC for ``path``, saying what was short: bytes, or room for one more file."""
-    free = _free_bytes(path.parent)
+    free = free_bytes(path.parent)
     why = f"the dataset needs {size_text(size)}"
     if free is not None and free < size:
         why += f", and {size_text(free)} is free there"

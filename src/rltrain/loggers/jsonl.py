@@ -3,9 +3,14 @@ ends) and ``summary.json`` at the end; always on. Its reader is here too, next t
 writer, so the two agree on the format.
 
 ``summary.json`` is written even when the disk is full: the space it takes is held from the
-start (:data:`RESERVE` bytes in its temporary file), and given back just before it is written.
-A run directory removed while the run trains (:class:`rltrain.rundir.RunDirWatch`) is not
-made again to hold a summary of nothing.
+start of training (:data:`RESERVE` bytes in its temporary file), and given back just before it
+is written. A run stopped before training began (a signal, a refusal) never held it, so leaves
+no such file; the summary's own temporary file is removed on any failure, a signal included
+(:func:`rltrain.files.replacing`). A run directory removed while the run trains
+(:class:`rltrain.rundir.RunDirWatch`) is not made again to hold a summary of nothing.
+
+``epochs.jsonl`` is read a line at a time, each at most :data:`rltrain.stored.MAX_RECORD_BYTES`
+(:func:`rltrain.stored.json_lines`): a resume holds one record in memory, whatever the file.
 """
 
 from __future__ import annotations
@@ -14,14 +19,16 @@ import contextlib
 import json
 import logging
 import math
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from rltrain.errors import SaveError
-from rltrain.files import open_append, write_new
+from rltrain.files import open_append, open_new, replacing, write_new
 from rltrain.loggers.base import Logger
 from rltrain.rundir import RunDirWatch
 from rltrain.stats import unflatten
+from rltrain.stored import StoredDataError, json_lines
 
 log = logging.getLogger("rltrain")
 
@@ -35,26 +42,22 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
-def read_records(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """The epoch records of ``epochs.jsonl`` and what was wrong with the file: a torn last
-    line (a write cut short by a full disk or a kill) is dropped and reported, not fatal."""
-    problems: list[str] = []
-    rows: list[dict[str, Any]] = []
-    lines = path.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)
-    for i, line in enumerate(lines):
-        if not line.strip():
+def read_records(path: Path, warn: Callable[[str], object] = log.warning
+                 ) -> Iterator[dict[str, Any]]:
+    """The epoch records of ``epochs.jsonl``, one at a time; a line that is not one (a torn
+    last line, left by a full disk or a kill, or a line longer than any record rltrain
+    writes) is dropped, and ``warn`` is called with the file, the line and why, not fatal.
+
+    :raises StoredDataError: the file is not a regular file or cannot be read."""
+    for line in json_lines(path):
+        value = line.value
+        if line.problem is None and isinstance(value, dict) and isinstance(
+                value.get("epoch"), int):
+            yield value
             continue
-        try:
-            row = json.loads(line)
-            if not isinstance(row, dict) or not isinstance(row.get("epoch"), int):
-                raise ValueError("no epoch number")
-        except ValueError:
-            last = i == len(lines) - 1
-            problems.append(f"{path.name} line {i + 1} is "
-                            f"{'a torn last record' if last else 'not a valid record'}: dropped")
-            continue
-        rows.append(row)
-    return rows, problems
+        what = ("a torn last record" if line.torn else
+                f"not a valid record ({line.problem or 'no epoch number'})")
+        warn(f"{line.where(path)} is {what}: dropped")
 
 
 class JsonlLogger(Logger):
@@ -72,18 +75,28 @@ class JsonlLogger(Logger):
         self._summary_tmp = run_dir / ".summary.json.tmp"
         try:
             if keep_epochs is not None and self.path.exists():
-                rows, problems = read_records(self.path)
-                for problem in problems:
-                    log.warning(problem)
-                kept = [json.dumps(r) + "\n" for r in rows if r["epoch"] <= keep_epochs]
-                tmp = self.path.with_name(".epochs.jsonl.tmp")
-                write_new(tmp, "".join(kept))
-                tmp.replace(self.path)
+                self._keep(keep_epochs)
             self._file = open_append(self.path)
             self._watch = RunDirWatch(run_dir)
+        except StoredDataError as e:
+            raise SaveError(f"could not resume the record: {e}") from None
         except OSError as e:
             raise SaveError(f"could not write {self.path}: {e.strerror or e}") from None
-        # written out (not a sparse file), so that the file system counts the space as used
+
+    def _keep(self, keep_epochs: int) -> None:
+        """Rewrite ``epochs.jsonl`` with the records of the epochs a resumed run has done,
+        a record at a time (a file of any size costs one record of memory); an interrupted
+        rewrite leaves the file as it was and no temporary one."""
+        with replacing(self.path, ".epochs.jsonl.tmp") as tmp, open_new(tmp) as out:
+            for row in read_records(self.path):
+                if row["epoch"] <= keep_epochs:
+                    out.write(json.dumps(row) + "\n")
+
+    def start_run(self, plan: dict[str, Any]) -> None:
+        super().start_run(plan)
+        # held from here, where training begins: a run stopped before it never held the
+        # space, so leaves no file. Written out (not a sparse file), so that the file system
+        # counts the space as used
         with contextlib.suppress(OSError):  # no room even now: the summary will try anyway
             write_new(self._summary_tmp, " " * RESERVE)
 
@@ -108,11 +121,10 @@ class JsonlLogger(Logger):
             return
         summary = unflatten({k: _json_safe(v) for k, v in info.items()})
         summary.update(self.extra_summary)
-        tmp = self._summary_tmp
         try:
-            # write_new removes the reserve first: its space is free for the summary
-            write_new(tmp, json.dumps(summary, indent=2) + "\n")
-            tmp.replace(self.run_dir / "summary.json")
+            # replacing() removes the reserve first: its space is free for the summary; on any
+            # failure, a signal included, the temporary file goes too
+            with replacing(self.run_dir / "summary.json", self._summary_tmp.name) as tmp:
+                write_new(tmp, json.dumps(summary, indent=2) + "\n")
         except OSError as e:
-            tmp.unlink(missing_ok=True)
             log.warning(f"could not write {self.run_dir / 'summary.json'}: {e.strerror or e}")

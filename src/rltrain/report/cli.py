@@ -1,15 +1,25 @@
-"""``rltrain-report``: arguments, inputs, the output directory, the console summary."""
+"""``rltrain-report``: arguments, inputs, the output directory, the console summary.
+
+The report is written whole or not at all: its files are made in a fresh directory in the
+output directory's file system (:func:`staged`) and moved into place only once every one is
+written. A full disk, an error or a signal (Ctrl-C, SIGTERM) on the way removes what was made;
+the output directory, an earlier report in it included, is as it was.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import importlib
 import os
+import shutil
+import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from rltrain import signals
 from rltrain.evaluate import ArgumentParser, UserError, positive_int
 from rltrain.report.compose import Settings, build
 from rltrain.report.runs import DamagedRun, Run, find_runs, load_run, show
@@ -17,7 +27,7 @@ from rltrain.report.stats import Reference
 from rltrain.streams import clip_long_words, os_error_text
 
 PROG = "rltrain-report"
-#: the files a report writes (``--force`` removes these, and only these, first)
+#: the files a report writes (``--force`` replaces these, and only these)
 OWN_FILES = ("runs.csv", "report.md", "report.html", "curves_*.png", "curves_*.svg",
              "performance_profiles.png", "performance_profiles.svg")
 
@@ -71,6 +81,18 @@ def _finite(x: float) -> bool:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parser().parse_args(argv)
+    # Ctrl-C, SIGTERM and SIGHUP end the command by an exception, so that what it was
+    # writing is removed on the way out (SIGTERM's default would end it on the spot)
+    signals.startup()
+    try:
+        _report(args)
+    except signals.EarlyStop as e:
+        print(f"{PROG}: stopped by {signals.name(e.signum)}; no report was written",
+              file=sys.stderr)
+        sys.exit(128 + e.signum)
+
+
+def _report(args: argparse.Namespace) -> None:
     try:
         run_dirs = discover(args.inputs)
         out = output_dir(args.out, args.inputs, args.force)
@@ -81,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             raise UserError(f"--reference names {', '.join(unknown)}, which no run trains on "
                             f"(tasks: {', '.join(sorted({r.env_id for r in runs}))})")
         _require()
-        make_output_dir(out, args.force)
+        check_output_dir(out)
     except UserError as e:
         print(f"{PROG}: error: {clip_long_words(str(e))}", file=sys.stderr)
         sys.exit(2)
@@ -89,10 +111,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"{PROG}: error: {os_error_text(e)}", file=sys.stderr)
         sys.exit(2)
     try:
-        outcome = build(runs, out, Settings(args.last, args.reps, references), skipped,
-                        args.inputs)
+        with staged(out, args.force) as folder:
+            outcome = build(runs, folder, Settings(args.last, args.reps, references), skipped,
+                            args.inputs)
+    except UserError as e:
+        print(f"{PROG}: error: {clip_long_words(str(e))}", file=sys.stderr)
+        sys.exit(2)
     except OSError as e:
-        print(f"{PROG}: error: could not write the report in {out}: {e.strerror or e}",
+        kept = f"{out} is as it was" if out.is_dir() else "nothing was left behind"
+        print(f"{PROG}: error: could not write the report in {out}: {e.strerror or e}; "
+              f"{kept} (free space there, or pass --out DIR to write it elsewhere)",
               file=sys.stderr)
         sys.exit(1)
     groups = [g for gs in outcome.tasks.values() for g in gs]
@@ -104,7 +132,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     for task, task_groups in outcome.tasks.items():
         print(f"  {task}: " + "; ".join(
             f"{g.name} ({len(g.usable)} seed{'' if len(g.usable) == 1 else 's'}: "
-            f"{', '.join(show(r.seed) for r in g.usable)})" for g in task_groups))
+            f"{', '.join(show(r.seed) for r in g.usable)}"
+            f"{', no interval' if len(g.usable) == 1 else ''})" for g in task_groups))
     figures = sum(f.suffix == ".png" for f in outcome.files)
     print(f"report: {out / 'report.html'} (and report.md, runs.csv, {figures} figure"
           f"{'' if figures == 1 else 's'} as PNG and SVG)")
@@ -165,18 +194,82 @@ def output_dir(out: Path | None, inputs: Sequence[Path], force: bool) -> Path:
     return out
 
 
-def make_output_dir(out: Path, force: bool) -> None:
-    """Create ``out``; with ``force``, remove an earlier report's files from it (only those)."""
-    if force and out.is_dir():
+def check_output_dir(out: Path) -> None:
+    """Refuse, before any work, an output directory the report could not be moved into."""
+    if out.is_dir() and not os.access(out, os.W_OK | os.X_OK):
+        raise UserError(f"cannot write in {out}")
+
+
+@contextlib.contextmanager
+def staged(out: Path, force: bool) -> Iterator[Path]:
+    """A fresh directory to write the report in, in the file system ``out`` is in (inside
+    ``out`` if it exists, else beside it); when the block ends, its files take their places
+    in ``out`` (with ``force``, an earlier report's files that the new one lacks are
+    removed, and only those). On any other way out of the block the directory goes, with the
+    folders made for it, and ``out`` is as it was."""
+    made = _missing_parents(out)
+    inside = out.is_dir()
+    folder = (out / f".report.partial-{os.getpid()}" if inside else
+              out.with_name(f".{out.name}.partial-{os.getpid()}"))
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(folder, ignore_errors=True)  # a crashed earlier attempt of this pid
+        folder.mkdir()
+    except OSError as e:
+        _remove_empty(made)
+        raise UserError(f"cannot create {folder.parent if inside else out}: "
+                        f"{e.strerror or e}") from None
+    try:
+        yield folder
+        _publish(folder, out, force, inside)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        _remove_empty(made)
+        raise
+
+
+def _publish(folder: Path, out: Path, force: bool, inside: bool) -> None:
+    """Move the finished report from ``folder`` into ``out``: one rename of the folder when
+    ``out`` did not exist, else file by file (renames in one file system, which need no
+    room); signals are held meanwhile, so that no mix of two reports is left."""
+    held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        _move(folder, out, force, inside)
+        signals.quiet()  # written: a signal held until now no longer stops anything
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+def _move(folder: Path, out: Path, force: bool, inside: bool) -> None:
+    if not inside:
+        folder.rename(out)
+        return
+    new = {p.name for p in folder.iterdir()}
+    if force:
         for pattern in OWN_FILES:
             for file in out.glob(pattern):
-                file.unlink()
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UserError(f"cannot create {out}: {e.strerror or e}") from None
-    if not os.access(out, os.W_OK):
-        raise UserError(f"cannot write in {out}")
+                if file.name not in new:
+                    file.unlink()
+    for name in sorted(new):
+        os.replace(folder / name, out / name)
+    folder.rmdir()
+
+
+def _missing_parents(out: Path) -> list[Path]:
+    """The folders above ``out`` that do not exist yet, deepest first."""
+    missing = []
+    for parent in out.parents:
+        if parent.exists():
+            break
+        missing.append(parent)
+    return missing
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    for folder in folders:  # deepest first; a folder that holds anything stays
+        with contextlib.suppress(OSError):
+            folder.rmdir()
 
 
 def _writable(path: Path) -> bool:

@@ -15,6 +15,9 @@ from rltrain.report import early, plots, render, stats
 from rltrain.report.runs import Group, Run, group_runs, natural, show
 from rltrain.report.stats import METRICS, Estimate, Reference
 
+#: what a score of one seed shows instead of an interval
+ONE_SEED = "1 seed: no interval"
+
 
 @dataclasses.dataclass
 class Settings:
@@ -142,16 +145,20 @@ def _task_section(doc: render.Doc, notes: list[str], task: str, groups: list[Gro
     table = stats.task_table(groups, settings.last, ref.high if ref else None, settings.reps)
     header = ["group", "seeds", *METRICS[: 4 if ref else 3]]
     doc.table(header, [[g.name, str(len(g.usable)),
-                        *(_with_ci(table[g.name], i) for i in range(len(header) - 2))]
+                        *(_with_ci(table[g.name], i, seeds=len(g.usable))
+                          for i in range(len(header) - 2))]
                        for g in groups])
+    _one_seed_note(notes, task, [g.name for g in groups if len(g.usable) == 1], len(groups))
     doc.para("Final scores over seeds. IQM: the mean of the middle 50% of runs. Optimality "
              "gap: how far runs fall short of the reference on average (scores above it count "
              "as the reference; lower is better)." if ref else
              "Final scores over seeds. IQM: the mean of the middle 50% of runs.")
     pairs = stats.improvement(groups, settings.last, settings.reps)
     if pairs:
+        seeds = {g.name: len(g.usable) for g in groups}
         doc.subheading(f"{task}: probability of improvement")
-        doc.table(["X", "Y", "P(X > Y)"], [[x, y, _with_ci(e, 0, 2)] for x, y, e in pairs])
+        doc.table(["X", "Y", "P(X > Y)"], [[x, y, _with_ci(e, 0, 2, min(seeds[x], seeds[y]))]
+                                           for x, y, e in pairs])
         doc.para("P(X > Y): the probability that a seed of X ends with a higher final score "
                  "than a seed of Y (ties count half); 0.5 is no difference.")
     return files
@@ -183,9 +190,11 @@ def _cross_task_section(doc: render.Doc, notes: list[str], tasks: dict[str, list
         return []
     found = stats.estimates(matrices, stats.aggregate_metrics, settings.reps)
     doc.table(["group", "runs x tasks", *METRICS],
-              [[name, f"{m.shape[0]} x {m.shape[1]}", *(_with_ci(found[name], i, 3)
+              [[name, f"{m.shape[0]} x {m.shape[1]}", *(_with_ci(found[name], i, 3, m.shape[0])
                                                        for i in range(4))]
                for name, m in matrices.items()])
+    _one_seed_note(notes, "across tasks", [name for name, m in matrices.items()
+                                           if m.shape[0] == 1], len(matrices))
     doc.para("rliable's aggregates of normalised final scores: mean and median over tasks of "
              "the per-task mean, IQM over all runs and tasks, optimality gap below 1.")
     taus, profiles = stats.profiles(matrices, settings.reps)
@@ -231,16 +240,34 @@ def _notes(groups: list[Group], skipped: Sequence[str]) -> list[str]:
     return notes
 
 
-def _with_ci(est: Estimate, i: int, digits: int | None = None) -> str:
+def _with_ci(est: Estimate, i: int, digits: int | None = None, seeds: int = 2) -> str:
     """``value [low, high]``, all three with the same decimals: ``digits``, else 1 from 100
-    up, 2 from 1 up, 3 below."""
+    up, 2 from 1 up, 3 below. Of one seed (``seeds``) the bootstrap can only draw that seed
+    again, an "interval" of the value twice: ``value (1 seed: no interval)`` instead."""
     value, low, high = est.point[i], est.ci[0][i], est.ci[1][i]
     if not np.isfinite(value):
         return "n/a"
     if digits is None:
         size = max(abs(value), abs(low), abs(high))
         digits = 1 if size >= 100 else 2 if size >= 1 else 3
+    if seeds == 1:
+        return f"{value:,.{digits}f} ({ONE_SEED})"
     return f"{value:,.{digits}f} [{low:,.{digits}f}, {high:,.{digits}f}]"
+
+
+def _one_seed_note(notes: list[str], where: str, names: list[str], of: int) -> None:
+    """A note on the groups of ``where`` (of ``of``) with one seed: what they lack, and how
+    to get it."""
+    if not names:
+        return
+    who = (("every group has" if of > 1 else "its group has") if len(names) == of else
+           f"{_code(names[0])} has" if len(names) == 1 else
+           f"{', '.join(map(_code, names))} have")
+    its, curve = ("their", "curves have") if 1 < len(names) < of else ("its", "curve has")
+    notes.append(f"{where}: {who} one seed, and one seed gives no confidence interval: {its} "
+                 f"scores are shown alone (\"{ONE_SEED}\") and {its} {curve} no band; train "
+                 "more seeds of the same config (`rltrain --multirun ... seed=0,1,2`) for "
+                 "intervals")
 
 
 def _csv_num(x: object) -> str:

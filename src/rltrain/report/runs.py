@@ -33,10 +33,9 @@ BOOKKEEPING = ("seed", "logger.", "trainer.checkpoint_every", "trainer.keep_chec
                "trainer.checkpoint_buffer")
 #: config groups chosen by name on the command line (``algo=dqn`` sets ``algo.name``)
 CONFIG_GROUPS = ("algo", "env", "trainer", "buffer")
-#: summary.json is about 2 KB (a resumed run's grows by a line per resume)
-MAX_SUMMARY_BYTES = 2**20
-#: an epochs.jsonl record is about 1 KB
-MAX_EPOCH_LINE_BYTES = 2**20
+#: an epochs.jsonl record is about 1 KB, summary.json about 2 KB: each is read only up to
+#: this (rltrain.stored, as every reader of a run's files)
+MAX_EPOCH_LINE_BYTES = stored.MAX_RECORD_BYTES
 #: env and gradient steps are counted in int64 by numpy and torch
 MAX_STEP = 2**63 - 1
 #: summary.json's fields that the report reads, with what each must be
@@ -244,22 +243,15 @@ def _read_epochs(path: Path, warn: Callable[[str], object], key: str = "env_step
     steps: list[float] = []
     scores: list[float] = []
     previous: tuple[int, int] | None = None  # the step of the record before, and its line
-    with path.open("rb") as f:
-        number = 0
-        while line := f.readline(MAX_EPOCH_LINE_BYTES + 1):
-            number += 1
-            if len(line) > MAX_EPOCH_LINE_BYTES:
+    try:
+        for line in stored.json_lines(path, MAX_EPOCH_LINE_BYTES):
+            number, record = line.number, line.value
+            if line.too_long:
                 raise DamagedRun(f"epochs.jsonl line {number} is longer than "
                                  f"{MAX_EPOCH_LINE_BYTES // 2**20} MiB; an epoch record is "
                                  "about 1 KB")
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except (ValueError, RecursionError):
-                record = None
             if not isinstance(record, dict):
-                if not line.endswith(b"\n") and not f.read(1):
+                if line.torn:
                     warn(f"{path}: ignoring its torn last line {number} (the run was cut off "
                          "while writing it)")
                     break
@@ -273,6 +265,8 @@ def _read_epochs(path: Path, warn: Callable[[str], object], key: str = "env_step
             if score is not None:
                 steps.append(float(step))
                 scores.append(score)
+    except stored.StoredDataError as e:
+        raise DamagedRun(f"epochs.jsonl {e.verdict}") from None
     return steps, scores
 
 
@@ -311,14 +305,9 @@ def _read_summary(path: Path, warn: Callable[[str], object]) -> dict[str, Any] |
     if not file.is_file():
         return None
     try:
-        with file.open("rb") as f:
-            text = f.read(MAX_SUMMARY_BYTES + 1)
-        if len(text) > MAX_SUMMARY_BYTES:
-            raise ValueError(f"larger than {MAX_SUMMARY_BYTES // 2**20} MiB")
-        summary = json.loads(text)
-    except (OSError, ValueError, RecursionError) as e:
-        problem = "nested too deeply" if isinstance(e, RecursionError) else _first_line(e)
-        warn(f"{file} cannot be read ({problem}); its status is taken as unknown")
+        summary = stored.read_json(file)
+    except stored.StoredDataError as e:
+        warn(f"{file} cannot be read ({e.problem}); its status is taken as unknown")
         return None
     if not isinstance(summary, dict):
         warn(f"{file} is not a JSON object ({_short(summary)}); its status is taken as "
@@ -482,7 +471,3 @@ def _short(value: object, limit: int = 60) -> str:
     except (TypeError, ValueError):
         text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _first_line(e: BaseException) -> str:
-    return (str(e).strip().splitlines() or [type(e).__name__])[0]
