@@ -5,6 +5,7 @@ up to the order of floating-point sums: in float64 its records agree to 1e-9."""
 from __future__ import annotations
 
 import csv
+import json
 import math
 import random
 import re
@@ -29,6 +30,7 @@ from conftest import (
 from rltrain import lanes
 from rltrain.algorithms.ppo import PPO, PPOConfig, _Minibatches
 from rltrain.envs import space_info
+from test_sweeps import finish_command, listed_as_on_disk
 
 #: a short PPO sweep on CartPole: 2 epochs of 512 env steps, 2 test episodes each
 SMOKE = ["experiment=smoke", "logger.tensorboard=false"]
@@ -550,6 +552,42 @@ def test_a_second_signal_stops_the_lanes_without_a_traceback(tmp_path):
     for num in (0, 1):
         summary = (job_dir(sweep, num) / "summary.json").read_text()
         assert '"status": "interrupted"' in summary
+
+
+def test_lanes_signalled_twice_are_listed_as_on_disk_and_finished_by_one_command(cli,
+                                                                                 tmp_path):
+    """Issue 45 §5: two SIGTERMs while the second lane is being built. Lane 0, waiting at its
+    first update, stops at once with no checkpoint written; the list said 'interrupted ...
+    resume with' and the printed command then failed it ('no usable checkpoint'), so only a
+    third run finished the sweep. Lane 1 either honours the first signal as its training
+    begins (a checkpoint at step 0: it used to miss it and train on) or, past that already,
+    stops at once in its first step. Either way the list says what each directory holds,
+    and the printed command finishes every job in one run."""
+    sweep = tmp_path / "sweep"
+    args = ["--multirun", *SMOKE, "seed=0,1", "trainer.max_epochs=2", BATCHED,
+            "hydra.launcher.n_jobs=1"]
+    res = signal_when([*args, f"hydra.sweep.dir={sweep}"], tmp_path,
+                      lambda line: line.startswith("[job 1] env "), SIGTERM, SIGTERM,
+                      ack="SIGTERM received")
+    assert res.returncode == 143, res.stdout + res.stderr
+    assert "Traceback" not in res.stderr
+    assert "[job 0] rltrain: SIGTERM received again: stopped at once; no checkpoint was " \
+           "written" in res.stderr
+    report = res.stderr[res.stderr.index(f"rltrain: sweep {sweep}"):]
+    listed = listed_as_on_disk(report, sweep)
+    assert listed[0] == "stopped" and listed[1] in ("stopped", "interrupted"), report
+    res = run_cli(*finish_command(report), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "Traceback" not in res.stderr
+    assert (f"[job 0] rltrain: {job_dir(sweep, 0)} was stopped before its first checkpoint: "
+            "nothing to resume, so the job runs again from the start") in res.stdout
+    if listed[1] == "interrupted":
+        assert (f"[job 1] rltrain: resuming the unfinished run in {job_dir(sweep, 1)}"
+                in res.stdout)
+    for num in (0, 1):
+        done = json.loads((job_dir(sweep, num) / "summary.json").read_text())
+        assert done["status"] == "completed"
+        assert [r["epoch"] for r in read_jsonl(job_dir(sweep, num) / "epochs.jsonl")] == [1, 2]
 
 
 def test_the_default_is_a_worker_per_cpu():

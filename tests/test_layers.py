@@ -1,6 +1,8 @@
-"""The layers are a contract: imports point down only (``.importlinter``, checked by
-import-linter's ``lint-imports``), and a contract that could not fail would prove nothing, so a
-deliberate upward import in a copy of the package must break it, naming the chain."""
+"""The layers are a contract: imports point down only, and go round in no circle, not even
+among the modules of one layer or inside a function (``.importlinter``, checked by
+import-linter's ``lint-imports``). A contract that could not fail would prove nothing, so a
+deliberate upward import, and a circle inside one layer, in a copy of the package must each
+break it, naming the import."""
 
 from __future__ import annotations
 
@@ -10,30 +12,59 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 LINT = Path(sys.executable).parent / "lint-imports"
 
 
 def lint(src: Path, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(src)}
-    return subprocess.run([str(LINT), "--config", str(ROOT / ".importlinter"), "--no-cache"],
+    return subprocess.run([str(LINT), str(ROOT / ".importlinter"), "--no-cache", "--no-logo"],
                           cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
-def test_imports_point_down_only():
+def copy_with(tmp_path: Path, module: str, imported: str) -> Path:
+    """A copy of the package in which ``module`` (a path under rltrain/) imports
+    ``imported`` inside a function, as a lazy import would."""
+    copy = tmp_path / "src"
+    shutil.copytree(ROOT / "src" / "rltrain", copy / "rltrain",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    path = copy / "rltrain" / module
+    path.write_text(path.read_text() + f"\n\ndef _lazy() -> None:\n    import {imported}  "
+                    "# noqa: F401\n")
+    return copy
+
+
+def test_imports_point_down_only_and_go_round_in_no_circle():
     res = lint(ROOT / "src")
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "2 kept, 0 broken" in res.stdout
+    assert "3 kept, 0 broken" in res.stdout
 
 
 def test_an_upward_import_breaks_the_contract(tmp_path):
     """config.py (the ground floor) importing the CLI, in a copy of the package."""
-    copy = tmp_path / "src"
-    shutil.copytree(ROOT / "src" / "rltrain", copy / "rltrain",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    config = copy / "rltrain" / "config.py"
-    config.write_text(config.read_text() + "\n\ndef _upward() -> None:\n"
-                      "    import rltrain.cli  # noqa: F401\n")
-    res = lint(copy, cwd=tmp_path)
+    res = lint(copy_with(tmp_path, "config.py", "rltrain.cli"), cwd=tmp_path)
     assert res.returncode != 0
     assert "BROKEN" in res.stdout and "rltrain.config -> rltrain.cli" in res.stdout, res.stdout
+
+
+@pytest.mark.parametrize(("module", "imported", "package", "named"), [
+    # the circle issue 45 found: the sweep imports the submitit launchers, which imported
+    # the sweep back, both in the entry layer (where the layers contract lets them)
+    ("launchers.py", "rltrain.sweep", "rltrain", ".sweep -> .launchers"),
+    # a circle inside a package: buffers.py is what returns.py and samplers.py import
+    ("data/buffers.py", "rltrain.data.samplers", "rltrain.data", ".samplers -> .buffers"),
+])
+def test_a_circle_within_one_layer_breaks_the_contract(tmp_path, module, imported, package,
+                                                       named):
+    """The layers contract alone keeps such a circle (its modules share a layer); the
+    acyclic contract breaks on it and names an import that closes it."""
+    res = lint(copy_with(tmp_path, module, imported), cwd=tmp_path)
+    assert res.returncode != 0, res.stdout
+    assert "rltrain's layers (DESIGN.md, \"Layers\") KEPT" in res.stdout
+    assert "no circles among rltrain's modules" in res.stdout and "BROKEN" in res.stdout
+    reported = res.stdout[res.stdout.index("Broken contracts"):]
+    assert f"No cycles are allowed in {package}." in reported
+    assert (named in reported or " -> ".join(reversed(named.split(" -> "))) in reported), \
+        reported

@@ -133,6 +133,152 @@ def test_the_sweep_list_rounds_scores_as_the_console_does(tmp_path, capsys):
     assert out.splitlines()[-1] == f"next: rltrain-report {tmp_path}"
 
 
+def listed_as_on_disk(report: str, sweep: Path) -> dict[int, str]:
+    """Each job's status in a sweep's list (``report``: stderr from its ``rltrain: sweep``
+    line), checked against its directory: a resume command only beside a checkpoint, and a
+    job listed as stopped before its first checkpoint holds none. Issue 45 §5: jobs stopped at
+    once were listed 'interrupted ... resume with', and that command failed."""
+    listed: dict[int, str] = {}
+    for num, status, rest in re.findall(r"^\s+(\d+)\s+(\S+(?: started)?)\s+(.*)$", report,
+                                        re.M):
+        job = job_dir(sweep, int(num))
+        saved = any((job / "checkpoints").glob("*.pt"))
+        listed[int(num)] = status
+        if status == "interrupted":
+            assert saved and f"resume with: rltrain resume={job}" in rest, rest
+        if status == "stopped":
+            assert not saved and "runs it again from the start" in rest, rest
+            assert summary(job)["status"] == "interrupted" and summary(job)["checkpoint"] is None
+    return listed
+
+
+def finish_command(report: str) -> list[str]:
+    """The arguments of the command a sweep's last line says finishes it."""
+    last = report.strip().splitlines()[-1]
+    assert last.startswith("next: finish the sweep"), last
+    return shlex.split(last[last.index("): rltrain ") + 3:last.rindex("; then ")])[1:]
+
+
+def test_the_list_of_an_unfinished_sweep_says_what_each_directory_holds(tmp_path, capsys):
+    """Whatever launcher ran the jobs, their rows are read from their files: an interrupted
+    job with a checkpoint gets its resume command; one stopped at once before its first
+    checkpoint says that finishing the sweep runs it again; one killed before writing its
+    summary says what finishing does with what it left."""
+    rows = {0: ({"status": "interrupted", "interrupted": True}, True),
+            1: ({"status": "interrupted", "interrupted": True, "checkpoint": None}, False),
+            2: (None, True), 3: (None, False)}
+    for num, (written, saved) in rows.items():
+        job = tmp_path / f"seed={num}_job{num}"
+        (job / "checkpoints").mkdir(parents=True)
+        if written is not None:
+            (job / "summary.json").write_text(json.dumps(written))
+        else:  # killed: its lock file stays, unlocked
+            (job / rundir.LOCK).write_text("{}")
+        if saved:
+            (job / "checkpoints" / "last.pt").write_bytes(b"a checkpoint")
+    assert sweep_module.report(tmp_path) == (2, 2, 4)
+    err = capsys.readouterr().err
+    assert "4 job(s): 2 failed, 1 interrupted, 1 stopped before their first checkpoint" in err
+    assert re.search(rf"0\s+interrupted\s+.*seed=0_job0\s+resume with: rltrain "
+                     rf"resume={re.escape(str(tmp_path))}/seed=0_job0$", err, re.M)
+    assert re.search(r"1\s+stopped\s+.*seed=1_job1\s+stopped at once before its first "
+                     r"checkpoint: nothing to resume; finishing the sweep runs it again from "
+                     r"the start$", err, re.M)
+    assert re.search(r"2\s+unknown\s+.*seed=2_job2\s+no summary.json \(killed\?\); its "
+                     r"checkpoint is resumed when the sweep is finished$", err, re.M)
+    assert re.search(r"3\s+unknown\s+.*seed=3_job3\s+no summary.json \(killed\?\); no "
+                     r"checkpoint: finishing the sweep runs it again from the start$", err, re.M)
+
+
+#: jobs whose one epoch is 2 collection steps of 8,192 env steps (a PPO update on each: one
+#: pass over the whole batch), so that two signals sent as its second step begins both land
+#: in that step, before the first checkpoint (written as the epoch ends)
+FIRST_STEP_LONG = [*SMOKE, "trainer.max_epochs=1", "trainer.epoch_num_steps=16384",
+                   "trainer.collection_step_num_env_steps=8192", "trainer.batch_size=null",
+                   "trainer.update_step_num_repetitions=1", "logger.progress_interval_s=0",
+                   "seed=0,1"]
+
+
+def test_a_basic_sweep_stopped_at_once_is_finished_by_the_command_it_prints(cli, tmp_path):
+    """Issue 45 §5, the basic launcher: SIGTERM during job 0's training, again at once. The
+    job stops with no checkpoint written, and job 1 does not start; the list says so, and the
+    command it prints finishes the sweep in one run: job 0 again from the start, job 1."""
+    sweep = tmp_path / "sweep"
+    res = signal_when(["--multirun", *FIRST_STEP_LONG, f"hydra.sweep.dir={sweep}"], tmp_path,
+                      lambda line: "8,192/16,384 steps" in line, SIGTERM, SIGTERM,
+                      ack="SIGTERM received")
+    assert res.returncode == 143, res.stdout + res.stderr
+    assert "Traceback" not in res.stderr
+    assert "SIGTERM received again: stopped at once; no checkpoint was written" in res.stderr
+    report = res.stderr[res.stderr.index(f"rltrain: sweep {sweep}"):]
+    assert listed_as_on_disk(report, sweep) == {0: "stopped", 1: "not started"}
+    assert "those stopped before their first run again from the start" in report
+    res = cli(*finish_command(report))
+    assert res.returncode == 0, res.stderr
+    assert (f"job 0: {job_dir(sweep, 0)} was stopped before its first checkpoint: nothing to "
+            "resume, so the job runs again from the start") in res.stdout
+    for num in (0, 1):
+        assert summary(job_dir(sweep, num))["status"] == "completed"
+        assert [r["epoch"] for r in read_jsonl(job_dir(sweep, num) / "epochs.jsonl")] == [1]
+    assert res.stdout.strip().splitlines()[-1] == f"next: rltrain-report {sweep}"
+
+
+@pytest.mark.slow  # loky's workers start in seconds each on the 2-core VM: about 40 s in all
+def test_a_joblib_sweep_signalled_twice_is_finished_by_the_command_it_prints(cli, tmp_path):
+    """The same with joblib's workers: whatever each job had reached when the two signals
+    came (stopped at once, interrupted with a checkpoint, not started), the list says what
+    its directory holds, and the printed command finishes every job in one run."""
+    sweep = tmp_path / "sweep"
+    args = ["--multirun", *FIRST_STEP_LONG, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
+    res = signal_when([*args, f"hydra.sweep.dir={sweep}"], tmp_path,
+                      lambda line: "8,192/16,384 steps" in line, SIGTERM, SIGTERM,
+                      ack="SIGTERM received")
+    assert res.returncode == 143, res.stdout + res.stderr
+    assert "Traceback" not in res.stderr
+    report = res.stderr[res.stderr.index(f"rltrain: sweep {sweep}"):]
+    assert set(listed_as_on_disk(report, sweep)) == {0, 1}
+    res = cli(*finish_command(report))
+    assert res.returncode == 0, res.stderr
+    for num in (0, 1):
+        assert summary(job_dir(sweep, num))["status"] == "completed"
+        assert [r["epoch"] for r in read_jsonl(job_dir(sweep, num) / "epochs.jsonl")] == [1]
+
+
+def test_a_value_given_twice_runs_twice_and_says_so(cli, tmp_path):
+    """seed=0,0 ran job 0 twice without a word; a warning names the job that repeats."""
+    sweep = tmp_path / "sweep"
+    res = cli("--multirun", *SMOKE, "seed=0,0", "trainer.max_epochs=1",
+              "trainer.epoch_num_steps=256", f"hydra.sweep.dir={sweep}")
+    assert res.returncode == 0, res.stderr
+    warning = next(line for line in res.stderr.splitlines() if "repeats" in line)
+    assert warning.startswith("rltrain: warning: job 1 repeats job 0 (seed=0): ")
+    assert "harmless" in warning and "give each value once (seed=0) to run it once" in warning
+    assert [summary(job_dir(sweep, n))["status"] for n in (0, 1)] == ["completed"] * 2
+
+
+@pytest.mark.parametrize(("task", "said"), [
+    (["trainer.batch_size=64,64", "seed=0,1"],
+     "job 2 repeats job 0 (trainer.batch_size=64 seed=0); job 3 repeats job 1 "
+     "(trainer.batch_size=64 seed=1)"),
+    # the same value written two ways is the same job
+    (["algo.lr=0.001,1e-3"], "job 1 repeats job 0 (algo.lr=0.001)"),
+    (["seed=0,1", "algo.lr=0.001,0.002"], None),
+])
+def test_the_warning_names_every_job_that_repeats_another(capsys, task, said):
+    from omegaconf import OmegaConf
+
+    config = OmegaConf.create({"hydra": {
+        "sweeper": {"_target_": "hydra._internal.core_plugins.basic_sweeper.BasicSweeper",
+                    "params": None},
+        "overrides": {"task": ["experiment=smoke", *task]}}})
+    sweep_module.warn_repeated_jobs(config)
+    err = capsys.readouterr().err
+    if said is None:
+        assert err == ""
+    else:
+        assert err.startswith(f"rltrain: warning: {said}: "), err
+
+
 def test_jobs_record_their_own_overrides_and_the_git_commit(cli, tmp_path):
     sweep = tmp_path / "sweep"
     res = cli("--multirun", "experiment=smoke", "seed=3,4", "env.num_test_envs=1",

@@ -128,6 +128,7 @@ def test_study_prunes_writes_its_results_and_the_tuned_file_trains(cli, tmp_path
     assert f"best trial {best.number}:" in res.stdout
     tuned = sweep / "conf" / "tuned" / "ppo_cartpole.yaml"
     assert tuned.read_text().startswith("# @package _global_")
+    said = res.stdout
     res = cli("--config-dir", str(sweep / "conf"), "experiment=tuned_ppo_cartpole",
               "--cfg", "job")
     assert res.returncode == 0, res.stderr
@@ -136,6 +137,44 @@ def test_study_prunes_writes_its_results_and_the_tuned_file_trains(cli, tmp_path
     composed = yaml.safe_load(res.stdout)
     assert composed["algo"]["lr"] == pytest.approx(best.params["algo.lr"])
     assert composed["algo"]["clip_ratio"] == pytest.approx(best.params["algo.clip_ratio"])
+    # the budget to train with is the one rltrain algo=ppo env=cartpole has (the shipped
+    # tuned file's), not the trials' short one (issue 45 §5: it kept max_epochs=4)
+    plain = yaml.safe_load(cli("algo=ppo", "env=cartpole", "--cfg", "job").stdout)["trainer"]
+    budget = ("max_epochs", "epoch_num_steps", "stop_score", "test_step_num_episodes")
+    assert {k: composed["trainer"][k] for k in budget} == {k: plain[k] for k in budget}
+    assert plain["max_epochs"] != 4
+    assert (f"rltrain: the tuned files carry the budget rltrain algo=ppo env=cartpole trains "
+            f"with (tuned/ppo_cartpole.yaml): trainer.max_epochs={plain['max_epochs']} "
+            f"trainer.epoch_num_steps={plain['epoch_num_steps']} trainer.stop_score=auto "
+            f"trainer.test_step_num_episodes={plain['test_step_num_episodes']}, not the "
+            "trials' (trainer.max_epochs=4 trainer.epoch_num_steps=1024 trainer.stop_score=null "
+            "trainer.test_step_num_episodes=2); set those keys on the command line for "
+            "another") in said
+    assert "# budget: the budget rltrain algo=ppo env=cartpole trains with" in tuned.read_text()
+
+
+def test_a_searched_budget_key_stays_the_best_trials_and_the_rest_are_the_defaults(cli,
+                                                                                 tmp_path):
+    """PPO on Acrobot has no tuned file: the tuned files carry the defaults' budget, but for
+    trainer.max_epochs, which this search searched (a setting like any other then)."""
+    sweep = tmp_path / "sweep"
+    res = cli("--multirun", "hydra/sweeper=optuna", "-q", "algo=ppo", "env=acrobot",
+              "trainer.max_epochs=choice(1,2)", "trainer.epoch_num_steps=256",
+              "trainer.stop_score=null", "trainer.test_step_num_episodes=1",
+              "env.num_test_envs=1", "logger.tensorboard=false", "hydra.sweeper.n_trials=1",
+              f"hydra.sweep.dir={sweep}")
+    assert res.returncode == 0, res.stderr
+    import yaml
+
+    best = study(sweep).best_trial
+    plain = yaml.safe_load(cli("algo=ppo", "env=acrobot", "--cfg", "job").stdout)["trainer"]
+    written = yaml.safe_load((sweep / "conf" / "experiment" / "tuned_ppo_acrobot.yaml")
+                             .read_text())["trainer"]
+    assert written["max_epochs"] == best.params["trainer.max_epochs"]
+    for key in ("epoch_num_steps", "stop_score", "test_step_num_episodes"):
+        assert written[key] == plain[key], key
+    assert ("rltrain: the tuned files carry the budget rltrain algo=ppo env=acrobot trains "
+            "with (no tuned file: the defaults): trainer.epoch_num_steps=") in res.stdout
 
 
 def test_invalid_and_crashing_trials_fail_and_the_study_goes_on(cli, tmp_path):

@@ -52,7 +52,8 @@ from hydra_plugins.hydra_submitit_launcher.config import (  # type: ignore[impor
 )
 from omegaconf import OmegaConf, open_dict, read_write
 
-from rltrain.rundir import resume_command
+from rltrain.jobs import JobFailed, state
+from rltrain.stored import read_json
 
 #: requeues after a timeout, for the local executor unless the command says otherwise: one
 #: per slot, so a run of 20 slots (20 minutes with timeout_min=1) finishes
@@ -242,8 +243,8 @@ class _Job:
     def _summary(self) -> dict[str, Any]:
         if self.run_dir is None:
             return {}
-        with contextlib.suppress(OSError, ValueError):
-            summary = json.loads((self.run_dir / "summary.json").read_text(encoding="utf-8"))
+        with contextlib.suppress(OSError, ValueError):  # bounded: rltrain.stored.read_json
+            summary = read_json(self.run_dir / "summary.json")
             return summary if isinstance(summary, dict) else {}
         return {}
 
@@ -303,8 +304,6 @@ class _Job:
 
     def _without_result(self, error: Exception) -> None:
         """Out of requeues, killed, or stopped by the local controller's own limit."""
-        summary = self._summary()
-        stopped = summary.get("status") == "interrupted"
         if self.requeued and self.launcher._EXECUTOR == "local":
             # requeued by submitit, but not started again: the local controller starts a job
             # 6 times at most. Submitted again, with the timeouts it has left
@@ -324,15 +323,15 @@ class _Job:
                 "hydra.launcher.max_num_timeout"
             reason = (f"{self.why.replace('-', ' ')} at epoch {self._stopped_at()}, with no "
                       f"requeue left ({key}={self.limit}; attempt {self.attempt})")
-        resume = (f"; resume with: {resume_command(self.run_dir)}"
-                  if stopped and self.run_dir is not None else "")
-        self._fail(f"{reason}{resume}")
+        found = state(self.run_dir) if self.run_dir is not None else None
+        # what its directory holds, as the sweep's list says it: a resume command only where
+        # a checkpoint is
+        then = f"; {found.detail}" if found is not None and found.unfinished else ""
+        self._fail(f"{reason}{then}")
 
     def _fail(self, message: str) -> None:
         self.say(f"failed: {message}", error=True)
         ret = JobReturn(overrides=list(self.args[0]), status=JobStatus.FAILED,
                         working_dir=None if self.run_dir is None else str(self.run_dir))
-        from rltrain.sweep import JobFailed  # the sweep's modules: see the module docstring
-
         ret.return_value = JobFailed(f"rltrain: job {self.num}: failed: {message}")
         self.result = ret

@@ -42,7 +42,6 @@ import csv
 import dataclasses
 import datetime
 import itertools
-import json
 import logging
 import math
 import sys
@@ -64,7 +63,7 @@ from omegaconf import OmegaConf
 
 from rltrain import signals
 from rltrain.config import OBJECTIVES
-from rltrain.stored import read_yaml
+from rltrain.stored import read_json, read_yaml
 from rltrain.tune import (
     HEARTBEAT_ATTR,
     PRUNER_ATTR,
@@ -349,10 +348,14 @@ class OptunaSweeperImpl:
         print(f"rltrain: best trial {best.number}: {self.conf.objective} {best.value:.6g} "
               f"({best.user_attrs.get('run_dir', '')}): {params}", flush=True)
         try:
-            tuned, experiment = write_tuned(sweep_dir, best, algo, env, study.study_name)
+            budget = self._budget(best, algo, env)
+            tuned, experiment = write_tuned(sweep_dir, best, algo, env, study.study_name,
+                                            budget)
             print(f"rltrain: tuned file: {tuned} (copy it to rltrain's conf/tuned/); "
                   f"to train with it now: rltrain --config-dir {sweep_dir / 'conf'} "
                   f"experiment={experiment.stem}", flush=True)
+            print(f"rltrain: {budget.said()}", file=sys.stdout if budget.source else sys.stderr,
+                  flush=True)
         except (OSError, ValueError) as e:
             log.warning(f"the tuned file could not be written: {e}")
         for name in write_plots(study, sweep_dir):
@@ -360,6 +363,39 @@ class OptunaSweeperImpl:
         if storage_url.startswith("sqlite"):
             print(f"rltrain: browse the study with: optuna-dashboard {storage_url}", flush=True)
         sweep_mod.judge(0)
+
+
+    def _budget(self, best: optuna.trial.FrozenTrial, algo: str, env: str) -> Budget:
+        """The budget the tuned settings are to be trained with: :data:`BUDGET`'s keys as
+        ``rltrain algo=A env=E`` composes them for the best trial's algorithm and env (the
+        shipped tuned file's, else the defaults), but for a key the search itself searched."""
+        run_dir = Path(best.user_attrs.get("run_dir", ""))
+        trial = read_yaml(run_dir / ".hydra" / "config.yaml")
+        tried = (trial.get("trainer") or {}) if isinstance(trial, dict) else {}
+        choices = _trial_choices(run_dir / ".hydra" / "hydra.yaml")
+        picks = [f"algo={choices.get('algo', algo)}", f"env={choices.get('env', env)}"]
+        keys = [k for k in BUDGET if f"trainer.{k}" not in best.params]
+        try:
+            from hydra.types import RunMode
+
+            cfg = self.hydra_context.config_loader.load_configuration(
+                config_name=str(self.config.hydra.job.config_name), overrides=picks,
+                run_mode=RunMode.RUN)
+            base = OmegaConf.to_container(cfg.trainer, resolve=True)
+            assert isinstance(base, dict)  # a config group's node
+            tuned = OmegaConf.select(cfg, "hydra.runtime.choices.tuned", default=None)
+            # an optional default names its choice whether or not the file is there
+            if tuned not in self.hydra_context.config_loader.get_group_options("tuned"):
+                tuned = None
+        except Exception as e:  # noqa: BLE001 - a config that composed for the trials
+            return Budget({k: tried[k] for k in keys if k in tried}, "", {},
+                          f"{' '.join(picks)} did not compose ({type(e).__name__}: "
+                          f"{str(e).splitlines()[0] if str(e) else ''})")
+        source = (f"the budget rltrain {' '.join(picks)} trains with ("
+                  + (f"tuned/{tuned}.yaml)" if tuned else "no tuned file: the defaults)"))
+        values = {k: base[k] for k in keys if k in base}
+        return Budget(values, source, {k: tried[k] for k in values
+                                       if k in tried and tried[k] != values[k]})
 
 
 # ---------------------------------------------------------------------- search space
@@ -724,7 +760,7 @@ def _job_dir(ret: JobReturn) -> str:
 
 def _job_error(run_dir: str) -> str | None:
     try:
-        summary = json.loads((Path(run_dir) / "summary.json").read_text(encoding="utf-8"))
+        summary = read_json(Path(run_dir) / "summary.json")  # bounded, as every reader's
     except (OSError, ValueError):
         return None
     return summary.get("error") if isinstance(summary, dict) else None
@@ -746,15 +782,60 @@ def write_trials_csv(path: Path, trials: list[optuna.trial.FrozenTrial]) -> None
                         t.user_attrs.get("run_dir", ""), t.user_attrs.get("error", "")])
 
 
+#: the trainer keys that set a run's budget (how long it trains, how it is tested, when it
+#: stops): a search shortens them for its trials (an hparams_search file's max_epochs,
+#: experiment=smoke, trainer.max_epochs=2 on the command line), which says nothing of the
+#: budget to train the tuned settings with
+BUDGET = ("max_epochs", "epoch_num_steps", "stop_score", "test_step_num_episodes")
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The budget the tuned files carry (:data:`BUDGET`'s keys), and where it comes from."""
+
+    #: trainer key -> value
+    values: dict[str, Any]
+    #: where the values come from ("the budget rltrain algo=ppo env=cartpole trains with
+    #: (tuned/ppo_cartpole.yaml)"); empty when only the trials' own could be had
+    source: str
+    #: the trials' values of the keys that differ from ``values``
+    trials: dict[str, Any]
+    #: why the trials' own budget is kept
+    failed: str = ""
+
+    def keys(self, values: dict[str, Any]) -> str:
+        return " ".join(f"trainer.{k}={encode(v)}" for k, v in values.items())
+
+    def said(self) -> str:
+        """The line that says which budget the tuned files carry."""
+        if not self.source:
+            return (f"warning: the tuned files keep the best trial's budget "
+                    f"({self.keys(self.values)}): {self.failed}; set those keys on the "
+                    "command line for the budget to train with")
+        than = f", not the trials' ({self.keys(self.trials)})" if self.trials else ""
+        return (f"the tuned files carry {self.source}: {self.keys(self.values)}{than}; set "
+                "those keys on the command line for another")
+
+    def comment(self) -> str:
+        """The tuned files' line on their budget (a YAML comment)."""
+        if not self.source:
+            return f"# budget: the best trial's ({self.failed})\n"
+        than = f"; the trials trained {self.keys(self.trials)}" if self.trials else ""
+        return f"# budget: {self.source}{than}\n"
+
+
 def write_tuned(sweep_dir: Path, best: optuna.trial.FrozenTrial, algo: str, env: str,
-                study: str) -> tuple[Path, Path]:
+                study: str, budget: Budget | None = None) -> tuple[Path, Path]:
     """The best trial's settings (its composed algo, trainer and buffer, and any env key the
-    search set) as a tuned file and as an experiment file."""
+    search set) as a tuned file and as an experiment file; with ``budget``, its trainer keys
+    in place of the trial's (a trial trains a search's short budget)."""
     config = Path(best.user_attrs.get("run_dir", "")) / ".hydra" / "config.yaml"
     cfg = read_yaml(config)  # bounded (rltrain.stored); its StoredDataError is a ValueError
     if not isinstance(cfg, dict):
         raise ValueError(f"{config} holds no config")
     body: dict[str, Any] = {k: cfg[k] for k in ("algo", "trainer", "buffer") if k in cfg}
+    if budget is not None and isinstance(body.get("trainer"), dict):
+        body["trainer"] = {**body["trainer"], **budget.values}
     env_keys = {k.split(".", 1)[1]: v for k, v in best.params.items() if k.startswith("env.")}
     if env_keys:
         body["env"] = {}
@@ -784,6 +865,7 @@ def write_tuned(sweep_dir: Path, best: optuna.trial.FrozenTrial, algo: str, env:
                                                          "max_episode_steps")
                              if k in cfg.get("env", {})}
     head = yaml.dump(experiment, Dumper=Dumper, sort_keys=False, default_flow_style=False)
+    said = budget.comment() if budget is not None else ""
     out = []
     for sub, name, extra in (("tuned", f"{algo}_{env}", ""),
                              ("experiment", f"tuned_{algo}_{env}", head)):
@@ -791,7 +873,7 @@ def write_tuned(sweep_dir: Path, best: optuna.trial.FrozenTrial, algo: str, env:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(f"# @package _global_\n# {algo} on {env}: the best trial ({best.number}, "
                         f"score {best.value:.6g}) of the Optuna study {study!r}, {stamp}\n"
-                        f"# searched: {params}\n{extra}{text}", encoding="utf-8")
+                        f"# searched: {params}\n{said}{extra}{text}", encoding="utf-8")
         out.append(path)
     return out[0], out[1]
 

@@ -251,6 +251,11 @@ def training(request_stop: Callable[[int], None],
         # batched sweep, rltrain.lanes) is stopped through :func:`stop_threads`, which the
         # main thread's own handler calls
         _in_threads.add(request_stop)
+        if (earlier := requested()) is not None:
+            # a signal while this lane was being built, which reached the lanes training
+            # then: honoured at once, as below, or a second signal would find it still
+            # training its first step and stop it with no checkpoint written
+            request_stop(earlier)
         try:
             yield
         finally:

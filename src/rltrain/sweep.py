@@ -29,16 +29,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.errors import CompactHydraException
+from hydra.core.override_parser.types import Override
 from hydra.experimental.callback import Callback
-from omegaconf import open_dict, read_write
+from omegaconf import DictConfig, open_dict, read_write
 
 from rltrain import lanes, rundir, signals
 from rltrain.checkpoint import CheckpointError
 from rltrain.config import ConfigError, job_number, overrides_as_typed
 from rltrain.files import open_append, write_new
+from rltrain.jobs import FINISHED, JobFailed, JobState, state
 from rltrain.lifecycle import RunContext, resume_point
 from rltrain.run import run
 from rltrain.stats import InfoStats
@@ -87,10 +89,6 @@ def judge(code: int) -> None:
     STATE.outcome = code
 
 
-class JobFailed(CompactHydraException):
-    """A sweep job failed; Hydra records it failed and prints this one line."""
-
-
 class HydraCallback(Callback):
     """rltrain's hooks into Hydra, installed by ``conf/config.yaml`` (``hydra.callbacks``)."""
 
@@ -116,6 +114,7 @@ class HydraCallback(Callback):
             sys.exit(2)
         STATE.directory, STATE.started = path, time.time()
         name_jobs_by_what_differs(config)
+        warn_repeated_jobs(config)
         if str(config.hydra.launcher.get("_target_", "")).startswith(
                 "hydra_plugins.hydra_submitit_launcher."):
             from rltrain import launchers  # needs that plugin (extra: cluster)
@@ -150,6 +149,49 @@ def name_jobs_by_what_differs(config: Any) -> None:
         config.hydra.overrides.hydra.append(
             f"hydra.job.config.override_dirname.exclude_keys=[{quoted}]")
         config.hydra.job.config.override_dirname.exclude_keys = sorted(constant)
+
+
+def warn_repeated_jobs(config: Any) -> None:
+    """Hydra's basic sweeper runs a value given twice (``seed=0,0``, ``lr=1e-3,0.001``) as two
+    jobs of one config, each in its own directory, without a word: say which jobs repeat
+    which, that it costs only time, and how to give each value once."""
+    if not str(config.hydra.sweeper.get("_target_", "")).endswith(".BasicSweeper"):
+        return  # another sweeper makes its own jobs (Optuna: the study's trials)
+    parser = OverridesParser.create()
+    params = config.hydra.sweeper.get("params") or {}
+    lines = [f"{k}={v}" for k, v in params.items()]
+    try:
+        parsed = parser.parse_overrides(lines + overrides_as_typed(config.hydra.overrides.task))
+        jobs = BasicSweeper.split_arguments(parsed, None)[0]
+    except Exception:  # noqa: BLE001 - what Hydra cannot split it refuses itself, next
+        return
+    first: dict[tuple[tuple[str, str], ...], int] = {}
+    repeats: list[str] = []
+    for num, job in enumerate(jobs):
+        same = first.setdefault(_as_set(parser, job), num)
+        if same != num:
+            shown = " ".join(o for o in job if o.split("=", 1)[0] in _swept(parsed))
+            repeats.append(f"job {num} repeats job {same}" + (f" ({shown})" if shown else ""))
+    if not repeats:
+        return
+    once = [f"{o.get_key_element()}={','.join(dict.fromkeys(o.sweep_string_iterator()))}"
+            for o in parsed if o.is_sweep_override() and o.is_discrete_sweep()
+            and len(set(o.sweep_string_iterator())) < len(list(o.sweep_string_iterator()))]
+    hint = f" ({' '.join(once)})" if once else ""
+    print(f"rltrain: warning: {'; '.join(repeats)}: a value given twice runs the same config "
+          "twice, each copy in its own directory (harmless: rltrain-report counts one run per "
+          f"seed, but the time is spent twice); give each value once{hint} to run it once",
+          file=sys.stderr, flush=True)
+
+
+def _swept(parsed: list[Override]) -> set[str]:
+    return {o.get_key_element() for o in parsed if o.is_sweep_override()}
+
+
+def _as_set(parser: OverridesParser, job: list[str]) -> tuple[tuple[str, str], ...]:
+    """A job's overrides as values, not text: ``seed=0`` and ``seed=00`` are one job."""
+    return tuple(sorted((o.get_key_element(), f"{type(o.value()).__name__}:{o.value()!r}")
+                        for o in parser.parse_overrides(job)))
 
 
 def stop_requested(job_sweep_dir: Path) -> bool:
@@ -228,11 +270,6 @@ def _refusals() -> dict[Path, tuple[str, bool]]:
     return found
 
 
-def _score(value: Any) -> str:
-    """A score as the console shows it (one decimal), '-' when there is none."""
-    return f"{value:.1f}" if isinstance(value, (int, float)) else "-"
-
-
 def _jobs(path: Path) -> list[Path]:
     found = {p.parent for p in path.rglob("summary.json")}
     found |= {p.parent for p in path.rglob(rundir.LOCK)}
@@ -259,58 +296,57 @@ def _ran_now(job: Path) -> bool:
 def report(path: Path, quiet: bool = False) -> tuple[int, int, int]:
     """Print every job of the sweep with its status, then what to do next in one line (on
     stdout if all completed, only that line then if ``quiet``; else on stderr); return
-    (failed or refused, interrupted, total)."""
-    rows, failed, interrupted, interrupted_now = [], 0, 0, 0
+    (failed or refused, interrupted or stopped, total). Each job's row is what its directory
+    holds (:func:`rltrain.jobs.state`), whichever launcher ran it: a resume command only where
+    a checkpoint is."""
+    rows, counts = [], dict.fromkeys(("failed", "interrupted", "stopped", "refused"), 0)
+    unfinished_now = 0
     refusals = _refusals()
     jobs = _jobs(path)
     jobs += sorted(set(refusals) - set(jobs))
     for job in jobs:
-        try:
-            summary = json.loads((job / "summary.json").read_text())
-        except (OSError, ValueError):
-            summary = {"status": "unknown", "error": "no summary.json (killed?)"}
-        if job in refusals:  # what the directory holds is another run's
-            summary = {"status": "refused",
-                       "error": refusals[job][0].removeprefix(f"{job} ")}
-        status = summary.get("status") or ("interrupted" if summary.get("interrupted")
-                                           else "completed")
-        if status in ("completed", "pruned"):
-            detail = f"best {_score(summary.get('best_score'))}" + (
-                f" (pruned after epoch {summary.get('epochs')})" if status == "pruned" else "")
-        elif status == "interrupted":
-            interrupted += 1
-            interrupted_now += _ran_now(job)
-            detail = f"resume with: {rundir.resume_command(job)}"
-        else:
-            failed += status in ("failed", "unknown", "refused")
-            detail = str(summary.get("error") or "")
+        # what a refused job's directory holds is another run's
+        found = (JobState("refused", refusals[job][0].removeprefix(f"{job} "), {})
+                 if job in refusals else state(job))
+        if found.unfinished:
+            counts[found.status] += 1
+            unfinished_now += _ran_now(job)
+        elif found.status == "refused":
+            counts["refused"] += 1
+        elif found.status in ("failed", "unknown"):
+            counts["failed"] += 1
         num = job_number(job.name)
-        rows.append(f"  {'' if num is None else num:>4}  {status:<11}  {job}  {detail}")
-    total = len(rows)
-    refused = sum(job in refusals for job in jobs)
-    counts = (f"{total} job(s): {failed - refused} failed, {interrupted} interrupted"
-              + (f", {refused} refused" if refused else ""))
+        rows.append(f"  {'' if num is None else num:>4}  {found.status:<11}  {job}  "
+                    f"{found.detail}")
+    total, refused = len(rows), counts["refused"]
+    failed, interrupted = counts["failed"] + refused, counts["interrupted"] + counts["stopped"]
+    said = (f"{total} job(s): {counts['failed']} failed, {counts['interrupted']} interrupted"
+            + (f", {counts['stopped']} stopped before their first checkpoint"
+               if counts["stopped"] else "")
+            + (f", {refused} refused" if refused else ""))
     clean = not failed and not interrupted and signals.requested() is None
     out = sys.stdout if clean else sys.stderr
     if not (clean and quiet):
-        print(f"rltrain: sweep {path}: {counts}", file=out)
+        print(f"rltrain: sweep {path}: {said}", file=out)
         for row in rows:
             print(row, file=out)
     # refused for good: the same command would be refused again. When nothing else of this
     # sweep is left to finish (the interrupted jobs listed, if any, are an earlier sweep's,
     # which this command would not resume), the way on is a directory of its own
     refused_for_good = refused > 0 and all(lasting for _, lasting in refusals.values())
-    only_refused = refused_for_good and failed == refused and not interrupted_now
+    only_refused = refused_for_good and failed == refused and not unfinished_now
     print(next_step(path, clean, failed > refused, only_refused,
-                    refused if refused_for_good else 0), file=out, flush=True)
+                    refused if refused_for_good else 0, stopped=counts["stopped"] > 0),
+          file=out, flush=True)
     return failed, interrupted, total
 
 
 def next_step(path: Path, clean: bool, failed: bool = False, only_refused: bool = False,
-              refused_for_good: int = 0) -> str:
+              refused_for_good: int = 0, stopped: bool = False) -> str:
     """What to do after the sweep, in one line: compare its runs; or, when jobs did not
-    finish, run the same sweep into its directory again, which skips the finished jobs and
-    resumes the unfinished ones from their checkpoints (:func:`earlier_attempt`); or, when
+    finish, run the same sweep into its directory again, which skips the finished jobs,
+    resumes the unfinished ones from their checkpoints and runs again from the start those
+    ``stopped`` before their first (:func:`earlier_attempt`, :func:`continue_job`); or, when
     the only jobs of this sweep that did not finish were refused (their directories hold
     another sweep's runs), give the sweep a directory of its own, since the same command
     would be refused again. ``refused_for_good`` jobs refused so, beside others to finish:
@@ -325,11 +361,12 @@ def next_step(path: Path, clean: bool, failed: bool = False, only_refused: bool 
             if not a.startswith(("hydra.sweep.dir=", "++hydra.sweep.dir="))]
     again = shlex.join(["rltrain", *args, f"hydra.sweep.dir={path}"])
     first = ", once what failed is fixed" if failed else ""
+    afresh = ", those stopped before their first run again from the start" if stopped else ""
     refused = (f" ({refused_for_good} refused job(s) will be refused again: their "
                f"directories hold another sweep's runs; give those a new hydra.sweep.dir)"
                if refused_for_good else "")
     return (f"next: finish the sweep{first} (finished jobs are skipped, unfinished ones "
-            f"resume from their checkpoints): {again}{refused}; then {compare}")
+            f"resume from their checkpoints{afresh}): {again}{refused}; then {compare}")
 
 
 # --------------------------------------------------------------------------- a job run again
@@ -366,26 +403,38 @@ def earlier_attempt(job_dir: Path, overrides: list[str], label: str) -> dict[str
         raise JobFailed(f"rltrain: {label}failed ({job_dir} holds another run)")
     summary = rundir.read_summary(job_dir)
     status = summary.get("status")
-    if status in ("completed", "pruned"):
+    if status in FINISHED:
         print(f"rltrain: {label}already {status} in {job_dir}: skipped", flush=True)
         return summary
     return None
 
 
-def continue_job(job_dir: Path, ctx: RunContext, label: str, consent: bool = False
-                 ) -> InfoStats:
+def continue_job(job_dir: Path, ctx: RunContext, label: str, consent: bool = False,
+                 cfg: DictConfig | None = None) -> InfoStats:
     """Resume an unfinished job in its own directory from its newest good checkpoint, with
     the config stored there (the resume path of ``rltrain resume=``); returns its InfoStats.
     ``consent``: the sweep command's ``trust=true`` (rltrain.trust); the code its config
-    names was recorded as trusted when this command composed the job."""
+    names was recorded as trusted when this command composed the job.
+
+    A job stopped at once before its first checkpoint has nothing to resume: with ``cfg``
+    (the job's config, as this command composed it) it runs again from the start, replacing
+    what that attempt left (``ctx.on_accept``), as the sweep's list said it would."""
     lock = rundir.RunDirLock(job_dir)
     lock.acquire()
     try:
+        if cfg is not None and state(job_dir).status == "stopped":
+            print(f"rltrain: {label}{job_dir} was stopped before its first checkpoint: "
+                  "nothing to resume, so the job runs again from the start", flush=True)
+            return run(cfg, ctx)
         try:
             point = resume_point(job_dir, consent=consent,
                                  allow="trust=true on the sweep's command, or remove the job's "
                                  "directory")
-        except (CheckpointError, ConfigError) as e:
+        except CheckpointError as e:
+            raise ConfigError(f"{job_dir} holds an unfinished run that cannot be resumed: "
+                              f"{e} (to run the job again from the start, remove its "
+                              "directory and finish the sweep)") from None
+        except ConfigError as e:
             raise ConfigError(f"{job_dir} holds an unfinished run that cannot be resumed: "
                               f"{e}") from None
         for problem in point.problems:

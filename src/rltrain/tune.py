@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import logging
 import math
 import os
@@ -42,6 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rltrain.config import ConfigError, TuneConfig
+from rltrain.stored import StoredDataError, json_lines
 
 if TYPE_CHECKING:
     import optuna
@@ -332,9 +332,11 @@ def _records(run_dir: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         return []
     out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            break
+    # a line at a time, each bounded (rltrain.stored.json_lines); up to the first that is
+    # not a record
+    with contextlib.suppress(StoredDataError):
+        for line in json_lines(path):
+            if line.problem is not None or not isinstance(line.value, dict):
+                break
+            out.append(line.value)
     return out
