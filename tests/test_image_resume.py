@@ -1,8 +1,10 @@
 """Exact resume on the image and Dict envs, through the real CLI: SIGTERM mid-epoch, then
 ``rltrain resume=DIR``, equal to an unbroken run (epochs.jsonl, time fields aside). MiniGrid
-(a Dict observation, PPO) in the default suite; MinAtar (an image, DQN), Atari (PPO on Pong, DQN
-on Breakout with frame-stacked storage, the emulator's state through ALE's cloneState) and
-CarRacing (Box2D, which says it is not exact) behind ``slow``: CNNs train slowly on a CPU."""
+(a Dict observation, PPO) in the default suite; MinAtar (an image, PPO and DQN), Atari with
+env/atari.yaml's sticky actions (PPO on Pong, DQN on Breakout with frame-stacked storage; the
+emulator's state through ALE's cloneState, its held action through rltrain's record) and
+CarRacing (Box2D, which says it is not exact) behind ``slow``: CNNs train slowly on a CPU.
+The in-process round trips of the same envs, in the default suite: tests/test_ale_state.py."""
 
 from __future__ import annotations
 
@@ -22,27 +24,28 @@ RUNS = {
     "minigrid-ppo": ["algo=ppo", "env=minigrid", "trainer.max_epochs=3",
                      "trainer.epoch_num_steps=2048", "trainer.collection_step_num_env_steps=256",
                      "trainer.update_step_num_repetitions=2", "trainer.batch_size=256"],
+    "minatar-ppo": ["algo=ppo", "env=minatar", "trainer.max_epochs=3",
+                    "trainer.epoch_num_steps=2048", "trainer.collection_step_num_env_steps=256",
+                    "trainer.update_step_num_repetitions=2", "trainer.batch_size=256"],
     "minatar-dqn": ["algo=dqn", "env=minatar", "env.id=MinAtar/Breakout-v1",
                     "trainer.max_epochs=3", "trainer.epoch_num_steps=1600",
                     "trainer.random_warmup_env_steps=400", "buffer.size=20000",
                     "algo.target_update_interval=100", "trainer.batch_size=32",
                     "trainer.update_step_num_gradient_steps_per_sample=0.25"],
-    # Atari without sticky actions: with them ALE's state is incomplete, and the resume says
-    # so (tests/test_ale_state.py)
+    # Atari with the env file's defaults: sticky actions (0.25), whose held action ALE's saved
+    # state leaves out and rltrain keeps beside it (tests/test_ale_state.py)
     "atari-ppo": ["algo=ppo", "env=atari", "env.id=ALE/Pong-v5", "trainer.max_epochs=3",
-                  "env.kwargs.repeat_action_probability=0.0",
                   "trainer.epoch_num_steps=1024", "trainer.collection_step_num_env_steps=256",
                   "env.num_train_envs=4", "trainer.update_step_num_repetitions=1",
                   "trainer.test_step_num_episodes=1", "env.num_test_envs=1"],
     "atari-dqn": ["algo=dqn", "env=atari", "env.id=ALE/Breakout-v5", "trainer.max_epochs=3",
-                  "env.kwargs.repeat_action_probability=0.0",
                   "trainer.epoch_num_steps=1024", "trainer.random_warmup_env_steps=256",
                   "buffer.size=20000", "algo.target_update_interval=50",
                   "trainer.collection_step_num_env_steps=64",
                   "trainer.update_step_num_gradient_steps_per_sample=0.05",
                   "trainer.test_step_num_episodes=1", "env.num_test_envs=1"],
 }
-SLOW = {"minatar-dqn", "atari-ppo", "atari-dqn"}
+SLOW = {"minatar-ppo", "minatar-dqn", "atari-ppo", "atari-dqn"}
 
 
 def case(name: str):

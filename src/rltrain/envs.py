@@ -25,6 +25,7 @@ from rltrain.actions import integer_start
 from rltrain.config import ConfigError, EnvConfig, split_id, train_only, wrapper_entry
 from rltrain.core import DEFAULT_MAX_EPISODE_STEPS, SpaceInfo
 from rltrain.observations import ObservationSpaceError, layout, stored_shape
+from rltrain.wrappers import record_sticky_action
 
 
 def env_seeds(seed: int, num_train_envs: int) -> tuple[int, int]:
@@ -294,6 +295,8 @@ def _make_one(cfg: EnvConfig, limit: int | None, render_mode: str | None,
     if render_mode is not None:
         kwargs["render_mode"] = render_mode
     env = gym.make(split_id(cfg.id)[1], max_episode_steps=limit, **kwargs)
+    # Atari with sticky actions: the action the emulator repeats, kept for exact resumes
+    env = record_sticky_action(env)
     for spec in run_wrappers(cfg, train):
         if not spec.vector:
             env = _wrap(env, spec)

@@ -16,11 +16,13 @@ the caller can say that a resume is not exact.
 A few C-backed types whose library offers an API to read and write their state as numbers
 are captured through it: a small table keyed by exact type (:func:`_c_state_types`). Today it
 holds MuJoCo's ``MjData`` (see :func:`_mjdata_capture` for what is captured and why) and the
-Atari emulator, ale_py's ``ALEInterface`` (:func:`_ale_capture`). MuJoCo's
-``MjModel`` is the compiled model, configuration rather than state (gymnasium's MuJoCo envs
-never write to it), so it is skipped like a spec; an env of one's own that changes it while it
-runs (domain randomisation of masses, say) would resume with the model as its constructor built
-it, and that is not detected. Box2D's world has no such API: it is reported.
+Atari emulator, ale_py's ``ALEInterface`` (:func:`_ale_capture`), with the one thing ALE's
+saved state leaves out under sticky actions, the action the emulator repeats, kept beside it
+by :class:`AleStickyAction`. MuJoCo's ``MjModel`` is the compiled model, configuration rather
+than state (gymnasium's MuJoCo envs never write to it), so it is skipped like a spec; an env of
+one's own that changes it while it runs (domain randomisation of masses, say) would resume with
+the model as its constructor built it, and that is not detected. Box2D's world has no such
+API: it is reported.
 
 Encoding: a packed value is a bool/int/float/str/None as is, or a tuple ``(tag, ...)``. A
 mutable object met a second time is packed as ``("alias", first_path)``; that keeps aliasing
@@ -38,6 +40,7 @@ import enum
 import functools
 import os
 import random
+import struct
 import sys
 import types
 from collections.abc import Callable
@@ -85,8 +88,9 @@ class Snapshot:
     #: one ``"<path> (<module>.<qualname>)"`` per value holding state that was not captured
     not_captured: list[str]
     #: one ``"<path> (<type>: <what>)"`` per value that was captured and is restored, but whose
-    #: library's state is known to leave something out (ALE with sticky actions): a restore
-    #: goes on from it, and is not exact
+    #: library's state is known to leave something out (ALE with sticky actions, where no
+    #: :class:`AleStickyAction` keeps the held action): a restore goes on from it, and is not
+    #: exact
     caveats: list[str] = field(default_factory=list)
 
 
@@ -204,7 +208,8 @@ class _NotCapturable(Exception):
 
 @dataclass(frozen=True)
 class _CState:
-    """A C-backed type whose library reads and writes its state as plain numbers."""
+    """A C-backed type whose library reads and writes its state as plain numbers, or a record
+    kept beside one of what that library's state leaves out (:class:`AleStickyAction`)."""
 
     #: the name in the file; restore finds the entry by it and checks the live type
     name: str
@@ -215,6 +220,9 @@ class _CState:
     #: live value -> what the captured state is known to leave out, or None: reported in
     #: :attr:`Snapshot.caveats` (the state is still kept and restored)
     caveat: Callable[[Any], str | None] | None = None
+    #: live value -> the C-backed value whose state it completes: that value's caveat is then
+    #: not reported (this value's own says whether it could complete it)
+    completes: Callable[[Any], Any] | None = None
 
 
 #: mjtNum arrays of mjData beyond the integration state, at sizes fixed by the model (MuJoCo's
@@ -328,8 +336,8 @@ def _ale_capture(ale: Any) -> dict[str, Any]:
 
     ``cloneState(include_rng=True)`` is the emulator (CPU, RAM, TIA, cartridge bank, frame
     counters) plus the random generator behind sticky actions; ``serialize()`` turns it into
-    bytes, kept here as a uint8 array. With sticky actions on it is not the whole story
-    (:func:`_ale_caveat`).
+    bytes, kept here as a uint8 array. With sticky actions on it is not the whole story: the
+    action the emulator repeats is kept by :class:`AleStickyAction` (:func:`_ale_caveat`).
     The settings (``repeat_action_probability``, ``max_num_frames_per_episode``, mode,
     difficulty) are configuration: the env's constructor sets them alike in a fresh env.
     The ROM's name comes along, so that a state is never loaded into another game.
@@ -358,26 +366,198 @@ def _ale_restore(ale: Any, saved: dict[str, Any]) -> list[str]:
 
 
 def _ale_caveat(ale: Any) -> str | None:
-    """With sticky actions (``repeat_action_probability`` > 0), ALE's saved state is not all
-    the emulator goes on from: two emulators whose ``cloneState(include_rng=True)`` bytes are
-    equal were seen to part after a few frames (Pong, 4 envs, after 1,536 env steps of a PPO
-    run: one env's RAM and screen differed from its third frame on; with sticky actions off,
-    none did). What is missing was not found; until it is, such a resume says it is not
-    exact rather than claim it."""
+    """With sticky actions (``repeat_action_probability`` > 0) ALE's saved state leaves one thing
+    out: the action each frame repeats when its draw says "stick" (StellaEnvironment's
+    ``m_player_a_action``, which ALE keeps beside the emulator, not in ``cloneState``). A fresh
+    emulator holds its own, so a restore without it parts from the unbroken run at the first
+    frame that sticks. :class:`AleStickyAction` keeps it; this is said only of an emulator that
+    no such record completes (see :func:`_sticky_completes`)."""
     if float(ale.getFloat("repeat_action_probability")) > 0:
-        return ("sticky actions: ALE's saved state does not hold everything they depend on, so "
-                "the frames after a resume may differ from an unbroken run's "
-                "(env.kwargs.repeat_action_probability=0 resumes exactly)")
+        return ("sticky actions: the action ALE repeats is held outside its saved state, and "
+                "no record of it was kept (rltrain keeps one for the Atari envs it makes with "
+                "discrete actions and a fixed frame skip, where it can read ALE's random "
+                "generator; env.kwargs.repeat_action_probability=0 resumes exactly)")
     return None
 
 
 _ALE = _CState("ale_py.ALEInterface", _ale_capture, _ale_restore, _ale_caveat)
 
 
+# ------------------------------------------------------- the action ALE's sticky actions repeat
+_WORD = 0xFFFFFFFF
+#: how ALE's serializer writes ``true`` (stella's Serializer.hxx, TruePattern)
+_ALE_TRUE = 0xFAB1FAB2
+#: ALE's action code of NOOP, which every reset holds (StellaEnvironment::softReset)
+_ALE_NOOP = 0
+#: act() calls made to set the held action on restore before giving up: each sticks with
+#: probability ``repeat_action_probability``, so 0.25 fails them all with odds of 1e-602
+_HOLD_TRIES = 1000
+
+
+def _ale_rng(serialized: bytes) -> random.Random | None:
+    """ALE's sticky-action generator, read off a serialized ``cloneState(include_rng=True)``, as
+    a Python ``random.Random`` at the same place in the same stream; None when the bytes are
+    not laid out as read here (then nothing is claimed from them).
+
+    Both generators are MT19937, and Python's ``getrandbits(32)`` is C++'s ``std::mt19937()``.
+    The layout (ALE 0.9 to 0.12: ALEState::serialize, stella's Serializer, ints as 4 bytes
+    little-endian and strings length first): 6 ints, the emulator's state as a string, 2 ints.
+    That state ends with ``true`` and the generator as text, which libstdc++ writes as the 624
+    words and the position (other C++ libraries write other texts: read as None)."""
+    if len(serialized) < 36:
+        return None
+    (size,) = struct.unpack_from("<i", serialized, 24)
+    if size < 8 or 28 + size + 8 != len(serialized):
+        return None
+    inner = serialized[28:28 + size]
+    start = len(inner)
+    while start > 0 and inner[start - 1] in b"0123456789 ":
+        start -= 1
+    # the length before the text may end in bytes that read as digits or a space
+    for begin in range(start, min(start + 4, len(inner)) + 1):
+        if begin >= 8 and struct.unpack_from("<Ii", inner, begin - 8) == (
+                _ALE_TRUE, len(inner) - begin):
+            numbers = inner[begin:].split()
+            if len(numbers) != 625:
+                return None
+            values = tuple(int(n) for n in numbers)
+            if max(values[:624]) > _WORD or values[624] > 624:
+                return None
+            rng = random.Random()
+            rng.setstate((3, values, None))
+            return rng
+    return None
+
+
+class AleStickyAction:
+    """The part of an Atari emulator's state that ALE's own leaves out, kept beside it.
+
+    With sticky actions, ALE's ``act()`` (StellaEnvironment::act) draws twice from its
+    generator on every frame, for player A then player B; where A's draw is at least
+    ``repeat_action_probability`` the commanded action becomes the *held* one, and the frame
+    plays the held action. A reset holds NOOP. ``cloneState(include_rng=True)`` saves the
+    emulator and the generator but not the held action, so a fresh emulator restored from it
+    plays its own held action at the first frame that sticks, and the run parts there.
+
+    This record follows the same draws on a copy of the generator (:meth:`acted`, after each
+    ``act()``), so it knows the held action; checkpoints keep it (:data:`_STICKY`), checked
+    against the emulator's generator when taken, and a restore makes the emulator hold it
+    (:func:`_ale_hold`). rltrain.wrappers.RecordStickyAction keeps one up to date.
+    """
+
+    def __init__(self, ale: Any, codes: list[int]) -> None:
+        #: the emulator whose held action this is
+        self.ale = ale
+        #: ALE's action code of each action index the env takes
+        self.codes = list(codes)
+        repeat = float(np.float32(ale.getFloat("repeat_action_probability")))
+        #: A's draw as a 32-bit integer sticks below this (ALE compares draw / 2**32 with
+        #: the probability, a C float: both sides exact in a double)
+        self.threshold = repeat * 2.0 ** 32
+        #: frames (draw pairs) per act(): ALE's own frame_skip setting, 1 unless set
+        self.frames = max(1, int(ale.getInt("frame_skip")))
+        #: the held action's ALE code
+        self.held = _ALE_NOOP
+        #: the copy of the emulator's generator; None once it cannot be followed
+        self.rng: random.Random | None = None
+        self.reset()
+
+    def reset(self) -> None:
+        """The emulator was reset (a seeded reset loads the game anew and reseeds its
+        generator): it holds NOOP, and the copy is taken again."""
+        self.held = _ALE_NOOP
+        self.rng = _ale_rng(self.ale.cloneState(include_rng=True).serialize())
+
+    def acted(self, action: int, calls: int) -> None:
+        """The env made ``calls`` ``act()`` calls with the action of index ``action``."""
+        rng = self.rng
+        if rng is None:
+            return
+        for _ in range(calls * self.frames):
+            if (rng.getrandbits(64) & _WORD) >= self.threshold:  # A's draw: the low word
+                self.held = self.codes[action]
+
+    def lost(self) -> str | None:
+        """Why the record may not be the emulator's held action, or None: its copy of the
+        generator must stand where the emulator's does (a draw it did not follow, by an
+        ``act()`` it was not told of, would show there)."""
+        if self.rng is None:
+            return "ALE's random generator could not be read, so the held action is unknown"
+        live = _ale_rng(self.ale.cloneState(include_rng=True).serialize())
+        if live is None or live.getstate() != self.rng.getstate():
+            return ("the emulator drew for frames the record was not told of, so the held "
+                    "action may be another")
+        return None
+
+
+def _ale_hold(ale: Any, action: int, threshold: float, frames: int) -> str | None:
+    """Make the emulator hold ``action`` and leave everything else as it was; None, or why
+    not. ``act(action)`` holds it at the first frame that does not stick (the generator's copy
+    tells which in advance); the emulator, its generator included, is then put back as it was
+    found. The held action is all that stays: ``restoreState`` never writes it."""
+    here = ale.cloneState(include_rng=True)
+    rng = _ale_rng(here.serialize())
+    if rng is None:
+        return "ALE's random generator could not be read"
+    if threshold > _WORD:  # every frame sticks: only a reset's NOOP is ever held
+        return None if action == _ALE_NOOP else f"action {action} held, but every frame sticks"
+    try:
+        for _ in range(_HOLD_TRIES):
+            held = False
+            for _ in range(frames):
+                held |= (rng.getrandbits(64) & _WORD) >= threshold
+            ale.act(action, 1.0)
+            if held:
+                return None
+        return f"no draw in {_HOLD_TRIES} frames let the emulator take action {action}"
+    finally:
+        ale.restoreState(here)
+
+
+def _sticky_capture(record: AleStickyAction) -> dict[str, Any]:
+    """The held action's code and the generator's copy (624 words and the position; None when
+    the copy was lost, which the record's caveat says)."""
+    rng = None if record.rng is None else np.array(record.rng.getstate()[1], dtype=np.int64)
+    return {"held": record.held, "rng": rng}
+
+
+def _sticky_restore(record: AleStickyAction, saved: dict[str, Any]) -> list[str]:
+    """Make the live emulator hold the saved action and the record follow the saved copy of
+    the generator. The emulator's own state is restored apart, before or after (restoreState
+    never writes the held action), so the order of the walk does not matter."""
+    held, words = saved.get("held"), saved.get("rng")
+    if type(held) is not int or (held != _ALE_NOOP and held not in record.codes):
+        return [f"not a held action of this game ({held!r})"]
+    state = None
+    if words is not None:
+        if not (isinstance(words, np.ndarray) and words.shape == (625,)
+                and 0 <= words.min() and words[:624].max() <= _WORD and words[624] <= 624):
+            return ["malformed random generator state"]
+        state = (3, tuple(int(w) for w in words), None)
+    if (why := _ale_hold(record.ale, held, record.threshold, record.frames)) is not None:
+        return [why]
+    record.held = held
+    if state is None:
+        record.rng = None
+    else:
+        record.rng = random.Random()
+        record.rng.setstate(state)
+    return []
+
+
+def _sticky_completes(record: AleStickyAction) -> Any:
+    """The emulator whose state the record completes: its own caveat is then not said."""
+    return record.ale
+
+
+_STICKY = _CState("rltrain.AleStickyAction", _sticky_capture, _sticky_restore,
+                  AleStickyAction.lost, _sticky_completes)
+
+
 def _c_state_types() -> dict[type, _CState]:
     """The fixed table of C-backed types captured through their library, by exact type."""
     table = {getattr(_mujoco(), "MjData", None): _MJDATA,
-             getattr(_ale_py(), "ALEInterface", None): _ALE}
+             getattr(_ale_py(), "ALEInterface", None): _ALE, AleStickyAction: _STICKY}
     return {kind: entry for kind, entry in table.items() if isinstance(kind, type)}
 
 
@@ -412,7 +592,15 @@ class _Packer:
         # id -> (first path, the object itself: kept alive so that no id is reused meanwhile)
         self.seen: dict[int, tuple[str, Any]] = {}
         self.not_captured: list[str] = []
-        self.caveats: list[str] = []
+        #: (id of the value, what its state leaves out), until the walk knows which values
+        #: a record completes
+        self.open_caveats: list[tuple[int, str]] = []
+        #: ids of the values whose state a record beside them completes
+        self.completed: set[int] = set()
+
+    @property
+    def caveats(self) -> list[str]:
+        return [text for key, text in self.open_caveats if key not in self.completed]
 
     def uncaptured(self, path: str, value: Any, why: str = "") -> tuple:
         name = _type_name(value) + (f": {why}" if why else "")
@@ -491,7 +679,10 @@ class _Packer:
             return self.uncaptured(path, value, str(e))
         caveat = None if c_state.caveat is None else c_state.caveat(value)
         if caveat is not None:
-            self.caveats.append(f"{path} ({_type_name(value)}: {caveat})")
+            self.open_caveats.append((id(value), f"{path} ({_type_name(value)}: {caveat})"))
+        if c_state.completes is not None:
+            # its id stays that object's: the value, kept alive in self.seen, holds it
+            self.completed.add(id(c_state.completes(value)))
         return ("cstate", c_state.name, self.pack(data, f"{path}.<{c_state.name} state>"))
 
     def _pack_space(self, space: gym.spaces.Space, path: str) -> tuple:

@@ -12,6 +12,9 @@ resume.
   Both are ``train_only``: test and eval returns stay the game's own score over the whole
   game (Machado et al. 2018, "Revisiting the Arcade Learning Environment", section 5).
 - :class:`FireReset` presses FIRE where the game waits for it (Breakout's serve), in every env.
+- :class:`RecordStickyAction` is not named in env files: the env factory puts it around every
+  Atari env with sticky actions (:func:`record_sticky_action`), to keep the one part of the
+  emulator's state that ALE's saved state leaves out.
 - :class:`MiniGridObservation` makes MiniGrid's observation one rltrain stores and encodes.
 - :class:`MaskVelocity` drops the velocities from a classic-control observation (RL-Zoo3's
   ``NoVel`` envs): a partially observable env that a policy with memory can still solve.
@@ -24,10 +27,13 @@ when it is built, around an env that already needed the package.
 
 from __future__ import annotations
 
+import sys
 from typing import Any, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
+
+from rltrain.envstate import AleStickyAction
 
 #: Atari's action 0 on every minimal and full action set
 NOOP = 0
@@ -129,6 +135,61 @@ class FireReset(gym.Wrapper):
                 obs, info = self.env.reset()
             self.lives = _lives(info, "FireReset")
         return obs, info
+
+
+class RecordStickyAction(gym.Wrapper):
+    """Keeps :class:`rltrain.envstate.AleStickyAction` up to date around ALE's AtariEnv: the
+    action the emulator repeats when a frame's action sticks, which ALE's saved state leaves
+    out. Each ``step`` makes ``calls`` ``act()`` calls (the env's fixed frameskip) with the
+    action's code; each ``reset`` holds NOOP and may reseed the emulator. It changes nothing
+    the env returns. Put around the env as gymnasium makes it (its time limit included), so
+    that every step of the emulator passes through it."""
+
+    def __init__(self, env: gym.Env, record: AleStickyAction, calls: int) -> None:
+        super().__init__(env)
+        #: the held action, kept for checkpoints (rltrain.envstate)
+        self.record = record
+        #: act() calls per step
+        self.calls = calls
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        result = self.env.step(action)
+        self.record.acted(int(action), self.calls)
+        return result
+
+    def reset(self, *, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        result = self.env.reset(seed=seed, options=options)
+        self.record.reset()
+        return result
+
+
+def _ale_code(action: Any) -> int:
+    """ALE's code of an entry of AtariEnv's action set (an ale_py.Action)."""
+    code: Any = getattr(action, "value", action)
+    return int(code)
+
+
+def record_sticky_action(env: gym.Env) -> gym.Env:
+    """``env`` in :class:`RecordStickyAction` when it is ALE's AtariEnv with sticky actions that
+    the record can follow: discrete actions (the code of each is the env's ``_action_set``) and
+    a fixed frameskip (the number of ``act()`` calls per step). Any other env is returned as
+    it is: one without sticky actions needs no record, and an Atari env the record cannot
+    follow says at checkpoints that its resume is not exact (rltrain.envstate)."""
+    ale_py = sys.modules.get("ale_py")  # imported by whatever made an Atari env
+    atari = env.unwrapped
+    ale: Any = getattr(atari, "ale", None)
+    codes: Any = getattr(atari, "_action_set", None)
+    frameskip = getattr(atari, "_frameskip", None)
+    if (ale_py is None or type(ale) is not ale_py.ALEInterface
+            or getattr(atari, "continuous", True) or type(frameskip) is not int
+            or not isinstance(codes, (list, tuple, np.ndarray))
+            or float(ale.getFloat("repeat_action_probability")) <= 0):
+        return env
+    record = AleStickyAction(ale, [_ale_code(action) for action in codes])
+    if record.rng is None:  # its generator is not written as read here: the caveat stands
+        return env
+    return RecordStickyAction(env, record, frameskip)
 
 
 class ClipRewardSign(gym.RewardWrapper):
