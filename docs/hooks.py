@@ -4,7 +4,8 @@ A page asks for it with a line of its own, ``<!-- live: WHAT [ARG] -->``:
 
 - ``help TOOL``: what ``TOOL --help`` prints (rltrain or a companion command), run now;
 - ``algorithms``: the algorithm registry (``rltrain.algorithms``): name, trainer, actions,
-  the console's stats, the paper, and the first sentence of ``conf/algo/<name>.yaml``;
+  whether it honours action masks and takes ``buffer=prioritized``, the console's stats, the
+  paper, and the first sentence of ``conf/algo/<name>.yaml``;
 - ``envs``: the ``env`` group's options with their gymnasium id, extra and reward threshold;
 - ``group NAME``: the options of ``conf/NAME/`` with the first sentence of each file's comment;
 - ``file PATH``: a file of the repository, verbatim.
@@ -180,10 +181,13 @@ def algorithms_table() -> str:
         actions = " and ".join(spec.actions) + (" (bounded)" if spec.bounded_actions and
                                                 "continuous" in spec.actions else "")
         shows = " ".join(label for _, label in spec.console)
+        masks, prioritized = ("yes" if flag else "no" for flag in (spec.masks, spec.prioritized))
         rows.append(f"| `{spec.name}` | {first_sentence(described)} | "
-                    f"{', '.join(spec.trainers)} | {actions} | {shows} | {spec.paper} |")
-    return "\n".join(["| `algo=` | what it is | trainer | actions | console | paper |",
-                      "| --- | --- | --- | --- | --- | --- |", *rows])
+                    f"{', '.join(spec.trainers)} | {actions} | {masks} | {prioritized} | "
+                    f"{shows} | {spec.paper} |")
+    return "\n".join(["| `algo=` | what it is | trainer | actions | masks | "
+                      "`buffer=prioritized` | console | paper |",
+                      "| --- | --- | --- | --- | --- | --- | --- | --- |", *rows])
 
 
 def envs_table() -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -118,6 +119,41 @@ def test_help_lists_groups_and_options(cli):
     for text in ("usage: rltrain", "algo:", "dqn, iql, ppo", "env:",
                  "cartpole, cartpole_novel, gym", "experiment:", "smoke"):
         assert text in res.stdout
+
+
+def test_help_fits_80_columns(cli):
+    """Issue 45: 24 of --help's 56 lines were wider than 80 columns (the env list, 274
+    characters); the option lists wrap under themselves."""
+    res = cli("--help")
+    assert res.returncode == 0
+    lines = res.stdout.splitlines()
+    assert max(map(len, lines)) <= 80, [line for line in lines if len(line) > 80]
+    groups = res.stdout.split("config groups (GROUP=OPTION):\n", 1)[1].split("\n  tuned/")[0]
+    listed = " ".join(groups.split())
+    for env in ("acrobot,", "carracing_discrete,", "mountaincar_continuous,", "walker2d"):
+        assert env in listed  # every option, none cut
+
+
+def test_the_header_says_the_epoch_that_runs_and_the_test_cap(cli, tmp_path):
+    """Issue 45: an epoch smaller than a collection step promised "1 epoch of 512 env steps"
+    and ran 2,048, its progress "2,048/512 steps ... eta -1:59:12". The header says the epoch
+    that runs and why; progress counts to it; a cap on test episodes is stated, and the
+    record says how many it cut."""
+    run_dir = tmp_path / "run"
+    res = cli("experiment=smoke", "trainer.epoch_num_steps=100", "logger.progress_interval_s=0",
+              "trainer.test_step_max_episode_steps=9", f"hydra.run.dir={run_dir}")
+    assert res.returncode == 0, res.stderr
+    assert ("up to 2 epochs of 256 env steps (trainer.epoch_num_steps=100 rounded up to 1 "
+            "whole collection step of 256)") in res.stdout
+    assert ("test steps of 2 episodes, each cut at 9 steps (trainer.test_step_max_episode_steps)"
+            in res.stdout)
+    progress = [line for line in res.stdout.splitlines() if line.startswith("  epoch ")]
+    assert progress and all("/256 steps" in line for line in progress if "steps/s" in line)
+    assert not re.search(r"eta -\d", res.stdout)
+    records = [json.loads(line) for line in (run_dir / "epochs.jsonl").read_text().splitlines()]
+    assert [r["env_step"] for r in records] == [256, 512]
+    assert all(r["test"]["n_cut"] == 2 and r["test"]["length_mean"] == 9 for r in records)
+    assert "test 9.0±0.0 (2 cut)" in res.stdout
 
 
 def test_help_names_the_companion_commands(cli):

@@ -89,7 +89,10 @@ def test_reference_lists_are_the_registry_and_conf(site: Path) -> None:
     rows = {row[0]: row for row in table_rows(site, "algorithms.html")}
     for name, spec in ALGORITHMS.items():
         assert name in rows, f"algo={name} is not in the algorithms table"
-        assert rows[name][2] == ", ".join(spec.trainers) and rows[name][5] == spec.paper
+        assert rows[name][2] == ", ".join(spec.trainers) and rows[name][7] == spec.paper
+        # the columns the README's table has: masks, buffer=prioritized
+        assert rows[name][4:6] == ["yes" if spec.masks else "no",
+                                   "yes" if spec.prioritized else "no"], name
     shown = {row[0] for row in table_rows(site, "envs.html")}
     for path in (ROOT / "conf" / "env").glob("*.yaml"):
         assert f"env={path.stem}" in shown

@@ -306,6 +306,66 @@ def test_minatar_observations_are_uint8_images_bounded_by_one(game: str, channel
         envs.close()
 
 
+@pytest.mark.parametrize(("game", "channels"), [("Breakout", 4), ("Seaquest", 10)])
+def test_minatar_is_drawn_as_its_games_look(game: str, channels: int) -> None:
+    """Issue 45: rltrain-eval --video on MinAtar wrote 10x10 all-black videos (MinAtar's own
+    frames are float colours in [0, 1]) with two gymnasium warnings. The video env draws each
+    channel in its colour on black, 16 pixels a cell, uint8, with a frame rate."""
+    import warnings
+
+    from rltrain.wrappers import MINATAR_COLOURS, MINATAR_FPS, watchable
+
+    env = watchable(gym.make(f"MinAtar/{game}-v1", render_mode="rgb_array"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no gymnasium warning, as a video env renders
+        env.reset(seed=0)
+        for _ in range(15):
+            env.step(env.action_space.sample())
+        frame = env.render()
+    state = np.asarray(env.unwrapped.game.state(), dtype=bool)
+    env.close()
+    assert frame.shape == (160, 160, 3) and frame.dtype == np.uint8
+    assert env.metadata["render_fps"] == MINATAR_FPS
+    # each cell one colour: black where the state is empty, else its last channel's colour
+    cells = frame[::16, ::16]
+    for y, x in np.ndindex(cells.shape[:2]):
+        on = np.flatnonzero(state[y, x])
+        expected = MINATAR_COLOURS[on[-1]] if on.size else np.zeros(3, np.uint8)
+        np.testing.assert_array_equal(cells[y, x], expected)
+    assert state.any() and (frame > 0).any()
+    assert np.array_equal(frame[:16, :16], np.broadcast_to(frame[0, 0], (16, 16, 3)))
+
+
+def test_a_minatar_video_is_watchable(tmp_path) -> None:
+    """The video rltrain-eval --video writes for MinAtar: 160x160, not black, 20 fps."""
+    pytest.importorskip("moviepy", reason="needs the video extra: pip install -e '.[video]'")
+    import warnings
+
+    from moviepy import VideoFileClip
+
+    from rltrain.collector import Collector, random_policy
+    from rltrain.evaluate import make_video_env
+
+    cfg = env_config("algo=dqn", "env=minatar")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        envs = make_video_env(cfg, np.array([1]), tmp_path)
+        try:
+            collector = Collector(envs)
+            collector.reset(seed=0)
+            collector.collect(random_policy(envs, 0), n_episodes=1, quota=True)
+        finally:
+            envs.close()
+    (video,) = tmp_path.glob("*.mp4")
+    clip = VideoFileClip(str(video))
+    try:
+        assert tuple(clip.size) == (160, 160) and clip.fps == 20
+        frame = clip.get_frame(0)
+    finally:
+        clip.close()
+    assert frame.mean() > 5  # Breakout's row of bricks, at least
+
+
 def test_the_minigrid_observation_drops_the_mission_and_bounds_each_channel() -> None:
     from minigrid.core.constants import COLOR_TO_IDX, OBJECT_TO_IDX, STATE_TO_IDX
 

@@ -17,6 +17,7 @@ from rltrain.algorithms.sac import SACConfig
 from rltrain.build import build_algorithm, seed_everything
 from rltrain.collector import Collector, random_policy
 from rltrain.config import (
+    ConfigError,
     EnvConfig,
     LoggerConfig,
     OfflineTrainerParams,
@@ -27,6 +28,7 @@ from rltrain.config import (
 )
 from rltrain.envs import env_seeds, make_vector_env, space_info
 from rltrain.errors import NonFiniteError
+from rltrain.loggers import Logger
 from rltrain.settings import Settings
 from rltrain.stats import Best, CollectStats, EpochStats, InfoStats, Timing
 from rltrain.trainer import (
@@ -504,3 +506,120 @@ def test_parameters_are_checked_every_interval_and_at_every_epochs_end(monkeypat
     next(built.trainer)
     assert len(calls) == 200 // PARAMETER_CHECK_INTERVAL + 1
     built.close()
+
+
+# --------------------------------------------------------------------------- test steps
+class StepsSeen(Logger):
+    """A logger that keeps what the trainer says of its test steps."""
+
+    def __init__(self) -> None:
+        self.started: list[tuple[int, int]] = []
+        self.progress: list[tuple[int, int]] = []
+        self.epochs: list[tuple[int, int]] = []
+
+    def start_epoch(self, epoch: int, num_steps: int, done: int = 0) -> None:
+        self.epochs.append((epoch, num_steps))
+
+    def start_test(self, epoch: int, num_episodes: int) -> None:
+        self.started.append((epoch, num_episodes))
+
+    def test_progress(self, steps: int, episodes: int) -> None:
+        self.progress.append((steps, episodes))
+
+
+@pytest.mark.parametrize("vectorization", ["sync", "async"])
+def test_a_capped_test_episode_is_cut_counted_and_its_env_starts_anew(vectorization):
+    """trainer.test_step_max_episode_steps: an episode that reaches the cap counts as it
+    stands, its env alone starts a new one (the Counter env's observation counts its resets),
+    and the collection says how many were cut."""
+    cfg = EnvConfig(name="test", id=COUNTER_ID, num_train_envs=1, num_test_envs=3,
+                    max_episode_steps=100, vectorization=vectorization)
+    envs = make_vector_env(cfg, 3)
+    try:
+        collector = Collector(envs)
+        collector.reset(seed=10)
+        seen = []
+
+        def policy(obs):
+            seen.append(obs.copy())
+            return np.zeros(len(obs), dtype=np.int64)
+
+        progress = []
+        episodes = collector.collect(policy, n_episodes=7, quota=True, max_episode_steps=7,
+                                     on_progress=lambda *p: progress.append(p))
+    finally:
+        envs.close()
+    assert episodes.n_cut == 7 and list(episodes.lengths) == [7] * 7
+    np.testing.assert_allclose(episodes.returns, 7.0)  # reward 1 a step, as it stood
+    # quotas 3, 2, 2: the first env played 3 episodes of 7 steps, each after its own reset
+    assert episodes.n_steps == 3 * 7 * 3
+    last = seen[-1]
+    np.testing.assert_array_equal(last[:, 0], [6, 6, 6])  # 7 steps into its third episode
+    np.testing.assert_array_equal(last[:, 1], [2, 2, 2])  # two resets of its own
+    np.testing.assert_array_equal(last[:, 2], [10, 11, 12])  # each env's seeded stream
+    assert progress[-1] == (63, 7) and len(progress) == 21  # after every vector step
+
+
+def test_a_vector_env_that_cannot_reset_one_env_plays_the_cut_episode_on_uncounted():
+    """CartPole's own vector env resets all or nothing: a cut episode plays on to its own end,
+    uncounted, and the collection still counts exactly its quotas."""
+    envs = make_vector_env(EnvConfig(name="test", id="CartPole-v1", num_train_envs=1,
+                                     num_test_envs=3), 3)
+    try:
+        collector = Collector(envs)
+        assert collector.next_step_mode
+        collector.reset(seed=0)
+        # a policy that balances the pole for the whole time limit (500 steps)
+        episodes = collector.collect(
+            lambda obs: (obs[:, 2] + 0.5 * obs[:, 3] > 0).astype(np.int64), n_episodes=4,
+            quota=True, max_episode_steps=30)
+    finally:
+        envs.close()
+    assert episodes.n_cut == 4 and list(episodes.lengths) == [30] * 4
+    assert episodes.n_steps > 500 * 3  # the first env's cut episode played on to its end
+
+
+def test_the_cap_and_the_test_steps_progress_reach_the_record_and_the_loggers():
+    params = onpolicy(max_epochs=1, epoch_num_steps=20, collection_step_num_env_steps=20,
+                      test_step_num_episodes=3, test_step_max_episode_steps=3)
+    built = Built(ppo(), params, env_id=COUNTER_ID, num_test_envs=2)
+    seen = StepsSeen()
+    built.trainer.loggers.append(seen)
+    try:
+        stats = next(built.trainer)
+    finally:
+        built.close()
+    assert stats.test.n_cut == 3 and stats.test.length_mean == 3
+    assert stats.test.return_mean == pytest.approx(3.0)  # cut at 3 of the Counter's 5 steps
+    assert stats.train.n_cut == 0  # the cap is the test step's alone
+    assert seen.started == [(1, 3)] and seen.progress[-1] == (12, 3)
+
+
+def test_an_epoch_runs_whole_collection_steps_and_says_so():
+    """Issue 45: an epoch of 512 env steps on a collection step of 2,048 promised 512 and ran
+    2,048. The trainer tells the loggers and the header what runs."""
+    params = onpolicy(max_epochs=1, epoch_num_steps=10, collection_step_num_env_steps=48)
+    built = Built(ppo(), params)
+    seen = StepsSeen()
+    built.trainer.loggers.append(seen)
+    try:
+        assert built.trainer.epoch_steps() == 48
+        assert built.trainer.epoch_steps_note() == (
+            "trainer.epoch_num_steps=10 rounded up to 1 whole collection step of 48")
+        stats = next(built.trainer)
+    finally:
+        built.close()
+    assert seen.epochs == [(1, 48)] and stats.env_step == 48
+    exact = Built(ppo(), onpolicy(epoch_num_steps=96, collection_step_num_env_steps=48))
+    assert exact.trainer.epoch_steps_note() == "" and exact.trainer.epoch_steps() == 96
+    exact.close()
+    episodes = Built(ppo(), onpolicy(epoch_num_steps=96, collection_step_num_env_steps=None,
+                                     collection_step_num_episodes=2))
+    assert episodes.trainer.epoch_steps_note() == (
+        "at least trainer.epoch_num_steps=96: whole collection steps of 2 episodes")
+    episodes.close()
+
+
+def test_the_test_step_cap_is_checked():
+    with pytest.raises(ConfigError, match=r"trainer\.test_step_max_episode_steps must be > 0"):
+        onpolicy(test_step_max_episode_steps=0).check()

@@ -29,7 +29,7 @@ from rltrain.algorithms import (
 )
 from rltrain.algorithms import get as algorithm_spec
 from rltrain.collector import Collector
-from rltrain.config import ConfigError, DiscountedConfig, wrapper_entry
+from rltrain.config import ConfigError, DiscountedConfig, flow_text, wrapper_entry
 from rltrain.core import SpaceInfo
 from rltrain.data.buffers import ReplayBuffer
 from rltrain.envs import (
@@ -319,10 +319,11 @@ def log_build(s: Settings, parts: Parts, trainer: Trainer, run_dir: Path) -> Non
     mode = "next-step" if (parts.train_collector or parts.test_collector).next_step_mode \
         else "same-step"
     train = f"{s.env.num_train_envs} train / " if parts.train_collector is not None else ""
+    threshold = ("no reward threshold" if info.reward_threshold is None
+                 else f"reward threshold {info.reward_threshold}")
     log.info(f"env {s.env.id}: {train}{parts.test_collector.num_envs} "
              f"test envs ({mode} autoreset), obs {describe_obs(info.obs_space, info.obs_shape)}, "
-             f"actions {actions}, "
-             f"reward threshold {info.reward_threshold}, episodes of at most "
+             f"actions {actions}, {threshold}, episodes of at most "
              f"{info.max_episode_steps:,} steps")
     if dataset is not None:
         mean = dataset["return_mean"]
@@ -331,7 +332,7 @@ def log_build(s: Settings, parts: Parts, trainer: Trainer, run_dir: Path) -> Non
                  + ("" if mean is None else f" (mean return {mean:.1f})")
                  + f", sha256 {dataset['sha256'][:12]}")
     if s.env.wrappers:
-        log.info(f"env wrappers: {', '.join(map(str, s.env.wrappers))}")
+        log.info(f"env wrappers: {', '.join(flow_text(w) for w in s.env.wrappers)}")
     algorithm = parts.algorithm
     compiled = getattr(s.algo, "compile", False)
     n_params = sum(p.numel() for p in algorithm.parameters())
@@ -345,7 +346,10 @@ def log_build(s: Settings, parts: Parts, trainer: Trainer, run_dir: Path) -> Non
     unit = "gradient steps" if trainer.step_key == "gradient_step" else "env steps"
     stop = ("no stop score (every epoch runs)" if trainer.stop_score is None
             else f"stop score {trainer.stop_score:g}")
-    n = s.trainer.max_epochs
+    n, note = s.trainer.max_epochs, trainer.epoch_steps_note()
+    cap = s.trainer.test_step_max_episode_steps
+    tests = (f"; test steps of {s.trainer.test_step_num_episodes} episodes, each cut at "
+             f"{cap:,} steps (trainer.test_step_max_episode_steps)" if cap is not None else "")
     log.info(f"trainer {type(trainer).__name__}: up to {n} epoch{'' if n == 1 else 's'} of "
-             f"{s.trainer.epoch_num_steps:,} {unit}, {stop}")
+             f"{trainer.epoch_steps():,} {unit}{f' ({note})' if note else ''}, {stop}{tests}")
     log.info(f"run directory {run_dir}")

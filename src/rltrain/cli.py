@@ -18,6 +18,7 @@ import contextlib
 import logging
 import os
 import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,9 @@ from rltrain.streams import ConsoleHandler, clip_long_words, fast_exit, guard_st
 
 STARTED = time.perf_counter()
 
+#: the width rltrain --help keeps to, whatever the terminal: it fits any
+HELP_WIDTH = 80
+
 USAGE = """\
 rltrain: train a deep RL agent from composed YAML configs (Hydra).
 
@@ -36,50 +40,64 @@ usage: rltrain [--multirun] [--cfg job] [-q] [GROUP=OPTION ...] [KEY=VALUE ...]
        rltrain --version
 
 examples:
-  rltrain algo=ppo env=cartpole                  train with the tuned config, stop when solved
-  rltrain algo=dqn env=cartpole seed=3 trainer.max_epochs=20
-  rltrain algo=ppo env=gym env.id=Acrobot-v1     any registered gymnasium env
-  rltrain algo=ppo env=gym env.id=Pendulum-v1 env.kwargs.g=9.81
-  rltrain env=gym env.id=mypkg.envs:MyEnv-v0     your own env (the module registers it)
-  rltrain experiment=smoke                       a run of seconds (what CI runs)
-  rltrain --multirun algo=ppo seed=0,1,2         one run directory per job under multirun/
-  rltrain --multirun hydra/launcher=joblib seed=0,1,2   jobs in parallel processes
-  rltrain --multirun hydra/launcher=batched seed=0,1,2  seeds in one process, PPO's updates
-                                                 stacked over them
-  rltrain --multirun hparams_search=ppo_cartpole hydra.sweeper.n_trials=20
-                                                 tune with Optuna (extra: tune)
-  rltrain algo=bc env=cartpole dataset=data.h5   learn offline from a dataset (make one
-                                                 with rltrain-collect; or dataset=minari:ID)
-  rltrain --cfg job algo=dqn                     print the composed config and exit
+{examples}
 
 config groups (GROUP=OPTION):
 {groups}
   tuned/ALGO_ENV is applied automatically when it exists.
 
-keys (KEY=VALUE): any key that `rltrain --cfg job` prints, e.g. seed=1, device=cpu,
-  trainer.max_epochs=20, algo.lr=3e-4, env.num_train_envs=16, env.kwargs.KEY=VALUE,
-  env.imports=[mypkg.envs], env.wrappers=[gymnasium.wrappers.FlattenObservation],
-  logger.quiet=true (or -q).
+keys (KEY=VALUE): any key that `rltrain --cfg job` prints, e.g. seed=1,
+  device=cpu, trainer.max_epochs=20, algo.lr=3e-4, env.num_train_envs=16,
+  env.kwargs.KEY=VALUE, env.imports=[mypkg.envs],
+  env.wrappers=[gymnasium.wrappers.FlattenObservation], logger.quiet=true
+  (or -q).
 
-Each run writes outputs/<algo>-<env>/<date_time>/ (epochs.jsonl, summary.json, tb/,
-checkpoints/, best/, final/); move it with hydra.run.dir=PATH. Hydra's own options:
-rltrain --hydra-help.
+Each run writes outputs/<algo>-<env>/<date_time>/ (epochs.jsonl, summary.json,
+tb/, checkpoints/, best/, final/); move it with hydra.run.dir=PATH. Hydra's own
+options: rltrain --hydra-help.
 
 companion commands (each has --help):
-  rltrain-eval RUN_DIR           evaluate a trained policy on fresh envs (--video DIR records)
-  rltrain-export RUN_DIR         export the policy to ONNX, checked against torch (extra: export)
-  rltrain-collect --out FILE     write an offline-RL dataset (a run's policy, a random one or a
-                                 replay buffer) to learn from with dataset=FILE
-  rltrain-report DIR [DIR ...]   compare runs and sweeps: curves, scores with confidence
-                                 intervals, report.md/html (extra: report)
+{companions}
 
-shell completion of groups and keys: eval "$(rltrain -sc install=bash)" (bash; zsh: install=zsh)
+shell completion of groups and keys: eval "$(rltrain -sc install=bash)"
+  (bash; zsh: install=zsh)
 
-A run from elsewhere (another machine or person) whose config names modules or wrappers
-beyond gymnasium's is refused by resume=, rltrain-eval, -export and -collect until you
-pass --trust; trust=true lets a run use a Minari dataset that would build its env from
-the dataset's recorded spec.
+A run from elsewhere (another machine or person) whose config names modules or
+wrappers beyond gymnasium's is refused by resume=, rltrain-eval, -export and
+-collect until you pass --trust; trust=true lets a run use a Minari dataset that
+would build its env from the dataset's recorded spec.
 """
+
+#: rltrain --help's examples: (command, what it does)
+EXAMPLES = (
+    ("rltrain algo=ppo env=cartpole", "train with the tuned config, stop when solved"),
+    ("rltrain algo=dqn env=cartpole seed=3 trainer.max_epochs=20", ""),
+    ("rltrain algo=ppo env=gym env.id=Acrobot-v1", "any registered gymnasium env"),
+    ("rltrain algo=ppo env=gym env.id=Pendulum-v1 env.kwargs.g=9.81", ""),
+    ("rltrain env=gym env.id=mypkg.envs:MyEnv-v0", "your own env (the module registers it)"),
+    ("rltrain experiment=smoke", "a run of seconds (what CI runs)"),
+    ("rltrain --multirun algo=ppo seed=0,1,2", "one run directory per job under multirun/"),
+    ("rltrain --multirun hydra/launcher=joblib seed=0,1,2", "jobs in parallel processes"),
+    ("rltrain --multirun hydra/launcher=batched seed=0,1,2",
+     "seeds in one process, PPO's updates stacked over them"),
+    ("rltrain --multirun hparams_search=ppo_cartpole hydra.sweeper.n_trials=20",
+     "tune with Optuna (extra: tune)"),
+    ("rltrain algo=bc env=cartpole dataset=data.h5",
+     "learn offline from a dataset (make one with rltrain-collect; or dataset=minari:ID)"),
+    ("rltrain --cfg job algo=dqn", "print the composed config and exit"),
+)
+
+#: rltrain --help's companion commands: (command and arguments, what it does)
+COMPANIONS = (
+    ("rltrain-eval RUN_DIR",
+     "evaluate a trained policy on fresh envs (--video DIR records)"),
+    ("rltrain-export RUN_DIR", "export the policy to ONNX, checked against torch (extra: "
+                               "export)"),
+    ("rltrain-collect --out FILE", "write an offline-RL dataset (a run's policy, a random one "
+                                   "or a replay buffer) to learn from with dataset=FILE"),
+    ("rltrain-report DIR [DIR ...]", "compare runs and sweeps: curves, scores with confidence "
+                                     "intervals, report.md/html (extra: report)"),
+)
 
 #: groups a user selects; trainer follows the algorithm, tuned follows algo and env
 USER_GROUPS = ("algo", "env", "buffer", "logger", "experiment", "hparams_search")
@@ -94,13 +112,33 @@ def conf_dir() -> Path:
     raise FileNotFoundError(f"rltrain's conf/ directory was not found next to {here}")
 
 
-def help_text() -> str:
-    root = conf_dir()
+def two_columns(rows: tuple[tuple[str, str], ...] | list[tuple[str, str]],
+                column: int) -> list[str]:
+    """Help lines of (left, right) pairs within :data:`HELP_WIDTH`: the right text starts at
+    ``column`` and wraps under itself, at spaces; a left text that reaches the column puts
+    the right one on the lines below it."""
     lines = []
-    for group in USER_GROUPS:
-        options = sorted(p.stem for p in (root / group).glob("*.yaml"))
-        lines.append(f"  {group + ':':<16}{', '.join(options)}")
-    return USAGE.format(groups="\n".join(lines))
+    for left, right in rows:
+        wrapped = textwrap.wrap(right, HELP_WIDTH - column, break_long_words=False,
+                                break_on_hyphens=False)
+        first = f"  {left}"
+        if wrapped and len(first) < column:
+            lines.append(first.ljust(column) + wrapped.pop(0))
+        else:
+            lines.append(first)
+        lines += [" " * column + line for line in wrapped]
+    return lines
+
+
+def help_text() -> str:
+    """``rltrain --help``, every line within :data:`HELP_WIDTH` columns: the lists of each
+    group's options (read from conf/) wrap under themselves."""
+    root = conf_dir()
+    groups = [(f"{group}:", ", ".join(sorted(p.stem for p in (root / group).glob("*.yaml"))))
+              for group in USER_GROUPS]
+    return USAGE.format(examples="\n".join(two_columns(EXAMPLES, 49)),
+                        groups="\n".join(two_columns(groups, 18)),
+                        companions="\n".join(two_columns(COMPANIONS, 33)))
 
 
 def version_text() -> str:

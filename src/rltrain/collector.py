@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
 
 from rltrain import envstate
 from rltrain.core import Policy
@@ -210,6 +210,8 @@ class Collector:
         n_episodes: int | None = None,
         quota: bool = False,
         should_stop: Callable[[], bool] | None = None,
+        max_episode_steps: int | None = None,
+        on_progress: Callable[[int, int], None] | None = None,
     ) -> Episodes:
         """Collect ``ceil(n_steps / m) * m`` env steps, or until ``n_episodes`` episodes end.
 
@@ -218,10 +220,19 @@ class Collector:
             short episodes are not over-represented (used for testing).
         :param should_stop: asked before every vector step; True ends the collection with
             :class:`CollectionStopped` (a test step that a signal interrupts).
+        :param max_episode_steps: a test collection's cap (no buffer): an episode that
+            reaches it is counted as it stands, *cut* (:attr:`Episodes.n_cut`), and its env
+            starts a new one (see :meth:`_cut`), so that a policy that never ends its
+            episodes cannot hold the test step for the env's whole time limit.
+        :param on_progress: called after every vector step with (env steps, episodes
+            counted) so far: the console's progress through a long test step.
         :raises NonFiniteError: an env returned a NaN or infinite reward.
         """
         if (n_steps is None) == (n_episodes is None):
             raise ValueError("pass exactly one of n_steps and n_episodes")
+        if max_episode_steps is not None and self.buffer is not None:
+            raise ValueError("max_episode_steps cuts test episodes; a collection into a "
+                             "buffer would store a cut no env made")
         if self._obs is None:
             raise RuntimeError("call reset() before collect()")
         start = time.perf_counter()
@@ -230,7 +241,10 @@ class Collector:
         counted = np.zeros(self.num_envs, dtype=np.int64)
         returns: list[np.ndarray] = []
         lengths: list[np.ndarray] = []
-        n_done = vector_steps = transitions = 0
+        n_done = vector_steps = transitions = n_cut = 0
+        cap = max_episode_steps
+        # envs whose cut episode plays on, uncounted, to its end (see _cut)
+        playing_on = np.zeros(self.num_envs, dtype=bool)
         pending: list[tuple] = []  # steps not yet written to the buffer
         step, buffer, num_envs = self.envs.step, self.buffer, self.num_envs
         packer = self._packer if self._packer.layout is not None else None
@@ -286,6 +300,9 @@ class Collector:
                 if any_done:
                     done_idx = np.flatnonzero(done)
                     ended = done_idx
+                    if cap is not None and playing_on.any():  # the rest of a cut episode
+                        ended = ended[~playing_on[ended]]
+                        playing_on[done_idx] = False
                     if quotas is not None:
                         ended = ended[counted[ended] < quotas[ended]]
                         counted[ended] += 1
@@ -294,14 +311,33 @@ class Collector:
                     n_done += len(ended)
                     ep_return[done_idx] = 0.0
                     ep_length[done_idx] = 0
+                cut = None
+                if cap is not None and (ep_length >= cap).any():
+                    cut = (ep_length >= cap) & ~playing_on
+                    if not cut.any():  # only episodes that were cut already, playing on
+                        cut = None
+                if cut is not None:
+                    ended = np.flatnonzero(cut)
+                    if quotas is not None:
+                        ended = ended[counted[ended] < quotas[ended]]
+                        counted[ended] += 1
+                    returns.append(ep_return[ended].copy())
+                    lengths.append(ep_length[ended].copy())
+                    n_done += len(ended)
+                    n_cut += len(ended)
+                    next_obs = self._cut(cut, next_obs, playing_on)
                 if recurrent:  # whose observation now starts an episode: after a done, or
                     # (next-step mode) after the reset step that was just taken
                     self._starts = self._resetting if self.next_step_mode else done
+                    if cut is not None:  # reset, or uncounted from here
+                        self._starts = self._starts | cut
                 if self.next_step_mode:
                     self._resetting = done
                     n_resetting = len(done_idx) if any_done else 0
                 self._obs = next_obs
                 vector_steps += 1
+                if on_progress is not None:
+                    on_progress(vector_steps * num_envs, n_done)
         self._write(pending)
         # NaN or inf rewards reach every sum they enter: checking the running and finished
         # returns once per collection catches each of them at no per-step cost
@@ -317,4 +353,21 @@ class Collector:
             returns=finished,
             lengths=np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64),
             time=time.perf_counter() - start,
+            n_cut=n_cut,
         )
+
+    def _cut(self, cut: np.ndarray, next_obs: np.ndarray, playing_on: np.ndarray) -> np.ndarray:
+        """Start over the envs whose episode was just cut (``cut``, a mask); returns the
+        observations the policy acts on next. A gymnasium sync or async vector env (every
+        vector env rltrain builds but an env's own) resets those envs alone, each going on
+        from its own seeded stream; a vector env of an env's own (CartPole's) cannot, so the
+        cut episode plays on, uncounted, to its own end (its time limit at the latest) while
+        the other envs go on counting."""
+        self._ep_return[cut] = 0.0
+        self._ep_length[cut] = 0
+        if not isinstance(self.envs.unwrapped, (SyncVectorEnv, AsyncVectorEnv)):
+            playing_on |= cut
+            return next_obs
+        obs, _ = self.envs.reset(options={"reset_mask": cut})
+        self._resetting[cut] = False
+        return self._packer(obs)

@@ -174,6 +174,10 @@ class TrainerParams:
     batch_size: int | None = 64
     #: episodes per test step, spread over the test envs in fixed per-env quotas
     test_step_num_episodes: int = 10
+    #: cut a test episode at this many steps (of the policy, as the collector counts them),
+    #: counted as it stands and said in the epoch's record (test/n_cut) and line; null: no
+    #: cap but the env's own time limit (env.max_episode_steps)
+    test_step_max_episode_steps: int | None = None
     #: stop when the test score reaches this; "auto" = the env's reward threshold; null = never
     stop_score: Any = "auto"
     #: write checkpoints/last.pt every this many epochs (and always on interruption)
@@ -186,7 +190,8 @@ class TrainerParams:
     def check(self) -> None:
         """Range and cross-field checks; raises ConfigError naming the fields."""
         check_positive(self, "trainer", "max_epochs", "epoch_num_steps", "batch_size",
-                       "test_step_num_episodes", "checkpoint_every")
+                       "test_step_num_episodes", "checkpoint_every",
+                       "test_step_max_episode_steps")
         if self.keep_checkpoints < 0:
             raise ConfigError(f"trainer.keep_checkpoints must be >= 0, got "
                               f"{self.keep_checkpoints}")
@@ -526,3 +531,26 @@ def train_only(entry: Any) -> bool | None:
     value = entry.get("train_only", False) if isinstance(entry, Mapping) and (
         "_target_" not in entry) else False
     return value if isinstance(value, bool) else None
+
+
+#: characters that make a YAML flow-style scalar need quotes
+_YAML_SPECIAL = re.compile(r"[,:{}\[\]#&*!|>'\"%@`]")
+
+
+def flow_text(value: Any) -> str:
+    """A config value (an ``env.wrappers`` entry, say) as a user writes it in YAML's flow
+    style, on one line: ``{name: FrameStackObservation, kwargs: {stack_size: 4}}``, where
+    Python's repr would print ``{'name': ..., 'kwargs': {...}}`` and ``False``."""
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{flow_text(k)}: {flow_text(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(flow_text(v) for v in value) + "]"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    text = str(value)
+    if isinstance(value, str) and (not text or text != text.strip() or _YAML_SPECIAL.search(text)
+                                   or text.lower() in ("true", "false", "null", "yes", "no")):
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return text

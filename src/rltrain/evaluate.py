@@ -270,9 +270,11 @@ def make_video_env(env_cfg: Any, quotas: np.ndarray, folder: Path) -> Any:
     from gymnasium.wrappers import RecordVideo
 
     from rltrain.envs import make_vector_env
+    from rltrain.wrappers import watchable
 
     def record(env: gym.Env, i: int) -> gym.Env:
-        return RecordVideo(env, str(folder), name_prefix=f"env{i}",
+        # MinAtar's own frames are 10x10 float colours, black in a video: drawn here instead
+        return RecordVideo(watchable(env), str(folder), name_prefix=f"env{i}",
                            episode_trigger=lambda episode: episode < quotas[i])
 
     # rgb_array rendering draws off-screen; without this, pygame's SDL looks for a display

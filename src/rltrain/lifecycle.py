@@ -35,6 +35,7 @@ from rltrain.errors import SaveError
 from rltrain.rundir import RunDirRemoved, RunDirWatch
 from rltrain.settings import Settings
 from rltrain.stats import EpochStats, InfoStats
+from rltrain.streams import FILE_ONLY
 from rltrain.trainer import Callbacks, Trainer, derived_seed
 
 log = logging.getLogger("rltrain")
@@ -246,13 +247,10 @@ class Lifecycle:
             self.summary["env_state"] = {"exact": False, "not_captured": missing,
                                          **({"caveats": caveats} if caveats else {})}
             if missing:
-                log.warning(f"the envs' state cannot be saved exactly ({grouped(missing)}): a "
-                            "resume from a checkpoint will start fresh episodes from a seeded "
-                            "reset, so its records will differ from an unbroken run's")
+                log.warning(unsaved_state_line(self.s.env.id, missing))
             else:
-                log.warning(f"the envs' state is saved, but not all of it ({grouped(caveats)}): "
-                            "a resume continues the episodes in flight, and its records may "
-                            "differ from an unbroken run's")
+                log.warning(partial_state_line(self.s.env.id, caveats))
+            log.info(state_detail(missing + caveats), extra=FILE_ONLY)
         trainer_state = trainer.state_dict()  # with its kind's storage
         state = {
             "config": self.config,
@@ -312,8 +310,9 @@ class Lifecycle:
                 notes.append(f"the test envs' state could not be restored ({grouped(problems)})")
         set_rng_state(ckpt["rng"])
         for note in notes:
-            log.warning(f"inexact resume: {note}; records from here on will differ from an "
-                        "unbroken run's")
+            log.warning(f"inexact resume: {resume_note_line(note)}; records from here on will "
+                        "differ from an unbroken run's")
+            log.info(f"inexact resume: {note}", extra=FILE_ONLY)
         log.info(f"resumed at epoch {trainer.epoch}, env step {trainer.env_step:,}"
                  + ("" if notes else " (exact)"))
         self.history["resumes"].append({"epoch": point.trainer["epoch"],
@@ -352,3 +351,101 @@ def grouped(entries: list[str], limit: int = 3) -> str:
         parts.append(key.replace("[{}]", f"[{span}]") if "{}" in key else key)
     more = f"; and {len(parts) - limit} more" if len(parts) > limit else ""
     return "; ".join(parts[:limit]) + more
+
+
+# --------------------------------------------------------------------------- inexact state, said
+#: the kinds of env state a checkpoint may miss, in a user's words: (a part of the type's
+#: module.qualname, what it is, the setting that captures it or None when none does)
+STATE_KINDS: tuple[tuple[str, str, str | None], ...] = (
+    ("AsyncVectorEnv", "state, in subprocesses (env.vectorization=async)",
+     "env.vectorization=sync saves them"),
+    ("Box2D", "Box2D physics", None),
+    ("box2d", "Box2D physics", None),
+    ("pygame", "pygame drawing state", None),
+    ("ale_py", "Atari emulator", None),
+    ("mujoco", "MuJoCo simulation", None),
+)
+#: a value's type as envstate names it, ``(module.qualname)`` or ``(module.qualname: why)``
+#: (the why may hold one level of parentheses), in a snapshot's gaps and caveats and in a
+#: restore's problems alike
+_STATE_TYPE = re.compile(r"\(([A-Za-z_][\w.]*\.[\w.]+)(?::\s*([^()]*(?:\([^()]*\)[^()]*)*))?\)")
+
+
+def state_kinds(text: str) -> tuple[list[str], list[str]]:
+    """The kinds of state the values named in ``text`` are, in a user's words, each once, and
+    the settings that would capture them."""
+    kinds, settings = [], []
+    for type_name, _ in _STATE_TYPE.findall(text):
+        kind, setting = next(((k, s) for part, k, s in STATE_KINDS if part in type_name),
+                             (f"{type_name.rpartition('.')[2]} objects", None))
+        if kind not in kinds:
+            kinds.append(kind)
+        if setting is not None and setting not in settings:
+            settings.append(setting)
+    return kinds, settings
+
+
+def _caveat_texts(text: str) -> list[str]:
+    """What the caveats named in ``text`` say (their own words name the setting), each once."""
+    return list(dict.fromkeys(why for _, why in _STATE_TYPE.findall(text) if why))
+
+
+def _which_envs(entries: list[str]) -> str:
+    names = [name for name in ("train", "test") if any(e.startswith(f"{name} envs:")
+                                                        for e in entries)]
+    return " and ".join(names) or "the"
+
+
+def _and(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
+
+
+def unsaved_state_line(env_id: str, missing: list[str]) -> str:
+    """The console's one line for envs whose state a checkpoint cannot hold: what is not
+    saved in a user's words, what a resume does then, and the setting that changes it (the
+    values themselves: :func:`state_detail`, for rltrain.log)."""
+    kinds, settings = state_kinds(" ".join(missing))
+    way = "; ".join(settings) if settings else "no setting changes this"
+    n = len(missing)
+    return (f"the envs' state cannot be saved exactly: checkpoints do not hold {env_id}'s "
+            f"{_which_envs(missing)} envs' {_and(kinds or ['state'])}, so a resume starts fresh "
+            "episodes from a seeded reset and its records will differ from an unbroken run's "
+            f"({way}; {n:,} value{'' if n == 1 else 's'}, listed in rltrain.log)")
+
+
+def partial_state_line(env_id: str, caveats: list[str]) -> str:
+    """The console's one line for envs whose state is saved but known to leave something out:
+    each caveat once, in its own words (which name the setting that changes it)."""
+    said = _caveat_texts(" ".join(caveats)) or ["details in rltrain.log"]
+    return (f"the envs' state is saved, but not all of it ({env_id}'s {_which_envs(caveats)} "
+            f"envs): {'; '.join(said)}; a resume continues the episodes in flight, and its "
+            "records may differ from an unbroken run's")
+
+
+def resume_note_line(note: str) -> str:
+    """A resume's note for the console: the values it lists (``(envs.envs[0-7]...; and 614
+    more)``) said as the kinds of state they are, or as their caveats' own words; the note
+    as it is when it names no value (rltrain.log keeps it whole)."""
+    kinds, settings = state_kinds(note)
+    start = note.find("(")
+    if not kinds or start < 0:
+        return note
+    depth, end = 0, start
+    for end in range(start, len(note)):
+        depth += {"(": 1, ")": -1}.get(note[end], 0)
+        if depth == 0:
+            break
+    said = _caveat_texts(note) if "not all of it" in note else [
+        f"{_and(kinds)}; {'; '.join(settings) or 'no setting changes this'}"]
+    return f"{note[:start]}({'; '.join(said)}; listed in rltrain.log){note[end + 1:]}"
+
+
+def state_detail(entries: list[str]) -> str:
+    """Every value of ``entries``, one a line, sub-env indices folded (``envs.envs[0-7]``):
+    the detail behind the console's line, for rltrain.log."""
+    groups: dict[str, list[str]] = {}
+    for entry in entries:
+        key = re.sub(r"envs\.envs\[\d+\]", "envs.envs[]", entry, count=1)
+        groups.setdefault(key, []).append(entry)
+    return "\n  ".join(["the envs' state a checkpoint does not hold whole, value by value:",
+                        *(grouped(members) for members in groups.values())])

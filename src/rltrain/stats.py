@@ -19,6 +19,8 @@ class Episodes:
     returns: np.ndarray
     lengths: np.ndarray
     time: float
+    #: of the episodes, how many a test step's cap cut (trainer.test_step_max_episode_steps)
+    n_cut: int = 0
 
     @staticmethod
     def merge(parts: Iterable[Episodes]) -> Episodes:
@@ -29,6 +31,7 @@ class Episodes:
             returns=np.concatenate([p.returns for p in parts]) if parts else np.zeros(0),
             lengths=np.concatenate([p.lengths for p in parts]) if parts else np.zeros(0),
             time=sum(p.time for p in parts),
+            n_cut=sum(p.n_cut for p in parts),
         )
 
     def stats(self) -> CollectStats:
@@ -42,6 +45,7 @@ class Episodes:
             return_max=float(np.max(self.returns)) if n else None,
             length_mean=float(np.mean(self.lengths)) if n else None,
             collect_steps_per_s=self.n_steps / self.time if self.time > 0 else None,
+            n_cut=self.n_cut,
         )
 
 
@@ -58,6 +62,9 @@ class CollectStats:
     length_mean: float | None
     #: env steps per second while collecting (not the run's rate: see EpochStats.steps_per_s)
     collect_steps_per_s: float | None
+    #: episodes cut at trainer.test_step_max_episode_steps (a test step's; counted as they
+    #: stood, in the returns above)
+    n_cut: int = 0
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,11 @@
   nothing is raised.
 - :class:`ConsoleHandler` is the run's console logging: messages on stdout, fitted to the
   terminal's width; warnings and errors labelled on stderr, coloured on a terminal.
-- :func:`clip_long_words` keeps an error line readable when it echoes a huge value.
+- :func:`echo` shows a value in a message (an array, a space, a long list or string) in one
+  short line; :func:`clip_long_words` is the net under every message a command prints, so a
+  value echoed whole somewhere still reaches the console short.
+- :data:`FILE_ONLY` marks a log record for ``rltrain.log`` alone (detail behind a console
+  line that says it in a user's terms).
 - :func:`fast_exit` ends the process without the interpreter's teardown, which costs about
   0.3 s once torch is loaded (a sixth of a short run), after running what a normal exit runs.
 
@@ -83,7 +87,6 @@ def guard_streams() -> None:
         sys.stderr = PipeSafe(sys.stderr)
 
 
-#: a word (no whitespace) longer than this in an error message is shown clipped
 def terminal_width(stream: Any) -> int | None:
     """The width of the terminal ``stream`` writes to, or None when it is not a terminal (a
     log file, a pipe: lines are kept whole there, for grep)."""
@@ -113,8 +116,10 @@ class ConsoleHandler(logging.Handler):
     _LABELS = ((logging.ERROR, "error", "31"), (logging.WARNING, "warning", "33"))
 
     def emit(self, record: logging.LogRecord) -> None:
+        if getattr(record, FILE_ONLY_KEY, False):
+            return  # detail for rltrain.log; the console has a line that sums it up
         try:
-            message = self.format(record)
+            message = clip_long_words(self.format(record))
             if record.levelno < logging.WARNING:
                 stream = sys.stdout
                 text = fit(message, terminal_width(stream))
@@ -135,18 +140,158 @@ class ConsoleHandler(logging.Handler):
             self.handleError(record)
 
 
+#: ``log.info(detail, extra=FILE_ONLY)``: the record goes to rltrain.log, not the console
+FILE_ONLY_KEY = "rltrain_file_only"
+FILE_ONLY = {FILE_ONLY_KEY: True}
+
+#: a word (no whitespace) longer than this in a message is shown clipped
 LONG_WORD = 200
+#: a bracketed value (an array's or a list's repr) longer than this, or spanning lines, is
+#: shown shortened
+LONG_BRACKETS = 120
+#: what :func:`echo` aims at: a value echoed in a message takes about this many characters
+ECHO_LIMIT = 80
 
 
 def clip_long_words(message: str, limit: int = LONG_WORD) -> str:
     """``message`` with each word over ``limit`` characters shown as its start, its length and
-    its end: an error that echoes a 100,000-character value stays one readable line."""
+    its end, and each bracketed value that spans lines or runs over :data:`LONG_BRACKETS`
+    characters (numpy prints a (7, 7, 3) array in 55 lines) shortened to its first and last
+    numbers and their count: an error that echoes a huge value stays one readable line."""
 
     def clip(m: re.Match[str]) -> str:
         word = m.group(0)
         return f"{word[:limit // 2]}...[{len(word):,} characters]...{word[-limit // 10:]}"
 
-    return re.sub(rf"\S{{{limit + 1},}}", clip, message)
+    return re.sub(rf"\S{{{limit + 1},}}", clip, _fold_brackets(message))
+
+
+_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?inf|nan|True|False")
+_SEPARATORS = re.compile(r"[\s,\[\]()]+")
+
+
+def _fold_brackets(message: str) -> str:
+    """Each outermost ``[...]`` of ``message`` that spans lines or is longer than
+    :data:`LONG_BRACKETS`, shortened: ``[10 5 3 ... 10 5 3] (147 values)``."""
+    if "[" not in message:
+        return message
+    out, depth, start, last = [], 0, 0, 0
+    for i, char in enumerate(message):
+        if char == "[":
+            if depth == 0:
+                start = i
+            depth += 1
+        elif char == "]" and depth:
+            depth -= 1
+            if depth == 0:
+                span = message[start:i + 1]
+                if "\n" in span or len(span) > LONG_BRACKETS:
+                    out += [message[last:start], _short_brackets(span)]
+                    last = i + 1
+    return "".join(out) + message[last:] if out else message
+
+
+def _short_brackets(span: str) -> str:
+    tokens = [t for t in _SEPARATORS.split(span) if t]
+    values = [t for t in tokens if _NUMBER.fullmatch(t)]
+    if len(values) >= 2 and len(values) == len(tokens):
+        if len(set(values)) == 1:
+            return f"[{values[0]} ...] ({len(values):,} values, all {values[0]})"
+        head, tail = " ".join(values[:3]), " ".join(values[-3:])
+        return f"[{head} ... {tail}] ({len(values):,} values)"
+    flat = " ".join(span.split())
+    return _clip_middle(flat, LONG_BRACKETS)
+
+
+def _clip_middle(text: str, limit: int) -> str:
+    """``text`` cut in the middle to about ``limit`` characters, saying how long it was."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit // 2]}...[{len(text):,} characters]...{text[-(limit // 4):]}"
+
+
+def echo(value: Any, limit: int = ECHO_LIMIT) -> str:
+    """``value`` as a message echoes it: on one line, about ``limit`` characters at most.
+
+    A gymnasium space by its kind, bounds (one number when every entry shares it, else their
+    range), shape and dtype, as its repr would be without the arrays; an array by its shape,
+    dtype and range; a long list, tuple or dict by its first items and its length; a long
+    string by its ends and its length; anything else by its repr, on one line, cut in the
+    middle. Standard library only: arrays and spaces are recognised by what they offer."""
+    return _clip_middle(_echo(value, limit), 2 * max(limit, 40))
+
+
+def _echo(value: Any, limit: int) -> str:
+    if isinstance(value, str):
+        return repr(value) if len(value) <= limit else repr(_clip_middle(value, limit))
+    if _is_space(value):
+        return _space(value, limit)
+    if _is_array(value):
+        return _array(value, limit)
+    if isinstance(value, (list, tuple, dict)):
+        return _collection(value, limit)
+    return " ".join(repr(value).split())
+
+
+def _is_array(value: Any) -> bool:
+    return all(hasattr(value, a) for a in ("shape", "dtype", "ravel", "tolist"))
+
+
+def _is_space(value: Any) -> bool:
+    return any(c.__name__ == "Space" and c.__module__.startswith("gymnasium")
+               for c in type(value).__mro__)
+
+
+def _space(space: Any, limit: int) -> str:
+    name = type(space).__name__
+    subspaces = getattr(space, "spaces", None)
+    if isinstance(subspaces, dict):
+        inner = ", ".join(f"{k!r}: {_clip_middle(_echo(v, limit), limit)}"
+                          for k, v in subspaces.items())
+        return f"{name}({inner})"
+    if isinstance(subspaces, tuple):
+        return f"{name}({', '.join(_clip_middle(_echo(v, limit), limit) for v in subspaces)})"
+    low, high = getattr(space, "low", None), getattr(space, "high", None)
+    if _is_array(low) and _is_array(high):
+        return f"{name}({_bound(low)}, {_bound(high)}, {tuple(space.shape)}, {space.dtype})"
+    return " ".join(repr(space).split())
+
+
+def _bound(array: Any) -> str:
+    """Box bounds as gymnasium prints one shared by every entry; else their range."""
+    flat = array.ravel()
+    if flat.size == 0:
+        return "[]"
+    lo, hi = flat.min(), flat.max()
+    return str(lo) if lo == hi else f"{lo} to {hi}"
+
+
+def _array(array: Any, limit: int) -> str:
+    text = " ".join(repr(array).split())
+    if len(text) <= limit:
+        return text
+    try:
+        range_ = f", {_bound(array)}" if array.size else ""
+    except (TypeError, ValueError):  # not orderable (objects)
+        range_ = ""
+    return f"array of shape {tuple(array.shape)} {array.dtype}{range_}"
+
+
+def _collection(value: list[Any] | tuple[Any, ...] | dict[Any, Any], limit: int) -> str:
+    items = ([f"{_echo(k, limit)}: {_echo(v, limit)}" for k, v in value.items()]
+             if isinstance(value, dict) else [_echo(v, limit) for v in value])
+    opening, closing = ("{", "}") if isinstance(value, dict) else (
+        ("[", "]") if isinstance(value, list) else ("(", ")"))
+    whole = opening + ", ".join(items) + ("," if isinstance(value, tuple) and len(items) == 1
+                                          else "") + closing
+    if len(whole) <= limit:
+        return whole
+    shown: list[str] = []
+    for item in items:
+        if len(", ".join([*shown, item])) > limit // 2 and shown:
+            break
+        shown.append(item)
+    return f"{opening}{', '.join(shown)}, ...{closing} ({len(items):,} items)"
 
 
 def os_error_text(e: OSError) -> str:

@@ -221,6 +221,17 @@ class Trainer(Iterator[EpochStats]):
     def steps_done(self) -> int:
         return int(getattr(self, self.step_key))
 
+    def epoch_steps(self) -> int:
+        """The steps an epoch runs (:attr:`step_key` units), as the console and the run's
+        header say them: ``epoch_num_steps`` here; online, whole collection steps
+        (:meth:`OnlineTrainer.epoch_steps`)."""
+        return self.params.epoch_num_steps
+
+    def epoch_steps_note(self) -> str:
+        """Why :meth:`epoch_steps` is not ``trainer.epoch_num_steps`` ("" when it is), for
+        the run's header."""
+        return ""
+
     def progress(self) -> Progress:
         planned = self.planned_env_steps()
         fraction = min(self.env_step / planned, 1.0) if planned else 0.0
@@ -245,11 +256,17 @@ class Trainer(Iterator[EpochStats]):
             episodes = self.test_collector.collect(
                 policy, n_episodes=self.params.test_step_num_episodes, quota=True,
                 should_stop=should_stop,
+                max_episode_steps=self.params.test_step_max_episode_steps,
+                on_progress=self._test_progress if interruptible else None,
             )
         except CollectionStopped:
             raise Interrupted(self.stop_signal or 0) from None
         self.test_steps += 1
         return episodes
+
+    def _test_progress(self, steps: int, episodes: int) -> None:
+        for logger in self.loggers:
+            logger.test_progress(steps, episodes)
 
     def done(self) -> bool:
         """Whether every epoch is done; an interrupted epoch (resumed) is not done yet."""
@@ -282,7 +299,7 @@ class Trainer(Iterator[EpochStats]):
         part = self._partial
         epoch_start, steps_before = time.perf_counter(), self.steps_done()
         for logger in self.loggers:
-            logger.start_epoch(self.epoch, self.params.epoch_num_steps, done=part.steps)
+            logger.start_epoch(self.epoch, self.epoch_steps(), done=part.steps)
         self._early_test = None
         while part.steps < self.params.epoch_num_steps and self._early_test is None:
             if self.stop_signal is not None:
@@ -578,6 +595,23 @@ class OnlineTrainer(Trainer):
         c = self.steps_per_collection
         s = self.params.epoch_num_steps
         return s if c is None else math.ceil(s / c) * c
+
+    def epoch_steps(self) -> int:
+        """Whole collection steps: an epoch of ``epoch_num_steps=512`` collecting 2,048 env
+        steps at a time runs (and says) 2,048. Collecting episodes, ``epoch_num_steps`` is
+        the least an epoch runs (the console counts on past it)."""
+        return self.steps_per_epoch()
+
+    def epoch_steps_note(self) -> str:
+        s, c = self.params.epoch_num_steps, self.steps_per_collection
+        if c is None:
+            return (f"at least trainer.epoch_num_steps={s:,}: whole collection steps of "
+                    f"{self.params.collection_step_num_episodes:,} episodes")
+        if self.steps_per_epoch() == s:
+            return ""
+        k = self.steps_per_epoch() // c
+        return (f"trainer.epoch_num_steps={s:,} rounded up to {k:,} whole collection "
+                f"step{'' if k == 1 else 's'} of {c:,}")
 
     def planned_env_steps(self) -> int:
         return self.params.max_epochs * self.steps_per_epoch()

@@ -312,4 +312,54 @@ def register_minatar() -> None:
                              kwargs={"game": game, "use_minimal_action_set": minimal})
 
 
+#: MinAtar's colours, one per channel, in channel order (a channel's objects are drawn in its
+#: colour on black; where several channels hold something, the last one's shows, as MinAtar's
+#: own display draws it): ten hues far apart, bright on black
+MINATAR_COLOURS = np.array([(70, 140, 255), (255, 150, 30), (60, 200, 70), (230, 50, 50),
+                            (170, 110, 230), (190, 130, 90), (255, 120, 210), (160, 160, 160),
+                            (220, 220, 40), (40, 210, 230)], dtype=np.uint8)
+#: a MinAtar video's frame rate: MinAtar's own display shows a frame for 50 ms
+MINATAR_FPS = 20
+
+
+class MinAtarFrames(gym.Wrapper):
+    """MinAtar as its games look, for videos: each channel of the state in its own colour
+    (:data:`MINATAR_COLOURS`) on black, each cell ``scale`` pixels square (the 10x10 grid as
+    160x160 pixels), uint8 RGB, at :data:`MINATAR_FPS` frames per second.
+
+    MinAtar's own ``rgb_array`` frames are its palette's float colours in [0, 1], one pixel
+    per cell: a video writer makes them 10x10 and black, and gymnasium warns twice (float
+    frames, no ``render_fps``). This wrapper draws from the game's state and never asks the
+    env to render, so neither warning has a cause. It holds no state of its own."""
+
+    def __init__(self, env: gym.Env, scale: int = 16) -> None:
+        super().__init__(env)
+        if scale < 1:
+            raise gym.error.Error(f"MinAtarFrames scale must be >= 1, got {scale}")
+        self.scale = scale
+        self.metadata = {**env.metadata, "render_fps": MINATAR_FPS}
+
+    def render(self) -> np.ndarray:
+        minatar: Any = self.env.unwrapped  # minatar.gym.BaseEnv, untyped
+        state = np.asarray(minatar.game.state()).astype(bool)  # (10, 10, channels)
+        n = state.shape[-1]
+        # the last channel set at each cell (1-based), 0 where none is
+        top = np.where(state.any(-1), n - np.argmax(state[..., ::-1], axis=-1), 0)
+        palette = np.concatenate([np.zeros((1, 3), np.uint8),
+                                  np.resize(MINATAR_COLOURS, (n, 3))])
+        frame = palette[top]
+        return np.repeat(np.repeat(frame, self.scale, axis=0), self.scale, axis=1)
+
+
+def is_minatar(env: gym.Env) -> bool:
+    """Whether ``env`` is one of MinAtar's games (its gymnasium class, whatever wraps it)."""
+    return type(env.unwrapped).__module__ == "minatar.gym"
+
+
+def watchable(env: gym.Env) -> gym.Env:
+    """``env`` as a video should record it: MinAtar's games drawn by :class:`MinAtarFrames`;
+    any other env as it is (its own rgb_array frames are already a picture of it)."""
+    return MinAtarFrames(env) if is_minatar(env) else env
+
+
 register_minatar()

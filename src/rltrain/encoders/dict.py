@@ -19,6 +19,7 @@ from torch import nn
 
 from rltrain.encoders.registry import ENCODERS, Encoder, EncoderSpec, register
 from rltrain.observations import DictLayout, ObservationSpaceError
+from rltrain.streams import echo
 
 
 class OneHot(Encoder):
@@ -55,7 +56,7 @@ def key_encoder(key: str, space: gym.Space) -> Encoder:
     for spec in sorted(ENCODERS.values(), key=lambda s: -s.priority):
         if spec.name != "dict" and spec.accepts(space):
             return spec.build(space)
-    raise ObservationSpaceError(f"no encoder takes observation key {key!r} ({space})")
+    raise ObservationSpaceError(f"no encoder takes observation key {key!r} ({echo(space)})")
 
 
 class DictEncoder(Encoder):

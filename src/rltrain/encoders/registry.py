@@ -20,6 +20,7 @@ from torch import nn
 
 from rltrain.config import ConfigError
 from rltrain.core import SpaceInfo
+from rltrain.streams import echo
 
 
 class Encoder(nn.Module):
@@ -87,8 +88,9 @@ def choose(info: SpaceInfo, name: str = "auto") -> EncoderSpec:
                 return spec
         hints = [spec.refusal(space) for spec in ENCODERS.values() if spec.refusal is not None]
         hint = next((h for h in hints if h), "")
-        raise ConfigError(f"no observation encoder takes {info.env_id}'s observations ({space}): "
-                          f"algo.encoder=auto found none among {', '.join(sorted(ENCODERS))}"
+        raise ConfigError(f"no observation encoder takes {info.env_id}'s observations "
+                          f"({echo(space)}): algo.encoder=auto found none among "
+                          f"{', '.join(sorted(ENCODERS))}"
                           + (f"; {hint}" if hint else ""))
     spec = ENCODERS[name]
     if not spec.accepts(space):

@@ -41,6 +41,10 @@ class Logger:
     def start_test(self, epoch: int, num_episodes: int) -> None:
         """The epoch's test step begins."""
 
+    def test_progress(self, steps: int, episodes: int) -> None:
+        """Where the epoch's test step stands: ``steps`` env steps taken and ``episodes``
+        episodes counted so far (called after every vector step: keep it cheap)."""
+
     def log_epoch(self, record: dict[str, Any]) -> None:
         """An epoch ended; ``record`` is its flattened EpochStats."""
 
