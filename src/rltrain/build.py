@@ -39,6 +39,7 @@ from rltrain.envs import (
     registered_threshold_caveats,
     space_info,
 )
+from rltrain.footprint import check_footprint
 from rltrain.loggers import ConsoleLogger, JsonlLogger, Logger, LoggerContext, build_loggers
 from rltrain.masking import is_masked, mask_space_problem
 from rltrain.normalize import ObsNormalizer, RewardScaler
@@ -178,11 +179,14 @@ def build_parts(s: Settings) -> Parts:
         info = space_info(test_envs if train_envs is None else train_envs, s.env.id, limit,
                           s.env.reward_threshold)
         _warn_of_threshold(s, info)
-        algorithm = build_algorithm(s, info)
+        check_actions(algorithm_spec(s.algo.name), info)
         kind.check(s.trainer, s.algo, s.env.num_train_envs, s.buffer.size)
-        storage = kind.storage(s.trainer, StorageRequest(info, s.env.num_train_envs,
-                                                         s.buffer.size, s.dataset, s.trust,
-                                                         frame_stack(s, info)))
+        request = StorageRequest(info, s.env.num_train_envs, s.buffer.size, s.dataset, s.trust,
+                                 frame_stack(s, info))
+        # everything the run will hold, sized before any of it is allocated
+        check_footprint(s, info, request)
+        algorithm = build_algorithm(s, info)
+        storage = kind.storage(s.trainer, request)
     except BaseException:
         if train_envs is not None:
             train_envs.close()

@@ -392,8 +392,7 @@ def _hydra(argv: list[str]) -> tuple[int, bool]:
     except signals.EarlyStop as e:
         code = 128 + e.signum
         if not multirun:
-            _say(f"{signals.name(e.signum)} received before training began: stopped; nothing "
-                 "was trained, so there is nothing to resume")
+            _say(signals.stopped_before_training(e.signum))
     state = sweep.STATE
     if multirun and state.outcome == 2:  # the sweeper refused to start, and said why
         code = 2
@@ -574,8 +573,7 @@ def main() -> None:
         signum = e.signum if isinstance(e, signals.EarlyStop) else signals.stopped_at_startup()
         if signum is None:
             raise
-        _say(f"{signals.name(signum)} received before training began: stopped; nothing was "
-             "trained, so there is nothing to resume")
+        _say(signals.stopped_before_training(signum))
         code = 128 + signum
     if multirun:
         # a sweep's launcher may hold worker processes and threads that a normal exit ends

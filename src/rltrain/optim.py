@@ -33,14 +33,25 @@ def flatten_parameters(params: Iterable[torch.Tensor]) -> torch.Tensor:
     """Move the parameters' data into one new flat tensor, in order, each parameter becoming
     a view into it (their values are unchanged); returns the flat tensor."""
     params = list(params)
-    with torch.no_grad():
-        flat = torch.cat([p.detach().reshape(-1) for p in params])
+    # filled slice by slice rather than by torch.cat: the same values, and on the meta device
+    # (rltrain.footprint sizes a run's networks there) cat's Python decomposition would import
+    # torch._dynamo, seconds of every run's start-up
+    first = params[0]
+    flat = torch.empty(sum(p.numel() for p in params), dtype=first.dtype, device=first.device)
     offset = 0
-    for p in params:
-        n = p.numel()
-        p.data = flat[offset : offset + n].view_as(p)
-        offset += n
+    with torch.no_grad():
+        for p in params:
+            n = p.numel()
+            flat[offset : offset + n].copy_(p.detach().reshape(-1))
+            p.data = flat[offset : offset + n].view_as(p)
+            offset += n
     return flat
+
+
+def zeros_as(t: torch.Tensor) -> torch.Tensor:
+    """Zeros of ``t``'s shape, dtype and device (``torch.zeros_like`` without its Python
+    decomposition on the meta device, see :func:`flatten_parameters`)."""
+    return torch.zeros(t.shape, dtype=t.dtype, device=t.device)
 
 
 @no_grad
@@ -70,7 +81,7 @@ class FlatOptimizer:
         self.lr = lr
         self.steps = 0
         self.flat = flatten_parameters(self.params)
-        self.grad = torch.zeros_like(self.flat)
+        self.grad = zeros_as(self.flat)
         self._grad_views: list[torch.Tensor] = []
         offset = 0
         for p in self.params:
@@ -118,6 +129,8 @@ class FlatOptimizer:
 def _fused_adam(device: torch.device, dtype: torch.dtype) -> bool:
     """Whether this torch has a fused Adam kernel for ``device`` and ``dtype`` (CPU since
     torch 2.4; CUDA since 2.0): tried once on one number."""
+    if device.type == "meta":  # sizes only (rltrain.footprint): no kernel runs there
+        return False
     x = torch.zeros(1, device=device, dtype=dtype)
     try:
         torch._fused_adam_([x.clone()], [x.clone()], [x.clone()], [x.clone()], [],
@@ -137,8 +150,8 @@ class Adam(FlatOptimizer):
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
         super().__init__(params, lr)
         self.betas, self.eps = betas, eps
-        self.exp_avg = torch.zeros_like(self.flat)
-        self.exp_avg_sq = torch.zeros_like(self.flat)
+        self.exp_avg = zeros_as(self.flat)
+        self.exp_avg_sq = zeros_as(self.flat)
         #: the step count as the fused kernel takes it, or None where there is no such kernel
         self._step_t = (torch.zeros((), device=self.flat.device)
                         if _fused_adam(self.flat.device, self.flat.dtype) else None)
@@ -177,7 +190,7 @@ class RMSprop(FlatOptimizer):
                  eps: float = 1e-8) -> None:
         super().__init__(params, lr)
         self.alpha, self.eps = alpha, eps
-        self.square_avg = torch.zeros_like(self.flat)
+        self.square_avg = zeros_as(self.flat)
 
     @no_grad
     def step(self) -> None:

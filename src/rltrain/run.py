@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -23,6 +24,7 @@ from rltrain.errors import TrainingError
 from rltrain.files import open_append
 from rltrain.lifecycle import Lifecycle, ResumePoint, RunContext, check_same_dataset
 from rltrain.loggers import Logger
+from rltrain.rundir import resume_command
 from rltrain.settings import Settings, settings
 from rltrain.stats import InfoStats, flatten
 from rltrain.system import system_info
@@ -37,13 +39,23 @@ def run(cfg: DictConfig, ctx: RunContext, resume: ResumePoint | None = None) -> 
     where it stopped, or, where that cannot be exact, say so and continue from a seeded reset.
     """
     s = settings(cfg)
-    parts = build_parts(s)
+    with signals.building(_stopped_message(ctx.run_dir, resume is not None)):
+        parts = build_parts(s)
     try:
         if resume is not None:
             check_same_dataset(resume, parts)
         return _train(cfg, s, ctx, parts, resume)
     finally:
         parts.close()
+
+
+def _stopped_message(run_dir: Path, resuming: bool) -> Callable[[int], str]:
+    """What a signal that stops the process while the run is built says."""
+    if not resuming:
+        return signals.stopped_before_training
+    return lambda signum: (f"{signals.name(signum)} received before training resumed: "
+                           "stopped; the run is as it was: resume it again with: "
+                           f"{resume_command(run_dir)}")
 
 
 def _train(cfg: DictConfig, s: Settings, ctx: RunContext, parts: Parts,

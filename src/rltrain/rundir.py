@@ -30,8 +30,10 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from rltrain import signals
 from rltrain.errors import TrainingError
 from rltrain.files import link_target, links_among
+from rltrain.stored import read_json
 from rltrain.streams import clip_long_words
 
 LOCK = ".rltrain.lock"
@@ -65,9 +67,10 @@ def holds_run(run_dir: Path) -> list[str]:
 
 
 def read_summary(run_dir: Path) -> dict[str, Any]:
-    """A run's summary.json as a dict ({} when missing or unreadable)."""
+    """A run's summary.json as a dict ({} when missing, unreadable or larger than any summary
+    rltrain writes: :func:`rltrain.stored.read_json`)."""
     try:
-        summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+        summary = read_json(run_dir / "summary.json")
     except (OSError, ValueError):
         return {}
     return summary if isinstance(summary, dict) else {}
@@ -234,7 +237,7 @@ def lock_holder_pid(run_dir: Path) -> int | None:
     if not locked_by_other(run_dir):
         return None
     try:
-        return int(json.loads((run_dir / LOCK).read_text())["pid"])
+        return int(read_json(run_dir / LOCK)["pid"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -292,10 +295,8 @@ def claim(run_dir: Path, remove_empty: bool = True, made: Sequence[Path] = ()
     _refuse_run(run_dir)
     lock = RunDirLock(run_dir)
     lock.acquire()
-    try:
-        _refuse_run(run_dir)
-        yield lock
-    finally:
+
+    def tidy() -> None:
         # a directory removed during the run, or another one made in its place, is not this
         # run's to tidy up (an empty one made by the user would be removed)
         mine = lock.in_place()
@@ -306,6 +307,15 @@ def claim(run_dir: Path, remove_empty: bool = True, made: Sequence[Path] = ()
             remove_if_empty(run_dir, made)
         elif {p.name for p in run_dir.iterdir()} == {LOCK}:
             (run_dir / LOCK).unlink(missing_ok=True)
+
+    # a signal that ends the process while the run is built (rltrain.signals.building)
+    forget = signals.at_hard_stop(tidy)
+    try:
+        _refuse_run(run_dir)
+        yield lock
+    finally:
+        forget()
+        tidy()
 
 
 def resume_command(run_dir: Path | str, *extra: str) -> str:

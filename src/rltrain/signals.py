@@ -102,15 +102,95 @@ def _set(handler: Callable[[int, Any], None] | int, sigs: tuple[int, ...] = SIGN
             signal.signal(sig, handler)
 
 
+def _stop_at_startup(signum: int, frame: Any) -> None:
+    record(signum)
+    _startup_stops.append(signum)
+    raise EarlyStop(signum)
+
+
 def startup() -> None:
     """Install the start-up handlers: a signal ends the process at once."""
+    _set(_stop_at_startup)
 
-    def stop(signum: int, frame: Any) -> None:
-        record(signum)
-        _startup_stops.append(signum)
-        raise EarlyStop(signum)
 
-    _set(stop)
+def stopped_before_training(signum: int) -> str:
+    """What a process stopped by a signal before training began says (after ``rltrain: ``)."""
+    return (f"{name(signum)} received before training began: stopped; nothing was trained, so "
+            "there is nothing to resume")
+
+
+#: called before the process ends itself while a run is built (see :func:`building`): tidy
+#: up what start-up made (an empty run directory holding only its lock)
+_at_hard_stop: list[Callable[[], None]] = []
+
+
+def at_hard_stop(callback: Callable[[], None]) -> Callable[[], None]:
+    """Register ``callback`` for :func:`building`'s hard stop; returns what unregisters it."""
+    _at_hard_stop.append(callback)
+    return lambda: _at_hard_stop.remove(callback) if callback in _at_hard_stop else None
+
+
+#: seconds the start-up handler has to act on a signal during a build before the watcher
+#: ends the process itself
+BUILD_GRACE_S = 2.0
+
+
+@contextlib.contextmanager
+def building(message: Callable[[int], str] = stopped_before_training) -> Iterator[None]:
+    """While a run is built (envs, networks, buffers), a signal the start-up handler takes is
+    honoured even when the main thread is inside one long C call, where Python runs no
+    handler until the call returns: a weight initialisation of a layer with billions of
+    weights, seen to ignore two SIGINTs for a minute while memory grew. Python's own C-level
+    handler writes the signal's number to a wakeup pipe at once; a watcher thread reading it
+    gives the handler :data:`BUILD_GRACE_S` seconds, then says ``message(signum)`` and ends
+    the process (``128 + signum``), after the :func:`at_hard_stop` callbacks. Nothing of a
+    run is written before it is built, so there is nothing to save. Only in the main thread
+    of a process whose start-up handler is installed (a lane of a batched sweep, or a sweep
+    worker, takes signals its own way)."""
+    if not _main_thread() or signal.getsignal(signal.SIGINT) is not _stop_at_startup:
+        yield
+        return
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    try:
+        previous = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    except ValueError:  # not the main thread after all
+        os.close(read_end)
+        os.close(write_end)
+        yield
+        return
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            try:
+                data = os.read(read_end, 64)
+            except OSError:
+                return
+            if not data or done.is_set():
+                return
+            signum = data[-1]
+            if signal.getsignal(signum) is not _stop_at_startup:
+                continue  # a signal this phase does not stop for
+            if done.wait(BUILD_GRACE_S) or signum in _startup_stops:
+                return  # the handler ran: the main thread is on its way out
+            for callback in list(_at_hard_stop):
+                with contextlib.suppress(Exception):
+                    callback()
+            with contextlib.suppress(Exception):
+                print(f"rltrain: {message(signum)}", file=sys.stderr, flush=True)
+            os._exit(128 + signum)
+
+    watcher = threading.Thread(target=watch, name="rltrain-build-signals", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        signal.set_wakeup_fd(previous)
+        os.close(write_end)  # the watcher's read ends
+        watcher.join(timeout=1.0)
+        os.close(read_end)
 
 
 def stopped_at_startup() -> int | None:

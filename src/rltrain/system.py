@@ -32,7 +32,9 @@ def available_memory() -> int | None:
 
 
 def size_text(n: float) -> str:
-    """Bytes for a message: ``1.4 GB``, ``96.0 MB``."""
+    """Bytes for a message: ``1.4 GB``, ``96.0 MB``, ``2.1 TB``."""
+    if n >= 1e12:
+        return f"{n / 1e12:,.1f} TB"
     return f"{n / 1e9:.1f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
 
 

@@ -92,28 +92,66 @@ class Storage:
     observations: np.ndarray | None = None
 
 
+@dataclass(frozen=True)
+class StoragePlan:
+    """The buffer a trainer kind will make, sized before it is made: the composition root
+    adds it to what the run will hold in memory (rltrain.footprint) before allocating any."""
+
+    #: lanes (one per train env) and transitions per lane
+    lanes: int
+    lane_capacity: int
+    #: a ring that overwrites its oldest transitions (replay), or append-only (a rollout)
+    circular: bool
+    #: the setting behind its size, as a message names it (``buffer.size``, ``the rollout``)
+    what: str
+    #: what to do when it cannot fit
+    fix: str
+    #: frames per observation of a frame-stacked image env, stored once each (1: none)
+    frame_stack: int = 1
+
+    def per_transition(self, info: SpaceInfo) -> int:
+        """Bytes one transition takes, as :class:`ReplayBuffer` stores it."""
+        stack = {} if self.frame_stack == 1 else {"frame_stack": self.frame_stack}
+        return ReplayBuffer.bytes_per_transition(
+            info.obs_shape, storage_dtype(info.obs_space), info.action_shape,
+            np.int64 if info.discrete else np.float32, **stack)
+
+    def nbytes(self, info: SpaceInfo) -> int:
+        return self.lanes * self.lane_capacity * self.per_transition(info)
+
+    def detail(self, info: SpaceInfo) -> str:
+        """``for N transitions of ENV (B bytes each)``."""
+        return (f"for {self.lanes * self.lane_capacity:,} transitions of {info.env_id} "
+                f"({self.per_transition(info):,} bytes each)")
+
+
 def replay_buffer(info: SpaceInfo, num_lanes: int, lane_capacity: int, *, circular: bool,
                   what: str, fix: str, frame_stack: int = 1) -> ReplayBuffer:
     """A buffer of ``num_lanes`` x ``lane_capacity`` transitions, refused by name when it
     cannot fit in the memory available (``what`` names the setting, ``fix`` says what to do).
     Observations are stored as :func:`rltrain.observations.storage_dtype` says (images and
     dicts as uint8), a frame stack one frame per transition when ``frame_stack`` > 1."""
-    act_dtype = np.int64 if info.discrete else np.float32
-    obs_dtype = storage_dtype(info.obs_space)
-    stack = {} if frame_stack == 1 else {"frame_stack": frame_stack}
-    per = ReplayBuffer.bytes_per_transition(info.obs_shape, obs_dtype, info.action_shape,
-                                            act_dtype, **stack)
-    need = num_lanes * lane_capacity * per
+    return make_buffer(info, StoragePlan(num_lanes, lane_capacity, circular, what, fix,
+                                         frame_stack))
+
+
+def make_buffer(info: SpaceInfo, plan: StoragePlan) -> ReplayBuffer:
+    """The buffer of ``plan``, refused by name when it cannot fit in the memory available
+    (the run's footprint has checked it with everything else by then: this is for a buffer
+    made alone)."""
+    need = plan.nbytes(info)
     available = available_memory()
     if available is not None and need > available:
-        raise ConfigError(f"{what} needs {size_text(need)} of memory for "
-                          f"{num_lanes * lane_capacity:,} transitions of {info.env_id} ({per:,} "
-                          f"bytes each), but {size_text(available)} is available; {fix}")
+        raise ConfigError(f"{plan.what} needs {size_text(need)} of memory {plan.detail(info)}, "
+                          f"but {size_text(available)} is available; {plan.fix}")
+    stack = {} if plan.frame_stack == 1 else {"frame_stack": plan.frame_stack}
     try:
-        return ReplayBuffer(num_lanes, lane_capacity, info.obs_shape, info.action_shape,
-                            act_dtype, obs_dtype=obs_dtype, circular=circular, **stack)
+        return ReplayBuffer(plan.lanes, plan.lane_capacity, info.obs_shape, info.action_shape,
+                            np.int64 if info.discrete else np.float32,
+                            obs_dtype=storage_dtype(info.obs_space), circular=plan.circular,
+                            **stack)
     except MemoryError:
-        raise ConfigError(f"{what} needs {size_text(need)} of memory, which could not be "
+        raise ConfigError(f"{plan.what} needs {size_text(need)} of memory, which could not be "
                           "allocated") from None
 
 
@@ -157,6 +195,12 @@ class Trainer(Iterator[EpochStats]):
               ) -> None:
         """Refuse settings that are each valid but cannot work together (a run that would end
         with exit 0 and an agent that never learnt), naming them; raises ConfigError."""
+
+    @classmethod
+    def storage_plan(cls, params: Any, request: StorageRequest) -> StoragePlan | None:
+        """The buffer :meth:`storage` will make, sized before it is (None: none of its own to
+        size; an offline run's dataset is sized by its reader)."""
+        return None
 
     @classmethod
     def storage(cls, params: Any, request: StorageRequest) -> Storage:
@@ -662,7 +706,8 @@ class OnPolicyTrainer(OnlineTrainer):
         algo.check_minibatch(params.batch_size)
 
     @classmethod
-    def storage(cls, params: OnPolicyTrainerParams, request: StorageRequest) -> Storage:
+    def storage_plan(cls, params: OnPolicyTrainerParams, request: StorageRequest
+                     ) -> StoragePlan:
         """Append-only lanes holding one collection step's rollout."""
         m, info = request.num_train_envs, request.info
         per_collection = env_steps_per_collection(params, m)
@@ -676,8 +721,12 @@ class OnPolicyTrainer(OnlineTrainer):
             capacity = info.max_episode_steps * math.ceil(n / m)
             what = (f"the rollout of {n} episodes (up to {info.max_episode_steps:,} steps each, "
                     "env.max_episode_steps)")
-        return Storage(replay_buffer(info, m, capacity, circular=False, what=what,
-                                     fix="collect fewer transitions per collection step"))
+        return StoragePlan(m, capacity, False, what,
+                           "collect fewer transitions per collection step")
+
+    @classmethod
+    def storage(cls, params: OnPolicyTrainerParams, request: StorageRequest) -> Storage:
+        return Storage(make_buffer(request.info, cls.storage_plan(params, request)))
 
     def update_step(self, episodes: Episodes, start: Progress) -> list[Any]:
         rollout = self.buffer.rollout()
@@ -733,15 +782,19 @@ class OffPolicyTrainer(OnlineTrainer):
         algo.check_plan(u * run_steps)
 
     @classmethod
-    def storage(cls, params: OffPolicyTrainerParams, request: StorageRequest) -> Storage:
+    def storage_plan(cls, params: OffPolicyTrainerParams, request: StorageRequest
+                     ) -> StoragePlan:
         """Circular lanes of ``buffer.size`` transitions in all."""
         m = request.num_train_envs
         if request.buffer_size < m:
             raise ConfigError(f"buffer.size={request.buffer_size} is smaller than "
                               f"env.num_train_envs={m}")
-        return Storage(replay_buffer(request.info, m, request.buffer_size // m, circular=True,
-                                     what="buffer.size", fix="lower buffer.size",
-                                     frame_stack=request.frame_stack))
+        return StoragePlan(m, request.buffer_size // m, True, "buffer.size", "lower buffer.size",
+                           request.frame_stack)
+
+    @classmethod
+    def storage(cls, params: OffPolicyTrainerParams, request: StorageRequest) -> Storage:
+        return Storage(make_buffer(request.info, cls.storage_plan(params, request)))
 
     def __init__(self, *args: Any, seed: int = 0, replay: ReplayBufferConfig | None = None,
                  **kwargs: Any) -> None:

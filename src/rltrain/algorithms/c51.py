@@ -130,8 +130,11 @@ class C51(QLearning):
                  ) -> None:
         check_support(cfg, torch.get_default_dtype())
         super().__init__(cfg, info, device, seed, atoms=cfg.atoms)
+        # made on the CPU and moved: the same support on every device, and no Python
+        # decomposition of linspace on the meta device (rltrain.footprint sizes runs there)
         self.register_buffer("support", torch.linspace(cfg.v_min, cfg.v_max, cfg.atoms,
-                                                       device=device), persistent=False)
+                                                       device="cpu").to(device),
+                             persistent=False)
 
     def expected(self, out: torch.Tensor) -> torch.Tensor:
         return categorical_mean(out, self.support)

@@ -50,7 +50,10 @@ class QRDQNConfig(QConfig):
 def quantile_midpoints(n: int, device: torch.device | None = None) -> torch.Tensor:
     """tau_i = (2 i + 1) / (2 N), i = 0..N-1: the quantile levels whose values minimise the
     1-Wasserstein distance of an N-atom uniform distribution (Dabney et al., lemma 2)."""
-    return (torch.arange(n, device=device, dtype=torch.get_default_dtype()) * 2 + 1) / (2 * n)
+    # worked out on the CPU and moved (no decomposition of the arithmetic on the meta device,
+    # where rltrain.footprint sizes a run's networks)
+    taus = (torch.arange(n, dtype=torch.get_default_dtype(), device="cpu") * 2 + 1) / (2 * n)
+    return taus if device is None else taus.to(device)
 
 
 def quantile_huber_loss(theta: torch.Tensor, target: torch.Tensor, taus: torch.Tensor,
@@ -113,4 +116,7 @@ register(AlgoSpec(
     name="qrdqn", config=QRDQNConfig, build=QRDQN, trainers=("offpolicy",),
     actions=(DISCRETE,), console=(("loss", "loss"), ("q_mean", "q"), ("epsilon", "eps")),
     paper="Dabney et al. 2018, arXiv:1710.10044", prioritized=True, masks=True,
+    # the quantile Huber loss's (batch, N, N) pairs: the differences, their Huber values, the
+    # weights and the product, and as many in the backward pass
+    update_bytes=lambda cfg, batch, element: 8 * batch * cfg.quantiles ** 2 * element,
 ))

@@ -69,6 +69,10 @@ class AlgoSpec:
     lane_fields: tuple[str, ...] = ()
     #: ``algo.compile=true`` compiles its update's losses (:func:`rltrain.algorithms.base.compiled`)
     compiles: bool = False
+    #: bytes one gradient step holds beyond the networks, where a setting makes that large:
+    #: ``update_bytes(cfg, batch_size, element_size)`` (QR-DQN's pairs of quantiles). Added
+    #: to what a run will hold in memory (rltrain.footprint); None: small next to the networks
+    update_bytes: Callable[[Any, int, int], int] | None = None
 
 
 ALGORITHMS: dict[str, AlgoSpec] = {}

@@ -95,16 +95,51 @@ def _init(module: nn.Module) -> None:
             nn.init.zeros_(m.bias)
 
 
+def out_shape(module: nn.Module, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape (batch axis left out) ``module`` turns an input of ``shape`` into, worked out
+    from its layers' arithmetic rather than by a trial pass: a trial pass over a large image
+    costs real memory, and on the meta device (where rltrain.footprint sizes a run's networks
+    before building them) seconds of imports. :raises TypeError: a layer it does not know."""
+    if isinstance(module, nn.Sequential):
+        for layer in module:
+            shape = out_shape(layer, shape)
+        return shape
+    if isinstance(module, (nn.Conv2d, nn.MaxPool2d)):
+        c, h, w = shape
+
+        def pair(x: object) -> tuple[int, int]:
+            if isinstance(x, int):
+                return x, x
+            if isinstance(x, tuple) and len(x) == 2 and all(isinstance(n, int) for n in x):
+                return int(x[0]), int(x[1])
+            raise TypeError(f"out_shape: {type(module).__name__} with {x!r}")
+
+        (kh, kw), (sh, sw), (ph, pw), (dh, dw) = (pair(x) for x in (
+            module.kernel_size, module.stride, module.padding, module.dilation))
+        if isinstance(module, nn.MaxPool2d) and module.ceil_mode:
+            raise TypeError("out_shape: a max-pool with ceil_mode")
+        h = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+        w = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+        return (module.out_channels if isinstance(module, nn.Conv2d) else c, h, w)
+    if isinstance(module, nn.Flatten):
+        return (int(np.prod(shape)),)
+    if isinstance(module, nn.Linear):
+        return (module.out_features,)
+    if isinstance(module, (nn.ReLU, _Residual)):  # shape-preserving
+        return shape
+    raise TypeError(f"out_shape: no arithmetic for {type(module).__name__}")
+
+
 class ConvEncoder(Encoder):
-    """ImageInput, a convolutional torso, flattened; its out_dim found by a trial pass."""
+    """ImageInput, a convolutional torso, flattened; its out_dim worked out from the torso's
+    layers (:func:`out_shape`)."""
 
     def __init__(self, space: gym.spaces.Box, torso: nn.Module) -> None:
         super().__init__()
         self.input = ImageInput(space)
         self.torso = torso
         _init(self.torso)
-        with torch.no_grad():
-            self.out_dim = int(self.torso(torch.zeros(1, *chw(space.shape))).shape[1])
+        (self.out_dim,) = out_shape(self.torso, chw(space.shape))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.torso(self.input(obs))
@@ -122,8 +157,7 @@ def nature_cnn(space: gym.Space) -> ConvEncoder:
         nn.Conv2d(c, 32, 8, stride=4), nn.ReLU(),
         nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
         nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(), nn.Flatten())
-    with torch.no_grad():
-        flat = int(convs(torch.zeros(1, c, h, w)).shape[1])
+    (flat,) = out_shape(convs, (c, h, w))
     return ConvEncoder(space, nn.Sequential(convs, nn.Linear(flat, 512), nn.ReLU()))
 
 
@@ -154,8 +188,7 @@ def impala_cnn(space: gym.Space) -> ConvEncoder:
         c = out
     layers += [nn.ReLU(), nn.Flatten()]
     convs = nn.Sequential(*layers)
-    with torch.no_grad():
-        flat = int(convs(torch.zeros(1, *chw(space.shape))).shape[1])
+    (flat,) = out_shape(convs, chw(space.shape))
     return ConvEncoder(space, nn.Sequential(convs, nn.Linear(flat, 256), nn.ReLU()))
 
 
