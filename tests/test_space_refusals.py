@@ -1,17 +1,26 @@
 """Spaces rltrain cannot act in are refused when the run is built, by name, before anything is
 written (issue 45 §4): a space with no values (an action Box of shape (0,) once trained with
-exit 0, and rltrain-eval and -export then crashed on its run)."""
+exit 0, and rltrain-eval and -export then crashed on its run). And an encoder's refusal names
+a way out that works: an image too small for any convolution is flattened."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+import gymnasium as gym
+import numpy as np
 import pytest
+import torch
 
 import space_envs
-from conftest import compose_run
+from conftest import compose_run, run_tool
 from rltrain.build import build_parts
 from rltrain.config import ConfigError
+from rltrain.core import SpaceInfo
+from rltrain.encoders import ENCODERS, make_encoder
+from rltrain.encoders.registry import choose
+from rltrain.observations import stored_shape
 from rltrain.settings import settings
 
 ENV = ["env=gym", f"env.id={space_envs.SPACES_ID}"]
@@ -45,3 +54,58 @@ def test_the_refusal_comes_from_the_cli_before_any_file(cli, tmp_path: Path) -> 
     assert res.returncode == 2, res.stderr
     assert "holds no values" in res.stderr and "Traceback" not in res.stderr
     assert not (tmp_path / "run").exists()
+
+
+# --------------------------------------------------------------------------- encoders
+SPACE_CASES = {
+    "image 1x1": gym.spaces.Box(0, 255, (1, 1, 3), np.uint8),
+    "image 2x2": gym.spaces.Box(0, 255, (2, 2, 3), np.uint8),
+    "image 7x7": gym.spaces.Box(0, 255, (7, 7, 3), np.uint8),
+    "image 84x84x4": gym.spaces.Box(0, 255, (4, 84, 84), np.uint8),
+    "vector": gym.spaces.Box(-1.0, 1.0, (5,), np.float32),
+    "dict": gym.spaces.Dict({"image": gym.spaces.Box(0, 255, (7, 7, 3), np.uint8),
+                             "direction": gym.spaces.Discrete(4)}),
+}
+
+
+def info_of(space: gym.Space) -> SpaceInfo:
+    return SpaceInfo(stored_shape(space), 3, (), None, None, None, "test/Env",
+                     obs_space=space, action_space=gym.spaces.Discrete(3))
+
+
+@pytest.mark.parametrize("case", sorted(SPACE_CASES))
+@pytest.mark.parametrize("name", ["auto", *sorted(ENCODERS)])
+def test_an_encoders_refusal_names_a_way_out_that_works(case: str, name: str) -> None:
+    """Every ``algo.encoder=`` a refusal suggests takes the space (a 1x1 image was refused by
+    every encoder, each saying "use algo.encoder=auto", which refused it too)."""
+    info = info_of(SPACE_CASES[case])
+    try:
+        choose(info, name)
+        return
+    except ConfigError as e:
+        message = str(e)
+    suggested = re.findall(r"algo\.encoder=(\w+) \(it takes|, or ([\w ]+)$", message)
+    names = [n for pair in suggested for n in (pair[0], *pair[1].split(" or ")) if n]
+    assert names, f"a refusal that names no way out: {message}"
+    for way in names:
+        choose(info, way)  # raises if the suggestion does not work
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 3), (2, 2, 3), (2, 9, 1)])
+def test_an_image_too_small_to_convolve_is_flattened_scaled_by_its_bounds(
+        shape: tuple[int, ...]) -> None:
+    space = gym.spaces.Box(0, 200, shape, np.uint8)
+    encoder = make_encoder(info_of(space))
+    assert choose(info_of(space)).name == "flat" and encoder.out_dim == int(np.prod(shape))
+    obs = torch.full((2, *shape), 100, dtype=torch.uint8)
+    assert torch.equal(encoder(obs), torch.full((2, int(np.prod(shape))), 0.5))
+
+
+def test_a_run_on_a_tiny_image_trains_evaluates_and_exports(cli, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    res = cli(*CLI_ENV, "experiment=smoke", "env.kwargs.obs=[2,2,3]", "env.kwargs.dtype=uint8",
+              f"hydra.run.dir={run}")
+    assert res.returncode == 0, res.stderr
+    for tool in ("rltrain-eval", "rltrain-export"):
+        done = run_tool(tool, run, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr

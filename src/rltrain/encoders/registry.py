@@ -94,10 +94,18 @@ def choose(info: SpaceInfo, name: str = "auto") -> EncoderSpec:
                           + (f"; {hint}" if hint else ""))
     spec = ENCODERS[name]
     if not spec.accepts(space):
-        fits = sorted(s.name for s in ENCODERS.values() if s.accepts(space))
+        fits = sorted((s for s in ENCODERS.values() if s.accepts(space)),
+                      key=lambda s: -s.priority)
+        if fits:  # a way out that works: what auto would take, and the others that would do
+            others = [s.name for s in fits[1:]]
+            way = (f"use algo.encoder=auto (it takes {fits[0].name} here)"
+                   + (f", or {' or '.join(others)}" if others else ""))
+        else:
+            hints = [h for h in (s.refusal(space) for s in ENCODERS.values()
+                                 if s.refusal is not None) if h]
+            way = "no registered encoder takes them" + (f": {hints[0]}" if hints else "")
         raise ConfigError(f"algo.encoder={name} cannot encode {info.env_id}'s observations "
-                          f"({space}); use algo.encoder=auto"
-                          + (f" (or {', '.join(fits)})" if fits else ""))
+                          f"({echo(space)}); {way}")
     return spec
 
 
