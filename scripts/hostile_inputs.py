@@ -72,6 +72,8 @@ from typing import Any, Literal
 import yaml
 
 BIN = Path(sys.executable).parent
+#: the repository's tests/, whose env packages some cases name (``space_envs:ID``)
+TESTS = Path(__file__).resolve().parents[1] / "tests"
 PROGRAMS = ("rltrain", "rltrain-eval", "rltrain-export", "rltrain-collect", "rltrain-report")
 SMOKE = "experiment=smoke"
 MAX_STDERR_LINES = 12
@@ -198,6 +200,8 @@ def child_env(tmp: Path) -> dict[str, str]:
     env["COLUMNS"] = "200"
     env["RLTRAIN_STATE_DIR"] = str(tmp / "_state")
     env["MINARI_DATASETS_PATH"] = str(tmp / "_minari")
+    # the test suite's env packages (space_envs: spaces of any size), after whatever is there
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), str(TESTS)) if p)
     return env
 
 
@@ -1316,34 +1320,658 @@ def issue45_s2_dict_cases() -> list[Case]:
     ]
 
 
+#: tests/space_envs.py's env, whose spaces its kwargs set
+SPACES = ["env=gym", "env.id=space_envs:rltrain-test/Spaces-v0"]
+
+
 def issue45_s3_size_cases() -> list[Case]:
-    """§3: sizes known before memory is touched."""
-    return []
+    """§3: sizes known before memory is touched: each refused in seconds, naming the setting,
+    under a memory limit (a case that allocated what it refuses would fail to); and a signal
+    honoured while the build is inside one long C call."""
+    def quick(limit_s: float) -> Check:
+        def check(tmp: Path, result: Result) -> str | None:
+            return (f"took {result.seconds:.0f} s (more than {limit_s:g})"
+                    if result.seconds > limit_s else None)
+        return check
+
+    def sized(name: str, overrides: list[str], *mention: Mention) -> Case:
+        argv = limited(["rltrain", SMOKE, *overrides, "hydra.run.dir=run"])
+        return Case(name, argv, "error", mention, all_of(quick(60), absent("run")))
+
+    stall = ["rltrain", SMOKE, *SPACES, "env.kwargs.stall=stall.txt", "hydra.run.dir=run"]
+    return [
+        sized("a (2000, 2000, 3) uint8 image", [*SPACES, "env.kwargs.obs=[2000,2000,3]",
+                                                 "env.kwargs.dtype=uint8"],
+              "observations (2000, 2000, 3)", "ResizeObservation"),
+        sized("Discrete(10**9) actions", [*SPACES, "env.kwargs.action=discrete:1000000000"],
+              "Discrete(1000000000)", "fewer values"),
+        sized("MultiDiscrete([2**31-1, 3]) actions",
+              [*SPACES, "env.kwargs.action='multidiscrete:2147483647,3'"],
+              "MultiDiscrete", "fewer values"),
+        sized("DQN on Discrete(10**9)", ["algo=dqn", *SPACES,
+                                         "env.kwargs.action=discrete:1000000000"],
+              "algo=dqn's networks", "Discrete(1000000000)"),
+        sized("algo=rainbow algo.atoms=100000000", ["algo=rainbow", "algo.atoms=100000000"],
+              "algo.atoms=100,000,000"),
+        sized("algo=qrdqn algo.quantiles=100000", ["algo=qrdqn", "algo.quantiles=100000"],
+              "algo=qrdqn's update", "algo.quantiles"),
+        sized("algo.hidden_sizes=[100000,100000]", ["algo.hidden_sizes=[100000,100000]"],
+              "algo.hidden_sizes"),
+        sized("buffer.size=10**13", ["algo=dqn", "buffer.size=10000000000000"], "buffer.size"),
+        Case("SIGINT while the build is inside one long C call", stall, "interrupt",
+             exit_code=130, send=SendSignal(signal.SIGINT, 0.3, after_file="stall.txt"),
+             check=all_of(quick(20), absent("run", "stall.txt.done"))),
+        Case("SIGTERM while the build is inside one long C call", stall, "interrupt",
+             exit_code=143, send=SendSignal(signal.SIGTERM, 0.3, after_file="stall.txt"),
+             check=all_of(quick(20), absent("run", "stall.txt.done"))),
+    ]
 
 
 def issue45_s4_domain_cases() -> list[Case]:
-    """§4: settings that cannot work are refused."""
-    return []
+    """§4: settings that cannot work are refused, and what can work does: QR-DQN with one
+    quantile acts in range, a tiny image is flattened; a refusal names a way out that works."""
+    def bright_minatar(tmp: Path) -> list[str]:
+        """A MinAtar dataset (0/1 channels, its space says so) with one value of 255."""
+        import h5py  # imported here: only the dataset cases need it
+
+        made = subprocess.run(resolve(["rltrain-collect", "--random", "--env",
+                                       "rltrain.wrappers:MinAtar/Breakout-v1", "--steps",
+                                       "300", "--out", "m.h5"]), cwd=tmp, env=child_env(tmp),
+                              capture_output=True, timeout=300)
+        if made.returncode != 0:
+            raise SetupError(decode(made.stderr).strip().splitlines()[-1:])
+        with h5py.File(tmp / "m.h5", "a") as f:
+            obs = f["obs"][()]
+            obs[3, 0, 0, 0] = 255
+            f["obs"][...] = obs
+        return ["rltrain", SMOKE, "algo=bc", "env=minatar", "dataset=m.h5",
+                "hydra.run.dir=run"]
+
+    return [
+        trains("algo=qrdqn algo.quantiles=1"),
+        trains("algo=qrdqn algo.quantiles=1 env=acrobot"),
+        refused("algo=c51 algo.v_min=-1e300 algo.v_max=1e300", "algo.v_min", "float32"),
+        refused("algo=c51 algo.atoms=1", "algo.atoms"),
+        refused(f"{' '.join(SPACES)} env.kwargs.action=box:0", "action space", "no values"),
+        refused(f"{' '.join(SPACES)} env.kwargs.obs=[0]", "observation space", "no values"),
+        trains(f"{' '.join(SPACES)} env.kwargs.obs=[1,1,3] env.kwargs.dtype=uint8"),
+        trains(f"{' '.join(SPACES)} env.kwargs.obs=[2,2,3] env.kwargs.dtype=uint8 algo=dqn"),
+        refused(f"{' '.join(SPACES)} env.kwargs.obs=[2,2,3] env.kwargs.dtype=uint8 "
+                "algo.encoder=nature", "algo.encoder=auto (it takes flat here)"),
+        refused("env=pendulum env.kwargs.g=nan", "env.kwargs.g must be a finite number"),
+        refused("env=pendulum env.wrappers=[{name:gymnasium.wrappers.ClipReward,kwargs:"
+                "{min_reward:-inf}}]", "env.wrappers[0].kwargs.min_reward"),
+        Case("image dataset holding 255 where its space says 1", bright_minatar, "error",
+             ("m.h5", "255", "outside its space's bounds [0, 1]"), absent("run")),
+    ]
 
 
 def issue45_s5_sweep_cases() -> list[Case]:
-    """§5: sweeps end as they say."""
-    return []
+    """§5: sweeps end as they say. Two SIGTERMs to a sweep (the second once the sweep said it
+    took the first), then the command its last line prints, pasted into a shell: the list
+    must say what each job's directory holds (a resume command only beside a checkpoint), and
+    that one command must finish every job (rltrain b382ded listed jobs stopped at once as
+    'interrupted ... resume with', and the printed command failed them: 'no usable
+    checkpoint'). The moment is tied to a line of the sweep's output, not to a clock: the
+    issue's 6 s fall elsewhere on another machine. Then: a value given twice warns, and the
+    Optuna sweeper's 'train with it now' command trains the budget a run would have."""
+    import queue
+
+    sweep = ["hydra.sweep.dir=S"]
+    # jobs of one epoch of 2 collection steps of 8,192 env steps: two signals sent as the
+    # second step begins land in it, before the first checkpoint (as the epoch ends)
+    first_step_long = [SMOKE, "trainer.max_epochs=1", "trainer.epoch_num_steps=16384",
+                       "trainer.collection_step_num_env_steps=8192", "trainer.batch_size=null",
+                       "trainer.update_step_num_repetitions=1", "logger.progress_interval_s=0",
+                       "seed=0,1", *sweep]
+    in_second_step = "8,192/16,384 steps"
+
+    def pump(pipe: Any, into: queue.Queue[str | None], kept: list[str]) -> None:
+        for raw in iter(pipe.readline, b""):
+            line = decode(raw)
+            kept.append(line)
+            into.put(line)
+        into.put(None)
+
+    def wait_line(lines: queue.Queue[str | None], text: str, deadline: float) -> bool:
+        while True:
+            try:
+                line = lines.get(timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                return False
+            if line is None:
+                return False
+            if text in line:
+                return True
+
+    def listed_wrongly(tmp: Path, stderr: str) -> str | None:
+        """What the sweep's list says that its directories do not hold."""
+        if "rltrain: sweep " not in stderr:
+            return "the sweep printed no list of its jobs"
+        report = stderr[stderr.index("rltrain: sweep "):]
+        for num, status, rest in re.findall(r"^\s+(\d+)\s+(\S+(?: started)?)\s+(.*)$",
+                                            report, re.M):
+            found = [p for p in (tmp / "S").glob(f"*_job{num}") if p.is_dir()]
+            saved = bool(found) and any((found[0] / "checkpoints").glob("*.pt"))
+            if "resume with" in rest and not saved:
+                return (f"the list says job {num} is {status} and resumes, but its directory "
+                        "holds no checkpoint")
+        return None
+
+    def stopped_twice_then_finished(trigger: str) -> Runner:
+        """SIGTERM once a stdout line holds ``trigger``, again once the sweep says it took
+        it; then paste the finish command its last line prints."""
+        def runner(tmp: Path, argv: list[str], timeout: float) -> Result:
+            start = time.monotonic()
+            deadline = start + timeout
+            proc = spawn(tmp, argv)
+            out: list[str] = []
+            err: list[str] = []
+            outq: queue.Queue[str | None] = queue.Queue()
+            errq: queue.Queue[str | None] = queue.Queue()
+            for pipe, into, kept in ((proc.stdout, outq, out), (proc.stderr, errq, err)):
+                threading.Thread(target=pump, args=(pipe, into, kept), daemon=True).start()
+            sent = 0
+            if wait_line(outq, trigger, deadline) and proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                sent = 1
+                if wait_line(errq, "SIGTERM received", deadline) and proc.poll() is None:
+                    proc.send_signal(signal.SIGTERM)
+                    sent = 2
+            try:
+                proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                kill_group(proc)
+                proc.wait()
+            time.sleep(0.2)  # the pumps' last lines
+            stdout, stderr = "".join(out), "".join(err)
+            shown = f"{shlex.join(argv)}  (SIGTERM once {trigger!r} is printed, again once taken)"
+            found = re.search(r"^next: finish the sweep.*?\): (rltrain .*?); then rltrain-report",
+                              stderr, re.M)
+            facts: dict[str, object] = {"sent": sent, "first_exit": proc.returncode,
+                                        "listed": listed_wrongly(tmp, stderr)}
+            if found is None or time.monotonic() > deadline:
+                return Result(argv, proc.returncode, stdout, stderr, time.monotonic() - start,
+                              time.monotonic() > deadline,
+                              display_command=f"{shown}  (printed no command to finish it)",
+                              extra={**facts, "pasted": None})
+            pasted = found.group(1)
+            env = child_env(tmp)
+            env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+            again = subprocess.Popen(["bash", "-c", pasted], cwd=tmp, env=env,
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, start_new_session=True)
+            out2, err2, timed_out = finish(again, max(1.0, deadline - time.monotonic()))
+            return Result(["bash", "-c", pasted], again.returncode, decode(out2), decode(err2),
+                          time.monotonic() - start, timed_out,
+                          display_command=f"{shown}; then, pasted into bash: {pasted}",
+                          other_output=stdout + stderr, extra={**facts, "pasted": pasted})
+        return runner
+
+    def finished_as_listed(jobs: int, epochs: int) -> Check:
+        def check(tmp: Path, result: Result) -> str | None:
+            if result.extra.get("sent") != 2:
+                return (f"the sweep ended before both signals were sent (sent "
+                        f"{result.extra.get('sent')}): nothing tested")
+            if result.extra.get("first_exit") != 143:
+                return f"the signalled sweep exited {result.extra.get('first_exit')}, not 143"
+            listed = result.extra.get("listed")
+            if listed:
+                return str(listed)
+            if result.extra.get("pasted") is None:
+                return "printed no command to finish the sweep"
+            for num in range(jobs):
+                found = [p for p in (tmp / "S").glob(f"*_job{num}") if p.is_dir()]
+                if not found:
+                    return f"job {num} has no directory"
+                done, problem = read_records(found[0] / "epochs.jsonl")
+                if problem or done != list(range(1, epochs + 1)):
+                    return (f"after the printed command, job {num}: "
+                            f"{problem or f'epochs {done}, expected 1..{epochs}'}")
+            return None
+        return check
+
+    def warns(*said: str) -> Check:
+        def check(tmp: Path, result: Result) -> str | None:
+            missing = [s for s in said if s not in result.stderr]
+            return (f"ran the repeated jobs without a word (no {', '.join(map(repr, missing))})"
+                    if missing else None)
+        return check
+
+    def trains_the_runs_budget(tmp: Path, result: Result) -> str | None:
+        """The pasted command (with --cfg job) composes the budget rltrain algo=ppo
+        env=cartpole has, and the sweep said which budget it wrote."""
+        if result.extra.get("pasted") is None:
+            return "printed no command to train with"
+        plain = subprocess.run(resolve(["rltrain", "algo=ppo", "env=cartpole", "--cfg", "job"]),
+                               cwd=tmp, env=child_env(tmp), capture_output=True, text=True,
+                               timeout=120)
+        try:
+            want = yaml.safe_load(plain.stdout)["trainer"]
+            got = yaml.safe_load(result.stdout)["trainer"]
+        except (yaml.YAMLError, KeyError, TypeError) as e:
+            return f"--cfg job printed no config ({type(e).__name__})"
+        differ = [f"{k}={got.get(k)!r} (a run: {want.get(k)!r})"
+                  for k in ("max_epochs", "epoch_num_steps", "stop_score",
+                            "test_step_num_episodes") if got.get(k) != want.get(k)]
+        if differ:
+            return f"the experiment trains the trials' budget: trainer.{', trainer.'.join(differ)}"
+        if "budget" not in result.other_output:
+            return "the right budget, but the sweep does not say which budget it wrote"
+        return None
+
+    smoke_tiny = [SMOKE, "trainer.max_epochs=1", "trainer.epoch_num_steps=256", *sweep]
+    return [
+        Case("batched sweep, SIGTERM twice as its lanes are built, then the finish command",
+             ["rltrain", "--multirun", "hydra/launcher=batched", "hydra.launcher.n_jobs=2",
+              SMOKE, "trainer.max_epochs=6", "trainer.epoch_num_steps=2048", "seed=0,1,2,3",
+              *sweep], "ok", check=finished_as_listed(4, 6),
+             runner=stopped_twice_then_finished("[job 1] env ")),
+        Case("batched sweep in one process, SIGTERM twice as lane 1 is built, then finish",
+             ["rltrain", "--multirun", "hydra/launcher=batched", "hydra.launcher.n_jobs=1",
+              SMOKE, "seed=0,1", *sweep], "ok", check=finished_as_listed(2, 2),
+             runner=stopped_twice_then_finished("[job 1] env ")),
+        Case("basic sweep, SIGTERM twice in job 0's first epoch, then the finish command",
+             ["rltrain", "--multirun", *first_step_long], "ok", check=finished_as_listed(2, 1),
+             runner=stopped_twice_then_finished(in_second_step)),
+        Case("joblib sweep, SIGTERM twice in a job's first epoch, then the finish command",
+             ["rltrain", "--multirun", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
+              *first_step_long], "ok", check=finished_as_listed(2, 1),
+             runner=stopped_twice_then_finished(in_second_step)),
+        Case("seed=0,0 runs job 0 twice: a warning says so",
+             ["rltrain", "--multirun", *smoke_tiny, "seed=0,0"], "ok",
+             check=warns("job 1 repeats job 0")),
+        Case("trainer.batch_size=64,64 seed=0,1: a warning names the repeated jobs",
+             ["rltrain", "--multirun", *smoke_tiny, "trainer.batch_size=64,64", "seed=0,1"],
+             "ok", check=warns("job 2 repeats job 0", "job 3 repeats job 1")),
+        Case("Optuna: the printed 'train with it now' command trains a run's budget",
+             ["rltrain", "--multirun", "hparams_search=ppo_cartpole", "hydra.sweeper.n_trials=2",
+              "trainer.max_epochs=2", "trainer.epoch_num_steps=512",
+              "trainer.test_step_num_episodes=2", "env.num_test_envs=2", *sweep], "ok",
+             check=trains_the_runs_budget,
+             runner=paste_printed(r"to train with it now: (rltrain .*)$", " --cfg job")),
+    ]
+
+
+def learning_records(run: Path) -> list[dict[str, Any]] | None:
+    """A run's epochs.jsonl without the fields that measure time (None if unreadable)."""
+    try:
+        rows = [json.loads(line) for line in (run / "epochs.jsonl").read_text().splitlines()]
+    except (OSError, ValueError):
+        return None
+    for row in rows:
+        for key in ("time", "timing", "steps_per_s"):
+            row.pop(key, None)
+        for part in ("train", "test"):
+            if isinstance(row.get(part), dict):
+                row[part].pop("collect_steps_per_s", None)
+    return rows
+
+
+def sigterm_then_resume(tmp: Path, argv: list[str], timeout: float) -> Result:
+    """The command run unbroken into ``full``; again into ``broken``, SIGTERM mid-epoch 2 (40%
+    into the unbroken run's epoch-2 training time after epoch 1's record); then
+    ``rltrain resume=broken``. The table shows and judges the resume."""
+    start = time.monotonic()
+
+    def left() -> float:
+        return max(1.0, timeout - (time.monotonic() - start))
+
+    full = run_process(tmp, [*argv, "hydra.run.dir=full"], timeout)
+    records = learning_records(tmp / "full") if full.returncode == 0 else None
+    if records is None or len(records) < 2:
+        full.display_command = f"{shlex.join(full.argv)}  (the unbroken run)"
+        return full
+    timing = json.loads((tmp / "full" / "epochs.jsonl").read_text().splitlines()[1])["timing"]
+    send = SendSignal(signal.SIGTERM, 0.4 * (timing["collect"] + timing["update"]),
+                      after_file="broken/epochs.jsonl")
+    broken = run_process(tmp, [*argv, "hydra.run.dir=broken"], left(), send)
+    try:  # where it stopped, before the resume rewrites summary.json
+        stopped = json.loads((tmp / "broken" / "summary.json").read_text())["checkpoint"]
+    except (OSError, ValueError, KeyError, TypeError):
+        stopped = None
+    resumed = run_process(tmp, ["rltrain", "resume=broken"], left())
+    resumed.seconds = time.monotonic() - start
+    resumed.timed_out |= full.timed_out or broken.timed_out
+    resumed.display_command = (f"{shlex.join(argv)} hydra.run.dir=full; the same into broken "
+                               f"({send.describe()}); then rltrain resume=broken")
+    resumed.other_output = full.stdout + full.stderr + broken.stdout + broken.stderr
+    resumed.extra["broken_exit"] = broken.returncode
+    resumed.extra["stopped"] = stopped
+    return resumed
+
+
+def resumed_as_unbroken(tmp: Path, result: Result) -> str | None:
+    """The interrupted run stopped mid-epoch 2 (exit 143), its resume said nothing of an
+    inexact resume, and its records are the unbroken run's, time fields aside."""
+    if "broken_exit" not in result.extra:
+        return None  # the unbroken run failed: the verdict says how
+    if result.extra["broken_exit"] != 143:
+        return f"the interrupted run exited {result.extra['broken_exit']}, not 143"
+    full, broken = learning_records(tmp / "full"), learning_records(tmp / "broken")
+    assert full is not None  # the runner went on only with the unbroken run's records
+    try:
+        env_step = int(result.extra["stopped"]["env_step"])  # type: ignore[index]
+    except (KeyError, TypeError, ValueError):
+        return "the interrupted run left no checkpoint in its summary.json"
+    if not full[0]["env_step"] < env_step < full[1]["env_step"]:
+        return (f"the signal missed epoch 2 (checkpoint at env step {env_step:,}): rerun on a "
+                "quieter machine")
+    said = [line for line in result.stderr.splitlines() if "inexact" in line
+            or "not all of it" in line or "cannot be saved" in line]
+    if full != broken:
+        if not broken or len(full) != len(broken):
+            return f"records: {len(full)} unbroken, {len(broken or [])} after the resume"
+        first = next(i for i, (a, b) in enumerate(zip(full, broken, strict=True))
+                     if a != b)
+        parts = [k for k in full[first] if full[first][k] != broken[first].get(k)]
+        return (f"epoch {first + 1} differs from the unbroken run's ({', '.join(parts)})"
+                + ("; it said so" if said else ", silently"))
+    if said:
+        return f"the records match, but it said: {said[0][:150]}"
+    return None
 
 
 def issue45_s6_atari_cases() -> list[Case]:
-    """§6: Atari resumes exactly with its default settings."""
-    return []
+    """§6: Atari resumes exactly with its default settings (env=atari: sticky actions 0.25):
+    PPO on Pong and DQN on Breakout, SIGTERM mid-epoch 2, then ``rltrain resume=...``, equal
+    to the unbroken run, time fields aside. Small runs (2 epochs of 512 env steps on 4 envs,
+    one test game on one env), so that the three processes fit a case's timeout."""
+    common = ["env=atari", "trainer.max_epochs=2", "trainer.epoch_num_steps=512",
+              "env.num_train_envs=4", "env.num_test_envs=1", "trainer.test_step_num_episodes=1",
+              "trainer.stop_score=null", "seed=2", "logger.progress_bar=false"]
+    ppo = ["algo=ppo", "env.id=ALE/Pong-v5", "trainer.collection_step_num_env_steps=128",
+           "trainer.update_step_num_repetitions=1"]
+    dqn = ["algo=dqn", "env.id=ALE/Breakout-v5", "trainer.random_warmup_env_steps=128",
+           "buffer.size=20000", "algo.target_update_interval=50",
+           "trainer.collection_step_num_env_steps=32",
+           "trainer.update_step_num_gradient_steps_per_sample=0.05"]
+    return [Case(f"{name}: SIGTERM mid-epoch 2, resume, records as unbroken",
+                 ["rltrain", *args, *common], "ok", check=resumed_as_unbroken,
+                 runner=sigterm_then_resume)
+            for name, args in (("Atari PPO Pong", ppo), ("Atari DQN Breakout", dqn))]
 
 
 def issue45_s7_console_cases() -> list[Case]:
-    """§7: a console and docs that never mislead."""
-    return []
+    """§7: a console and docs that never mislead: MinAtar videos, a long Atari test step, an
+    epoch smaller than a collection step, the inexact-state warning, --help's width and the
+    header's wrappers, an echoed space. (The one-seed report and the MinAtar id hint are
+    others' cases; the docs' tables are the tests'.)"""
+    def minatar_run(tmp: Path) -> list[str]:
+        train = ["rltrain", "env=minatar", "trainer.max_epochs=1", "trainer.epoch_num_steps=256",
+                 "trainer.test_step_num_episodes=1", "env.num_test_envs=1", "hydra.run.dir=M"]
+        proc = subprocess.run(resolve(train), cwd=tmp, env=child_env(tmp),
+                              stdin=subprocess.DEVNULL, capture_output=True, timeout=600)
+        if proc.returncode != 0:
+            raise SetupError(f"the MinAtar run failed: {decode(proc.stderr)[-300:]}")
+        return ["rltrain-eval", "M", "--episodes", "2", "--video", "V"]
+
+    def watchable(tmp: Path, result: Result) -> str | None:
+        if "UserWarning" in result.stderr:
+            return "raw gymnasium UserWarnings on the console"
+        videos = sorted((tmp / "V").glob("*.mp4"))
+        if not videos:
+            return "no video written"
+        from moviepy import VideoFileClip  # the video extra, which --video needs anyway
+
+        for video in videos:
+            clip = VideoFileClip(str(video))
+            try:
+                size, frame = clip.size, clip.get_frame(0)
+            finally:
+                clip.close()
+            if min(size) < 64:
+                return f"{video.name} is {size[0]}x{size[1]} pixels"
+            if frame.mean() < 1:
+                return f"{video.name} is black"
+        return None
+
+    def said_in_a_line(tmp: Path, result: Result) -> str | None:
+        """The inexact-state warning: no internals on the console, each warning one line of
+        a readable length; the values in rltrain.log."""
+        warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+        if "envs.envs[" in result.stderr:
+            return "the console lists env internals (envs.envs[...])"
+        if any(len(line) > 400 for line in warnings):
+            return f"a warning of {max(map(len, warnings))} characters"
+        log = tmp / "run" / "rltrain.log"
+        if any("cannot be saved" in w or "not all of it" in w for w in warnings) and (
+                not log.is_file() or "envs.envs[" not in log.read_text()):
+            return "rltrain.log does not list the values the warning sums up"
+        return None
+
+    def truthful_epoch(runs: str) -> Check:
+        def check(tmp: Path, result: Result) -> str | None:
+            if f"of {runs} env steps" not in result.stdout:
+                return f"the header does not say the epoch's {runs} env steps"
+            if re.search(r"eta -\d", result.stdout + result.stderr):
+                return "a negative ETA"
+            over = [line for line in result.stdout.splitlines()
+                    if re.search(r" ([\d,]+)/([\d,]+) steps,", line)
+                    and int(re.search(r" ([\d,]+)/", line).group(1).replace(",", ""))
+                    > int(re.search(r"/([\d,]+) steps,", line).group(1).replace(",", ""))]
+            return f"progress past its total: {over[0].strip()}" if over else None
+        return check
+
+    def carracing_header(tmp: Path, result: Result) -> str | None:
+        if "{'name'" in result.stdout:
+            return "the header prints wrapper entries as Python dicts"
+        epoch = [line for line in result.stdout.splitlines() if line.startswith("epoch ")]
+        if not epoch or " vf " not in epoch[0]:
+            return f"the epoch line drops PPO's vf: {epoch[:1]}"
+        return None
+
+    def test_progress(cap: int | None) -> Check:
+        def check(tmp: Path, result: Result) -> str | None:
+            records = tmp / "run" / "epochs.jsonl"
+            if not records.is_file():
+                return "no epochs.jsonl"
+            record = json.loads(records.read_text().splitlines()[0])
+            testing = record["timing"]["test"]
+            lines = [line for line in result.stdout.splitlines() if "testing" in line]
+            if testing > 12 and not lines:
+                return f"{testing:.0f} s of testing without a progress line"
+            if cap is not None:
+                if f"cut at {cap:,} steps" not in result.stdout:
+                    return "the header does not state the cap"
+                if record["test"].get("n_cut") != 1 or record["test"]["length_mean"] != cap:
+                    return f"the record does not say the cut: {record['test']}"
+            return said_in_a_line(tmp, result)
+        return check
+
+    def fits_80(tmp: Path, result: Result) -> str | None:
+        wide = [line for line in result.stdout.splitlines() if len(line) > 80]
+        return f"{len(wide)} lines wider than 80 columns" if wide else None
+
+    atari_dqn = ["rltrain", "env=atari", "algo=dqn", "trainer.max_epochs=1",
+                 "trainer.epoch_num_steps=64", "trainer.random_warmup_env_steps=64",
+                 "buffer.size=2000", "algo.target_update_interval=10", "env.num_test_envs=1",
+                 "trainer.test_step_num_episodes=1", "logger.progress_interval_s=5",
+                 "hydra.run.dir=run"]
+    carracing = ["rltrain", "env=carracing_discrete", "trainer.epoch_num_steps=512",
+                 "trainer.max_epochs=1", "trainer.update_step_num_repetitions=1",
+                 "trainer.test_step_num_episodes=1", "env.num_test_envs=1",
+                 "env.max_episode_steps=50", "logger.progress_interval_s=1", "hydra.run.dir=run"]
+    return [
+        Case("rltrain-eval --video on MinAtar", minatar_run, "ok", check=watchable),
+        Case("Atari DQN: a long greedy test step", atari_dqn, "ok", check=test_progress(None)),
+        Case("Atari DQN: test episodes cut at 300 steps",
+             [*atari_dqn, "trainer.test_step_max_episode_steps=300"], "ok",
+             check=test_progress(300)),
+        Case("CarRacing: an epoch of 512 env steps, collection steps of 2,048", carracing, "ok",
+             check=all_of(truthful_epoch("2,048"), said_in_a_line, carracing_header)),
+        Case("smoke: an epoch of 100 env steps, collection steps of 256",
+             ["rltrain", SMOKE, "trainer.epoch_num_steps=100", "logger.progress_interval_s=0",
+              "hydra.run.dir=run"], "ok", check=truthful_epoch("256")),
+        Case("rltrain --help within 80 columns", ["rltrain", "--help"], "ok", check=fits_80),
+        *strictly([Case("algo.encoder=nature on MiniGrid: one line",
+                        ["rltrain", "env=minigrid", "algo.encoder=nature"],
+                        must_mention=("algo.encoder=auto", "Box(0, 3 to 10, (7, 7, 3), uint8)"))]),
+    ]
 
 
 def issue45_s8_file_cases() -> list[Case]:
-    """§8: files and disks."""
-    return []
+    """§8: files and disks: every reader of a run's records bounded (a 1 GiB line of
+    epochs.jsonl under a 1.5 GiB address-space limit: rltrain b382ded read it whole, 2.4 GB
+    resident, and meets MemoryError there), nothing partial left by a full disk
+    (real ones: a small tmpfs mounted at the case's ``fs/``, which needs root) or by a signal
+    before training, rltrain-collect refusing before it has collected everything; and two
+    of §7: one-seed groups in rltrain-report, env ids whose registering module is not
+    imported."""
+    def huge_line(run: Path) -> None:
+        with (run / "epochs.jsonl").open("ab") as f:
+            f.write(b'{"epoch": 3, "pad": "')
+            for _ in range(1024):
+                f.write(b"x" * 2**20)
+            f.write(b'"}\n')
+
+    def full_disk(size: str, argv: list[str], prepare: Callable[[Path], None] | None = None
+                  ) -> Setup:
+        """Mount a tmpfs of ``size`` at the case's ``fs/`` (unmounted by :func:`on_disk`),
+        make the run ``R`` and ``prepare(fs)``."""
+        def setup(tmp: Path) -> list[str]:
+            copy_run(tmp)
+            fs = tmp / "fs"
+            fs.mkdir()
+            res = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}",
+                                  "rltrain-hostile", str(fs)], capture_output=True, text=True)
+            if res.returncode != 0:
+                raise SetupError("a real full disk is a small tmpfs, which needs root to "
+                                 f"mount ({res.stderr.strip() or 'mount failed'})")
+            if prepare is not None:
+                prepare(fs)
+            snapshot(tmp, *(str(p.relative_to(tmp)) for p in fs.rglob("*") if p.is_file()))
+            return argv
+        return setup
+
+    def on_disk(tmp: Path, argv: list[str], timeout: float) -> Result:
+        """Run the case, note what its full disk holds after, unmount it."""
+        try:
+            result = run_process(tmp, argv, timeout)
+            result.extra["left"] = sorted(str(p.relative_to(tmp)) for p in
+                                          (tmp / "fs").rglob("*"))
+            result.extra["changed"] = unchanged("an earlier file changed")(tmp, result)
+            return result
+        finally:
+            subprocess.run(["umount", "-l", str(tmp / "fs")], capture_output=True)
+
+    def nothing_partial(*kept: str) -> Check:
+        def check(tmp: Path, result: Result) -> str | None:
+            found, changed = result.extra.get("left"), result.extra.get("changed")
+            left = [p for p in found if p not in kept] if isinstance(found, list) else []
+            if left:
+                return f"left {', '.join(left)} on the full disk"
+            return changed if isinstance(changed, str) else None
+        return check
+
+    def earlier_export(fs: Path) -> None:
+        (fs / "policy.onnx").write_bytes(b"an earlier export\n")
+
+    def earlier_report(fs: Path) -> None:
+        (fs / "report").mkdir()
+        for name in ("report.md", "runs.csv", "notes.txt"):
+            (fs / "report" / name).write_text(f"an earlier {name}\n")
+
+    def quick(limit: float) -> Check:
+        def check(tmp: Path, result: Result) -> str | None:
+            return (f"refused only after {result.seconds:.0f} s (collected first?)"
+                    if result.seconds > limit else None)
+        return check
+
+    def interrupt_before_training(tmp: Path, argv: list[str], timeout: float) -> Result:
+        """SIGINT 0.05 s after the run's epochs.jsonl exists: its loggers are being made
+        (the TensorBoard one imports for longer than that), training has not begun."""
+        start = time.monotonic()
+        proc = spawn(tmp, argv)
+        records = tmp / "run" / "epochs.jsonl"
+        while proc.poll() is None and not records.exists() and time.monotonic() - start < timeout:
+            time.sleep(0.002)
+        time.sleep(0.05)
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGINT)
+        out, err, timed_out = finish(proc, max(1.0, timeout - (time.monotonic() - start)))
+        result = Result(argv, proc.returncode, decode(out), decode(err),
+                        time.monotonic() - start, timed_out)
+        result.display_command = (f"{shlex.join(argv)}  (SIGINT 0.05 s after run/epochs.jsonl "
+                                  "exists)")
+        return result
+
+    def before_training(tmp: Path, result: Result) -> str | None:
+        if "before training began" not in result.stderr:
+            return "the signal did not land before training (nothing tested)"
+        return None
+
+    def second_lr(run: Path) -> None:
+        edit_config(run, lambda c: c["algo"].update(lr=c["algo"]["lr"] * 2))
+
+    def one_seed_groups(tmp: Path) -> list[str]:
+        copy_run(tmp, "A")
+        second_lr(copy_run(tmp, "B"))
+        return ["rltrain-report", "A", "B", "--out", "out", "--reps", "100"]
+
+    def no_lone_interval(tmp: Path, result: Result) -> str | None:
+        md = (tmp / "out" / "report.md").read_text()
+        same = re.search(r"(\d[\d,.]*) \[\1, \1\]", md)
+        if same:
+            return f"report.md shows {same.group(0)!r} as a confidence interval"
+        notes = md.split("## Notes", 1)[-1].split("##", 1)[0]
+        if "one seed" not in notes:
+            return "the notes do not say that one seed gives no interval"
+        if "no interval" not in (tmp / "out" / "report.html").read_text():
+            return "report.html does not say 'no interval'"
+        return None
+
+    collect_big = ["rltrain-collect", "--random", "--env", "CartPole-v1", "--steps", "2000000"]
+    return [
+        on_run("resume=R with a 1 GiB line in epochs.jsonl (1.5 GiB address space)",
+               "prlimit", f"--as={3 * 2**29}", "--", "rltrain", "resume=R",
+               "trainer.max_epochs=3", expect="ok", prepare=huge_line,
+               check=records_are("R", 3)),
+        Case("rltrain-export onto a full disk",
+             full_disk("16k", ["rltrain-export", "R", "--out", "fs/policy.onnx"],
+                       earlier_export), must_mention=("No space left",),
+             check=nothing_partial("fs/policy.onnx"), runner=on_disk),
+        Case("rltrain-report onto a full disk",
+             full_disk("64k", ["rltrain-report", "R", "--out", "fs/report", "--reps", "100"]),
+             must_mention=("No space left", "--out"), check=nothing_partial(), runner=on_disk),
+        Case("rltrain-report --force over an earlier report, onto a full disk",
+             full_disk("64k", ["rltrain-report", "R", "--out", "fs/report", "--force",
+                               "--reps", "100"], earlier_report),
+             must_mention=("No space left",),
+             check=nothing_partial("fs/report", "fs/report/report.md", "fs/report/runs.csv",
+                                   "fs/report/notes.txt"), runner=on_disk),
+        Case("rltrain-collect --steps 2,000,000 (.h5) onto a 4 MB disk",
+             full_disk("4m", [*collect_big, "--out", "fs/c.h5"]),
+             must_mention=("will not fit", "--steps", "--out"),
+             check=all_of(quick(25), nothing_partial()), runner=on_disk),
+        Case("rltrain-collect --steps 2,000,000 (.npz) onto a 4 MB disk",
+             full_disk("4m", [*collect_big, "--out", "fs/c.npz"]),
+             must_mention=("will not fit", "--steps", "--out"),
+             check=all_of(quick(25), nothing_partial()), runner=on_disk),
+        Case("SIGINT before training", ["rltrain", SMOKE, "hydra.run.dir=run"], "interrupt",
+             check=all_of(absent("run/.summary.json.tmp", "run/.epochs.jsonl.tmp"),
+                          before_training), exit_code=130, runner=interrupt_before_training),
+        Case("rltrain-report on one-seed groups", one_seed_groups, "ok",
+             check=no_lone_interval),
+        Case("rltrain-collect --random --env MinAtar/Breakout-v1",
+             ["rltrain-collect", "--random", "--env", "MinAtar/Breakout-v1", "--episodes", "2",
+              "--out", "m.h5"], "either", ("rltrain.wrappers:MinAtar/Breakout-v1",)),
+        Case("rltrain-collect --random --env ALE/Pong-v5",
+             ["rltrain-collect", "--random", "--env", "ALE/Pong-v5", "--episodes", "1",
+              "--out", "p.h5"], "either", ("ale_py:ALE/Pong-v5",)),
+        Case("rltrain-collect --random --env MiniGrid-Empty-5x5-v0",
+             ["rltrain-collect", "--random", "--env", "MiniGrid-Empty-5x5-v0", "--episodes", "2",
+              "--out", "g.h5"], "either", ("env=minigrid", "RUN_DIR --random")),
+        Case("rltrain env=gym env.id=MinAtar/Breakout-v1",
+             ["rltrain", SMOKE, "env=gym", "env.id=MinAtar/Breakout-v1", "hydra.run.dir=run"],
+             "either", ("env=minatar",)),
+        Case("rltrain env=gym env.id=ALE/Pong-v5",
+             ["rltrain", SMOKE, "env=gym", "env.id=ALE/Pong-v5", "hydra.run.dir=run"],
+             must_mention=("env=atari env.id=ALE/Pong-v5",)),
+        Case("rltrain env=gym env.id=MiniGrid-Empty-5x5-v0",
+             ["rltrain", SMOKE, "env=gym", "env.id=MiniGrid-Empty-5x5-v0", "hydra.run.dir=run"],
+             must_mention=("env=minigrid env.id=MiniGrid-Empty-5x5-v0",)),
+    ]
 
 
 def issue45_s9_layer_cases() -> list[Case]:

@@ -7,9 +7,9 @@ env.kwargs.dtype=uint8 env.kwargs.action=discrete:3``):
 * ``obs``: the observation's shape; ``dtype``: ``float32`` (values in [-1, 1]) or ``uint8``
   (an image when it has three axes, values in [0, ``high``]);
 * ``action``: ``discrete:N``, ``box:D1,D2,...`` (bounds [-1, 1]) or ``multidiscrete:N1,N2``;
-* ``stall``: when true, the constructor first writes the file ``$RLTRAIN_TEST_STALL_FILE``,
-  then spends tens of seconds in one C call that answers no signal (a matrix power, as a
-  weight initialisation of billions of weights would), then writes ``<file>.done``.
+* ``stall``: a file's path: the constructor first writes it, then spends tens of seconds in
+  one C call that answers no signal (a matrix power, as a weight initialisation of billions
+  of weights would), then writes ``<file>.done``.
 
 Observations are zeros but for one random entry; the reward is 1 when the first action
 entry is 0 (or below 0, continuous), else 0. Episodes of 20 steps. Nothing is allocated but
@@ -19,7 +19,6 @@ what it would build for it.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -42,22 +41,21 @@ def action_space(text: str) -> gym.Space:
     raise ValueError(f"action={text!r}: discrete:N, box:D1,... or multidiscrete:N1,...")
 
 
-def stall_in_c() -> None:
+def stall_in_c(marker: Path) -> None:
     """Tens of seconds in one C call (see the module's docstring), between two marker files."""
     import torch
 
-    marker = Path(os.environ["RLTRAIN_TEST_STALL_FILE"])
     marker.write_text("stalling")
     torch.set_num_threads(1)
-    torch.linalg.matrix_power(torch.rand(2500, 2500), 2**62)  # 62 squarings
+    torch.linalg.matrix_power(torch.rand(3000, 3000), 2**62)  # 62 squarings: ~1 min
     marker.with_name(marker.name + ".done").write_text("done")
 
 
 class SpacesEnv(gym.Env):
     def __init__(self, obs: list[int] | tuple[int, ...] = (4,), dtype: str = "float32",
-                 high: int = 255, action: str = "discrete:2", stall: bool = False) -> None:
+                 high: int = 255, action: str = "discrete:2", stall: str = "") -> None:
         if stall:
-            stall_in_c()
+            stall_in_c(Path(stall))
         shape = tuple(int(n) for n in obs)
         if dtype == "uint8":
             self.observation_space = gym.spaces.Box(0, high, shape, np.uint8)

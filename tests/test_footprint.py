@@ -214,10 +214,10 @@ def test_a_signal_inside_one_long_c_call_while_building_stops_the_run(tmp_path: 
     signal handler: the build's watcher ends the process within its grace period, with the
     start-up's message, and removes the run directory it had made."""
     marker = tmp_path / "stall"
-    env = cli_env({"RLTRAIN_TEST_STALL_FILE": str(marker)})
     proc = subprocess.Popen([str(RLTRAIN), *CLI_SPACES, "experiment=smoke",
-                             "env.kwargs.stall=true", "hydra.run.dir=run"], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                             f"env.kwargs.stall={marker}", "hydra.run.dir=run"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=cli_env())
     try:
         deadline = time.monotonic() + 120
         while not marker.exists() and time.monotonic() < deadline and proc.poll() is None:
