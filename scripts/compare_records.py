@@ -105,10 +105,11 @@ TIMED = ("time", "steps_per_s", "collect_steps_per_s", "wall_time", "startup_tim
 
 
 def _untimed(record: dict) -> dict:
-    """The record without what measures time (at any depth) or where the run lives."""
+    """The record without what measures time (at any depth), where the run lives, or which
+    run it is (its id: every run has its own)."""
     return {k: _untimed(v) if isinstance(v, dict) else v for k, v in record.items()
             if k not in TIMED and not k.startswith("timing")
-            and k not in ("system", "run_dir", "checkpoint")}
+            and k not in ("system", "run_dir", "checkpoint", "run")}
 
 
 def run(out: Path, data: Path | None, only: list[str]) -> None:

@@ -327,6 +327,11 @@ class Fixtures:
     def finished_run(self) -> Path:
         return self._once("smoke", ["rltrain", SMOKE, "hydra.run.dir=smoke"], "summary.json")
 
+    def other_run(self, name: str, *overrides: str) -> Path:
+        """Another finished smoke run (``rltrain experiment=smoke OVERRIDES``), made once."""
+        return self._once(name, ["rltrain", SMOKE, *overrides, f"hydra.run.dir={name}"],
+                          "summary.json")
+
     def random_dataset(self) -> Path:
         """20 random CartPole-v1 episodes (a few hundred transitions: more than a smoke
         offline run's batch), collected by the rltrain under test."""
@@ -1294,8 +1299,51 @@ def issue20_console_cases() -> list[Case]:
 # "Sound on every new surface": one function per section of the issue, each filled in by
 # whoever fixes that section.
 def issue45_s1_identity_cases() -> list[Case]:
-    """§1: a run directory holds one run."""
-    return []
+    """§1: a run directory holds one run: a checkpoint, saved policy or record another run
+    wrote, copied into a run's directory, is refused by resume, eval, export and report,
+    naming both runs, and nothing of the directory changes."""
+    others = {"QR-DQN": ("qrdqn", "algo=qrdqn", "algo.quantiles=16"),
+              "PPO seed 1": ("seed1", "seed=1"), "PPO Acrobot": ("acrobot", "env=acrobot")}
+
+    def copied_in(other: str, part: str) -> Callable[[Path], None]:
+        def prepare(run: Path) -> None:
+            source = FIXTURES.other_run(*others[other]) / part
+            if part == "epochs.jsonl":  # one of its records appended
+                with (run / part).open("a", encoding="utf-8") as f:
+                    f.write(source.read_text().splitlines()[0] + "\n")
+            else:
+                shutil.copy(source, run / part)
+        return prepare
+
+    every = ("epochs.jsonl", "summary.json", "run.json", "checkpoints/last.pt",
+             "best/policy.pt", "final/policy.pt")
+    cases = [on_run(f"resume with {other}'s last.pt copied in", "rltrain", "resume=R",
+                    "trainer.max_epochs=3", prepare=copied_in(other, "checkpoints/last.pt"),
+                    mention=("another run's", "this directory's run is"), keep=every)
+             for other in others]
+    cases += [
+        on_run("resume with another run's best/ copied in", "rltrain", "resume=R",
+               "trainer.max_epochs=3", prepare=copied_in("PPO seed 1", "best/policy.pt"),
+               mention=("R/best/policy.pt is another run's",), keep=every),
+        on_run("resume with another run's record appended", "rltrain", "resume=R",
+               "trainer.max_epochs=3", prepare=copied_in("QR-DQN", "epochs.jsonl"),
+               mention=("another run's records",), keep=every),
+        on_run("eval with another run's best/ copied in", "rltrain-eval", "R",
+               prepare=copied_in("QR-DQN", "best/policy.pt"),
+               mention=("another run's", "not this run's weights"), keep=every),
+        on_run("export with another run's best/ copied in", "rltrain-export", "R",
+               prepare=copied_in("PPO seed 1", "best/policy.pt"),
+               mention=("another run's",), keep=every),
+        on_run("eval --weights last with another run's last.pt", "rltrain-eval", "R",
+               "--weights", "last", prepare=copied_in("PPO Acrobot", "checkpoints/last.pt"),
+               mention=("another run's",), keep=every),
+        on_run("report with another run's record appended", "rltrain-report", "R", "--out",
+               "rep", prepare=copied_in("QR-DQN", "epochs.jsonl"),
+               mention=("another run's record",), keep=every),
+        on_run("resume a copy of the run (its own files)", "rltrain", "resume=R",
+               "trainer.max_epochs=3", expect="ok", check=records_are("R", 3)),
+    ]
+    return cases
 
 
 def issue45_s2_dict_cases() -> list[Case]:
@@ -1594,13 +1642,14 @@ def issue45_s5_sweep_cases() -> list[Case]:
 
 
 def learning_records(run: Path) -> list[dict[str, Any]] | None:
-    """A run's epochs.jsonl without the fields that measure time (None if unreadable)."""
+    """A run's epochs.jsonl without the fields that measure time, nor its run's id (None if
+    unreadable)."""
     try:
         rows = [json.loads(line) for line in (run / "epochs.jsonl").read_text().splitlines()]
     except (OSError, ValueError):
         return None
     for row in rows:
-        for key in ("time", "timing", "steps_per_s"):
+        for key in ("time", "timing", "steps_per_s", "run"):
             row.pop(key, None)
         for part in ("train", "test"):
             if isinstance(row.get(part), dict):

@@ -147,9 +147,11 @@ def _pump(pipe, lines: queue.Queue) -> None:  # noqa: ANN001 - a text pipe
 
 
 def learning_records(run_dir: Path) -> list[dict]:
-    """epochs.jsonl without the fields that measure time rather than learning."""
+    """epochs.jsonl without the fields that measure time rather than learning, nor the run's
+    id (each run has its own: two runs of one config learn the same, and are still two)."""
     rows = read_jsonl(run_dir / "epochs.jsonl")
     for row in rows:
+        row.pop("run", None)
         for key in ("time", "timing"):
             row.pop(key)
         row.pop("steps_per_s")

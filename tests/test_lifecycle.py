@@ -337,7 +337,8 @@ def restore(run_dir: Path, point: ResumePoint) -> tuple[list[str], Trainer, Part
     s = settings(point.cfg)
     parts = build_parts(s)
     history: dict[str, Any] = {"resumes": []}
-    life = Lifecycle(RunContext(run_dir), s, parts, config={}, summary={}, history=history)
+    life = Lifecycle(RunContext(run_dir), s, parts, config={}, summary={}, history=history,
+                     identity=point.identity)
     trainer = build_trainer(s, parts, callbacks=life.callbacks())
     life.attach(trainer)
     return life.restore(point), trainer, parts, history

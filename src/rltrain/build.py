@@ -279,11 +279,12 @@ def build_trainer(s: Settings, parts: Parts, *, loggers: list[Logger] | None = N
 
 def run_loggers(s: Settings, run_dir: Path, *, config: dict[str, Any],
                 summary: dict[str, Any], resumed_at: dict[str, Any] | None,
-                started: float | None = None) -> list[Logger]:
+                started: float | None = None, run_id: str | None = None) -> list[Logger]:
     """The console, ``epochs.jsonl`` + ``summary.json`` (with ``summary``'s facts), and the
     registered loggers ``logger.*`` switches on. ``resumed_at``: the trainer state a resumed
     run starts from (its later records are dropped, its step is where curves go on);
-    ``started``: when the command began (``time.perf_counter``), for the console's summary."""
+    ``started``: when the command began (``time.perf_counter``), for the console's summary;
+    ``run_id``: the run's identity's id, which every epoch record carries."""
     step_key = TRAINERS[s.trainer.name].step_key
     done = None
     if resumed_at is not None:
@@ -296,7 +297,8 @@ def run_loggers(s: Settings, run_dir: Path, *, config: dict[str, Any],
                             name=f"{s.algo.name}-{s.env.name}-seed{s.seed}",
                             resume_step=None if resumed_at is None else resumed_at[step_key],
                             step_key=step_key)
-    return [console, JsonlLogger(run_dir, keep_epochs=done, extra_summary=summary),
+    return [console, JsonlLogger(run_dir, keep_epochs=done, extra_summary=summary,
+                                 run_id=run_id),
             *build_loggers(s.logger, context)]
 
 

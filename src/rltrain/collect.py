@@ -512,6 +512,15 @@ def from_buffer(args: argparse.Namespace) -> tuple[Any, str]:
         ckpt, used, _ = load_latest(args.run_dir / "checkpoints")
     except CheckpointError as e:
         raise UserError(f"--buffer: {short(e, 240)}") from None
+    from rltrain.lifecycle import ForeignFile, file_identity, not_own, own_identity
+
+    try:
+        problem = not_own(used, file_identity(ckpt), own_identity(args.run_dir))
+    except ForeignFile as e:
+        problem = str(e)
+    if problem is not None:
+        raise UserError(f"--buffer: {problem}; collect from the directory of the run that "
+                        "wrote it")
     buffer = (ckpt["trainer"].get("storage") or {}).get("buffer")
     if buffer is None:
         raise UserError(f"--buffer: {used} holds no replay buffer (the run was trained with "

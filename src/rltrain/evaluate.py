@@ -195,17 +195,36 @@ def load_run(run_dir: Path, weights: str, device: str | None = None, *,
         envs.close()
     algorithm = build_algorithm(s, info)
     policy = algorithm.deployable()
-    policy.load_state_dict(_policy_state(path, weights, algorithm, info))
+    policy.load_state_dict(_policy_state(path, weights, algorithm, info, _own(run_dir)))
     algorithm.eval()
     return LoadedRun(run_dir, s, info, algorithm, weights, path, policy.eval())
 
 
-def _policy_state(path: Path, weights: str, algorithm: Any, info: Any) -> dict[str, Any]:
+def _own(run_dir: Path) -> dict[str, Any] | None:
+    """The directory's own run (rltrain.lifecycle.own_identity); UserError if run.json is
+    damaged."""
+    from rltrain.lifecycle import ForeignFile, own_identity
+
+    try:
+        return own_identity(run_dir)
+    except ForeignFile as e:
+        raise UserError(str(e)) from None
+
+
+def _policy_state(path: Path, weights: str, algorithm: Any, info: Any,
+                  own: dict[str, Any] | None = None) -> dict[str, Any]:
     """The deployable policy's state_dict from a weights file, checked against the policy
-    the run's config builds."""
+    the run's config builds and against the run (``own``: its identity): a file another run
+    wrote, copied into this directory, is refused naming both runs."""
 
     from rltrain.checkpoint import CheckpointError, load_checkpoint, load_policy
-    from rltrain.lifecycle import restore_algorithm
+    from rltrain.lifecycle import file_identity, not_own, restore_algorithm
+
+    def refuse_other(obj: Any) -> None:
+        problem = not_own(path, file_identity(obj), own)
+        if problem is not None:
+            raise UserError(f"{problem}; these are not this run's weights: move that file "
+                            "out, or pass the directory of the run that wrote it")
 
     policy = algorithm.deployable()
     if weights == "last":
@@ -215,6 +234,7 @@ def _policy_state(path: Path, weights: str, algorithm: Any, info: Any) -> dict[s
             obj = load_checkpoint(path)
         except CheckpointError as e:
             raise UserError(short(e, 240)) from None
+        refuse_other(obj)
         try:
             modules = obj["algorithm"]["modules"]
         except (KeyError, TypeError):
@@ -232,6 +252,7 @@ def _policy_state(path: Path, weights: str, algorithm: Any, info: Any) -> dict[s
             obj = load_policy(path)
         except CheckpointError as e:
             raise UserError(short(e, 240)) from None
+        refuse_other(obj)
         state = obj["state_dict"]
         meta = obj.get("meta") or {}
         algo = algorithm.cfg.name

@@ -11,6 +11,7 @@ that continues itself both start from :func:`resume_point` and hand it to
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import re
@@ -25,13 +26,20 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from rltrain import stored, trust
+from rltrain import rundir, stored, trust
 from rltrain.algorithms import Algorithm
 from rltrain.build import Parts
 from rltrain.catalogue import register_configs, typed_run_config
-from rltrain.checkpoint import load_latest, save_checkpoint, save_policy
+from rltrain.checkpoint import (
+    CheckpointError,
+    load_latest,
+    load_policy,
+    save_checkpoint,
+    save_policy,
+)
 from rltrain.config import ConfigError
 from rltrain.errors import SaveError
+from rltrain.loggers.jsonl import read_records
 from rltrain.rundir import RunDirRemoved, RunDirWatch
 from rltrain.settings import Settings
 from rltrain.stats import EpochStats, InfoStats
@@ -75,6 +83,9 @@ class ResumePoint:
     path: Path
     #: what was wrong with newer checkpoint files, skipped on the way
     problems: list[str]
+    #: the run's identity: the checkpoint's, which is the directory's (see
+    #: :func:`check_own`); minted for a run made before runs had ids
+    identity: dict[str, Any] = field(default_factory=dict)
 
     @property
     def trainer(self) -> dict[str, Any]:
@@ -99,13 +110,117 @@ def resume_point(run_dir: Path, *, consent: bool = False,
     # plain data within bounds: a pickle shares objects as YAML aliases do, and a config of
     # parts repeated a billion times would be expanded by OmegaConf.create below
     stored.check_plain(config, f"the config in {used}")
+    stored.check_plain(state.get("run"), f"the run identity in {used}")
+    identity = check_own(run_dir, state, used)
     env = config.get("env") if isinstance(config, dict) else None
     trust.check(trust.env_surface(env), f"the config in {used}", consent=consent, allow=allow)
     register_configs()
     cfg = typed_run_config(OmegaConf.create(state["config"]))
     cfg.trust = consent  # the consent of this command, never a stored one
     _dataset_where_it_was(cfg, (state.get("dataset") or {}).get("path"))
-    return ResumePoint(state, cfg, used, problems)
+    return ResumePoint(state, cfg, used, problems, identity)
+
+
+class ForeignFile(CheckpointError):
+    """A file in a run directory that another run wrote; the message names both runs."""
+
+
+def own_identity(run_dir: Path) -> dict[str, Any] | None:
+    """Who the directory's run is: its ``run.json``, else (a run made before runs had ids)
+    what its ``.hydra/config.yaml`` says it trains; None when neither says.
+
+    :raises ForeignFile: run.json is damaged."""
+    try:
+        identity = rundir.read_identity(run_dir)
+    except rundir.RunDirError as e:
+        raise ForeignFile(str(e)) from None
+    if identity is not None:
+        return identity
+    try:
+        config = stored.read_yaml(run_dir / ".hydra" / "config.yaml")
+    except (OSError, stored.StoredDataError):
+        return None
+    return rundir.config_identity(config)
+
+
+def file_identity(state: Any) -> dict[str, Any] | None:
+    """Whose a checkpoint or a saved policy is: its ``run`` (or, written before runs had ids,
+    what its config or meta says it trains)."""
+    if not isinstance(state, dict):
+        return None
+    if isinstance(state.get("run"), dict):
+        return state["run"]
+    if isinstance(state.get("config"), dict):
+        return rundir.config_identity(state["config"])
+    meta = state.get("meta")
+    if isinstance(meta, dict):
+        if isinstance(meta.get("run"), dict):
+            return dict(meta["run"])
+        if "algo" in meta and "env_id" in meta:  # no seed: compared on what it has
+            return {"algo": meta["algo"], "env": meta["env_id"]}
+    return None
+
+
+def not_own(path: Path, theirs: dict[str, Any] | None, ours: dict[str, Any] | None
+            ) -> str | None:
+    """Why ``path`` is not the directory's own file (None when it is, or when either side
+    says nothing of its run)."""
+    if theirs is None or ours is None or rundir.same_run(theirs, ours):
+        return None
+    return (f"{path} is another run's ({rundir.describe_identity(theirs)}); this "
+            f"directory's run is {rundir.describe_identity(ours)}")
+
+
+def check_own(run_dir: Path, state: dict[str, Any], used: Path) -> dict[str, Any]:
+    """Before a resume writes anything: the checkpoint, the saved policies and the epoch
+    records are the directory's own run's, or the resume is refused naming both runs (a
+    checkpoint copied in from another run once trained that run inside this directory,
+    overwriting its records, checkpoints and best policy). Returns the run's identity: the
+    checkpoint's, or for a run made before runs had ids, a new one with what it trains.
+
+    :raises ForeignFile: naming the file and both runs."""
+    ours = own_identity(run_dir)
+    theirs = file_identity(state)
+    way_out = ("a resume continues the directory's own run: move the other run's files out "
+               "(or start a new run)")
+    problem = not_own(used, theirs, ours)
+    if problem is None:
+        for name in ("best", "final"):
+            path = run_dir / name / "policy.pt"
+            if path.is_file():
+                with contextlib.suppress(CheckpointError):
+                    problem = not_own(path, file_identity(load_policy(path)), ours)
+            if problem is not None:
+                break
+    if problem is None and ours is not None and isinstance(ours.get("id"), str):
+        problem = foreign_record(run_dir, ours)
+    if problem is not None:
+        raise ForeignFile(f"{problem}; {way_out}")
+    if theirs is not None and isinstance(theirs.get("id"), str):
+        return theirs
+    if ours is not None and isinstance(ours.get("id"), str):
+        return ours
+    base = ours or theirs or {}
+    return rundir.new_identity(str(base.get("algo")), str(base.get("env")),
+                               base.get("seed", 0), run_dir)
+
+
+def foreign_record(run_dir: Path, ours: dict[str, Any]) -> str | None:
+    """Why a record of ``epochs.jsonl`` is not the directory's own run's, or None (records
+    written before runs had ids carry none, and are taken as its)."""
+    path = run_dir / "epochs.jsonl"
+    if not path.is_file():
+        return None
+    try:
+        for number, record in enumerate(read_records(path, warn=lambda _: None), 1):
+            other = record.get("run")
+            if isinstance(other, str) and other != ours["id"]:
+                return (f"{path} holds another run's records (run {other}, line {number}: "
+                        f"epoch {record['epoch']}); this directory's run is "
+                        f"{rundir.describe_identity(ours)}")
+    except stored.StoredDataError:
+        return None
+    return None
 
 
 def _dataset_where_it_was(cfg: DictConfig, recorded: str | None) -> None:
@@ -165,12 +280,16 @@ class Lifecycle:
     """
 
     def __init__(self, ctx: RunContext, s: Settings, parts: Parts, config: dict[str, Any],
-                 summary: dict[str, Any], history: dict[str, Any]) -> None:
+                 summary: dict[str, Any], history: dict[str, Any],
+                 identity: dict[str, Any]) -> None:
+        """:param identity: the run's (rltrain.rundir.new_identity), in every checkpoint and
+            saved policy, so that a file copied in from another run is told apart."""
         self.ctx, self.s, self.parts = ctx, s, parts
         self.config, self.summary, self.history = config, summary, history
+        self.identity = identity
         self.meta = {"algo": s.algo.name, "env_id": s.env.id,
                      "obs_shape": list(parts.info.obs_shape), "discrete": parts.info.discrete,
-                     "action_dim": parts.info.action_dim}
+                     "action_dim": parts.info.action_dim, "run": identity}
         self.trainer: Trainer | None = None
         self._warned_inexact = False
         #: every file of the run is written after checking that its directory is still there
@@ -253,6 +372,7 @@ class Lifecycle:
             log.info(state_detail(missing + caveats), extra=FILE_ONLY)
         trainer_state = trainer.state_dict()  # with its kind's storage
         state = {
+            "run": self.identity,
             "config": self.config,
             "algorithm": parts.algorithm.training_state(),
             "trainer": trainer_state,

@@ -24,7 +24,7 @@ from rltrain.errors import TrainingError
 from rltrain.files import open_append
 from rltrain.lifecycle import Lifecycle, ResumePoint, RunContext, check_same_dataset
 from rltrain.loggers import Logger
-from rltrain.rundir import resume_command
+from rltrain.rundir import IDENTITY, new_identity, resume_command, write_identity
 from rltrain.settings import Settings, settings
 from rltrain.stats import InfoStats, flatten
 from rltrain.system import system_info
@@ -70,7 +70,9 @@ def _train(cfg: DictConfig, s: Settings, ctx: RunContext, parts: Parts,
     config = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True))
     history: dict[str, Any] = dict(resume.state.get("history") or {}) if resume else {}
     history.setdefault("resumes", [])
+    identity = _identity(s, ctx.run_dir, resume)
     summary: dict[str, Any] = {
+        "run": identity,
         "run_dir": str(ctx.run_dir),
         "system": system_info(ctx.command, ctx.overrides),
         "env_state": {"exact": True, "not_captured": []},
@@ -81,14 +83,26 @@ def _train(cfg: DictConfig, s: Settings, ctx: RunContext, parts: Parts,
         summary["dataset"] = parts.storage.dataset
     loggers = run_loggers(s, ctx.run_dir, config=config, summary=summary,
                           resumed_at=None if resume is None else resume.trainer,
-                          started=ctx.started)
+                          started=ctx.started, run_id=identity["id"])
     if ctx.trial is not None and resume is not None:
         ctx.trial.load_scores(ctx.run_dir)
-    life = Lifecycle(ctx, s, parts, config, summary, history)
+    life = Lifecycle(ctx, s, parts, config, summary, history, identity)
     try:
         return _run_trainer(s, ctx, parts, loggers, life, resume)
     finally:
         life.close()
+
+
+def _identity(s: Settings, run_dir: Path, resume: ResumePoint | None) -> dict[str, Any]:
+    """The run's identity (rltrain.rundir.new_identity): a resumed run's own, checked against
+    its directory by the resume (:func:`rltrain.lifecycle.resume_point`), else a new one;
+    written to ``run.json`` where the directory has none yet (a new run, or one made before
+    runs had ids)."""
+    identity = resume.identity if resume is not None else new_identity(
+        s.algo.name, s.env.id, s.seed, run_dir)
+    if resume is None or not (run_dir / IDENTITY).exists():
+        write_identity(run_dir, identity)
+    return identity
 
 
 def _run_trainer(s: Settings, ctx: RunContext, parts: Parts, loggers: list[Logger],
@@ -98,7 +112,7 @@ def _run_trainer(s: Settings, ctx: RunContext, parts: Parts, loggers: list[Logge
     if resume is not None:
         life.restore(resume)
     if s.env.kwargs:
-        # a crash in the env's own code: its arguments are the usual suspect
+        # a crash in the env's own code (its step): its arguments are the usual suspect
         trainer.crash_hint = f" (the env was made with env.kwargs={dict(s.env.kwargs)})"
     log_build(s, parts, trainer, ctx.run_dir)
     life.summary["startup_time"] = time.perf_counter() - ctx.started

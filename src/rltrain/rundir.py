@@ -24,6 +24,7 @@ import shlex
 import shutil
 import socket
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,14 +33,17 @@ from omegaconf import OmegaConf
 
 from rltrain import signals
 from rltrain.errors import TrainingError
-from rltrain.files import link_target, links_among
+from rltrain.files import link_target, links_among, replacing, write_new
 from rltrain.stored import read_json
 from rltrain.streams import clip_long_words
 
 LOCK = ".rltrain.lock"
+#: the run's identity (:func:`new_identity`), written when it starts
+IDENTITY = "run.json"
 #: what rltrain writes into a run directory (and may remove when it replaces a failed attempt)
-OWN = (".hydra", "epochs.jsonl", "summary.json", "tb", "checkpoints", "best", "final",
-       "rltrain.log", "eval.json", ".epochs.jsonl.tmp", ".summary.json.tmp", "summary.json.tmp")
+OWN = (".hydra", IDENTITY, "epochs.jsonl", "summary.json", "tb", "checkpoints", "best",
+       "final", "rltrain.log", "eval.json", ".epochs.jsonl.tmp", ".summary.json.tmp",
+       "summary.json.tmp", f".{IDENTITY}.tmp")
 
 
 class RunDirError(Exception):
@@ -52,16 +56,19 @@ def _strerror(e: OSError) -> str:
 
 def holds_run(run_dir: Path) -> list[str]:
     """What makes ``run_dir`` a run that must not be overwritten (empty: nothing): a
-    checkpoint (it can be resumed), or a summary of a run that completed or was interrupted.
-    An attempt that failed or was killed before its first checkpoint can be neither resumed
-    nor trusted; a new run replaces what it left."""
+    checkpoint (it can be resumed), or a summary of a run that completed. An attempt that
+    failed, was killed, or was stopped at once (a second signal) before its first checkpoint
+    can be neither resumed nor trusted; a new run replaces what it left, saying so
+    (:func:`failed_attempt_note`)."""
     found = []
     ckpts = run_dir / "checkpoints"
-    if ckpts.is_dir() and any(p.suffix == ".pt" and not p.name.startswith(".")
-                              for p in ckpts.iterdir()):
+    saved = ckpts.is_dir() and any(p.suffix == ".pt" and not p.name.startswith(".")
+                                   for p in ckpts.iterdir())
+    if saved:
         found.append("checkpoints")
     status = read_summary(run_dir).get("status", "completed")
-    if (run_dir / "summary.json").is_file() and status not in ("failed", "not started"):
+    unfinished = status in ("failed", "not started") or (status == "interrupted" and not saved)
+    if (run_dir / "summary.json").is_file() and not unfinished:
         found.append("summary.json")
     return found
 
@@ -109,8 +116,11 @@ def failed_attempt_note(run_dir: Path, found: list[str] | None = None) -> str | 
     found = leftovers(run_dir) if found is None else found
     if not found:
         return None
-    error = read_summary(run_dir).get("error")
-    why = f"; it failed: {error}" if error else ""
+    summary = read_summary(run_dir)
+    status, error = summary.get("status"), summary.get("error")
+    why = (f"; it did not start: {error}" if status == "not started" and error else
+           "; it was stopped at once, before its first checkpoint" if status == "interrupted"
+           else f"; it failed: {error}" if error else "")
     return (f"replacing what an attempt without a checkpoint left in {run_dir} "
             f"({', '.join(found)}{why})")
 
@@ -386,3 +396,73 @@ class RunDirWatch:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+# --------------------------------------------------------------------------- a run's identity
+#: the fields of an identity that say which run it is without its id (for messages, and for
+#: checkpoints and directories written before runs had ids)
+IDENTITY_FIELDS = ("algo", "env", "seed")
+
+
+def new_identity(algo: str, env: str, seed: int, run_dir: Path) -> dict[str, Any]:
+    """A new run's identity: a random id (two runs never share one, whatever their configs),
+    what it trains, and where it was made. Every checkpoint, saved policy and epoch record of
+    the run carries it (the records its id alone), so that resume, eval, export and report
+    can tell the directory's own files from another run's copied in."""
+    return {"id": uuid.uuid4().hex[:16], "algo": algo, "env": env, "seed": seed,
+            "made": time.strftime("%Y-%m-%d %H:%M:%S"), "dir": str(run_dir)}
+
+
+def config_identity(config: Any) -> dict[str, Any] | None:
+    """What a run config says of its run's identity (no id: a config does not know it), or
+    None when it is not a config of rltrain's."""
+    try:
+        return {"algo": str(config["algo"]["name"]), "env": str(config["env"]["id"]),
+                "seed": config["seed"]}
+    except (KeyError, TypeError):
+        return None
+
+
+def write_identity(run_dir: Path, identity: dict[str, Any]) -> None:
+    with replacing(run_dir / IDENTITY) as tmp:
+        write_new(tmp, json.dumps(identity, indent=2) + "\n")
+
+
+def read_identity(run_dir: Path) -> dict[str, Any] | None:
+    """The directory's own identity: ``run.json`` (None when there is none: a run made before
+    runs had ids, or no run); RunDirError when it is there but not one."""
+    path = run_dir / IDENTITY
+    if not path.exists() and not path.is_symlink():
+        return None
+    try:
+        identity = read_json(path)
+    except (OSError, ValueError) as e:
+        raise RunDirError(f"{path} cannot be read as a run's identity ({e}); it is how "
+                          "rltrain tells this run's files from another's") from None
+    if not (isinstance(identity, dict) and isinstance(identity.get("id"), str)
+            and all(key in identity for key in IDENTITY_FIELDS)):
+        raise RunDirError(f"{path} is not a run's identity (it needs id, "
+                          f"{', '.join(IDENTITY_FIELDS)}); it is how rltrain tells this run's "
+                          "files from another's")
+    return identity
+
+
+def same_run(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two identities are one run's: their ids when both have one, else what both say
+    they train (the best a file written before runs had ids allows: an old saved policy
+    records no seed)."""
+    if isinstance(a.get("id"), str) and isinstance(b.get("id"), str):
+        return bool(a["id"] == b["id"])
+    return all(a[key] == b[key] for key in IDENTITY_FIELDS if key in a and key in b)
+
+
+def describe_identity(identity: dict[str, Any]) -> str:
+    """``ppo on CartPole-v1, seed 0, run 4f3a9c0d1e2b5a67 made in /runs/a``."""
+    what = f"{identity.get('algo')} on {identity.get('env')}"
+    if "seed" in identity:
+        what += f", seed {identity['seed']}"
+    if isinstance(identity.get("id"), str):
+        what += f", run {identity['id']}"
+        if isinstance(identity.get("dir"), str):
+            what += f" made in {identity['dir']}"
+    return what

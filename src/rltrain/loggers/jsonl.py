@@ -65,11 +65,15 @@ class JsonlLogger(Logger):
     ``summary.json`` at the end."""
 
     def __init__(self, run_dir: Path, keep_epochs: int | None = None,
-                 extra_summary: dict[str, Any] | None = None) -> None:
+                 extra_summary: dict[str, Any] | None = None, run_id: str | None = None
+                 ) -> None:
         """:param keep_epochs: when resuming, the epochs already done: later records (logged
             after the checkpoint) and a torn last line are dropped, so the file continues
-            without gap or repeat."""
+            without gap or repeat.
+        :param run_id: the run's id (rltrain.rundir.new_identity), in every record as
+            ``run``: a record copied in from another run is told apart by it."""
         self.run_dir = run_dir
+        self.run_id = run_id
         self.extra_summary = extra_summary if extra_summary is not None else {}
         self.path = run_dir / "epochs.jsonl"
         self._summary_tmp = run_dir / ".summary.json.tmp"
@@ -104,6 +108,8 @@ class JsonlLogger(Logger):
         # a record written into a removed directory would be lost without a word
         self._watch.check(record["epoch"])
         row = unflatten({k: _json_safe(v) for k, v in record.items()})
+        if self.run_id is not None:
+            row["run"] = self.run_id
         try:
             self._file.write(json.dumps(row) + "\n")
             self._file.flush()

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from rltrain import stored
+from rltrain import rundir, stored
 
 #: keys that say nothing about what was trained: runs differing only in these are seeds of
 #: one group
@@ -200,13 +200,19 @@ def load_run(path: Path, warn: Callable[[str], object] = print) -> Run:
         raise DamagedRun(".hydra/config.yaml is not an rltrain config (no env group)")
     config = flatten(raw)
     _check_config(config)
+    try:
+        identity = rundir.read_identity(path)
+    except rundir.RunDirError as e:
+        raise DamagedRun(str(e)) from None
     summary = _read_summary(path, warn)
+    if identity is not None:
+        _check_own_summary(summary, identity)
     steps: list[float] = []
     scores: list[float] = []
     epochs = path / "epochs.jsonl"
     if epochs.is_file():
         key = "gradient_step" if config.get("trainer.name") == "offline" else "env_step"
-        steps, scores = _read_epochs(epochs, warn, key)
+        steps, scores = _read_epochs(epochs, warn, key, identity)
     if not scores and (summary or {}).get("status") != "failed":
         raise DamagedRun("epochs.jsonl is missing" if not epochs.is_file() else
                          "epochs.jsonl is empty" if not epochs.stat().st_size else
@@ -235,10 +241,19 @@ def _check_config(config: dict[str, Any]) -> None:
         raise wrong("trainer.max_epochs", "a whole number >= 1")
 
 
-def _read_epochs(path: Path, warn: Callable[[str], object], key: str = "env_step"
-                 ) -> tuple[list[float], list[float]]:
+def _check_own_summary(summary: dict[str, Any] | None, identity: dict[str, Any]) -> None:
+    """A summary.json another run wrote (copied in) is refused naming both runs."""
+    other = (summary or {}).get("run")
+    if isinstance(other, dict) and not rundir.same_run(other, identity):
+        raise DamagedRun(f"summary.json is another run's ({rundir.describe_identity(other)}); "
+                         f"this directory's run is {rundir.describe_identity(identity)}")
+
+
+def _read_epochs(path: Path, warn: Callable[[str], object], key: str = "env_step",
+                 identity: dict[str, Any] | None = None) -> tuple[list[float], list[float]]:
     """Each tested epoch's step (``key``) and test return. A record that is not what rltrain
-    writes raises DamagedRun naming the line and field; a record without a finite test
+    writes raises DamagedRun naming the line and field, and so does a record of another run
+    than the directory's (``identity``: its run.json); a record without a finite test
     return (no test episode finished) is left out, as a torn last line is."""
     steps: list[float] = []
     scores: list[float] = []
@@ -256,6 +271,11 @@ def _read_epochs(path: Path, warn: Callable[[str], object], key: str = "env_step
                          "while writing it)")
                     break
                 raise DamagedRun(f"epochs.jsonl line {number} is not an epoch record")
+            other = record.get("run")
+            if identity is not None and other is not None and other != identity["id"]:
+                raise DamagedRun(f"epochs.jsonl line {number} is another run's record (run "
+                                 f"{_short(other)}); this directory's run is "
+                                 f"{rundir.describe_identity(identity)}")
             step = _epoch_step(record, key, number)
             if previous is not None and step <= previous[0]:
                 raise DamagedRun(f"epochs.jsonl line {number}: {key} {step} does not follow "
