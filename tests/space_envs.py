@@ -7,6 +7,7 @@ env.kwargs.dtype=uint8 env.kwargs.action=discrete:3``):
 * ``obs``: the observation's shape; ``dtype``: ``float32`` (values in [-1, 1]) or ``uint8``
   (an image when it has three axes, values in [0, ``high``]);
 * ``action``: ``discrete:N``, ``box:D1,D2,...`` (bounds [-1, 1]) or ``multidiscrete:N1,N2``;
+* ``crash_at``: ``step`` raises RuntimeError at this step of the env's life (0: never);
 * ``stall``: a file's path: the constructor first writes it, then spends tens of seconds in
   one C call that answers no signal (a matrix power, as a weight initialisation of billions
   of weights would), then writes ``<file>.done``.
@@ -53,9 +54,11 @@ def stall_in_c(marker: Path) -> None:
 
 class SpacesEnv(gym.Env):
     def __init__(self, obs: list[int] | tuple[int, ...] = (4,), dtype: str = "float32",
-                 high: int = 255, action: str = "discrete:2", stall: str = "") -> None:
+                 high: int = 255, action: str = "discrete:2", stall: str = "",
+                 crash_at: int = 0) -> None:
         if stall:
             stall_in_c(Path(stall))
+        self.crash_at, self.lived = crash_at, 0
         shape = tuple(int(n) for n in obs)
         if dtype == "uint8":
             self.observation_space = gym.spaces.Box(0, high, shape, np.uint8)
@@ -74,6 +77,9 @@ class SpacesEnv(gym.Env):
         return self._obs(), {}
 
     def step(self, action: Any):
+        self.lived += 1
+        if self.lived == self.crash_at:
+            raise RuntimeError(f"the simulator diverged at step {self.lived}")
         first = np.asarray(action, dtype=np.float64).reshape(-1)
         hit = first.size > 0 and first[0] <= 0
         return self._obs(), float(hit), False, False, {}

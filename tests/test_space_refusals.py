@@ -14,8 +14,8 @@ import pytest
 import torch
 
 import space_envs
-from conftest import compose_run, run_tool
-from rltrain.build import build_parts
+from conftest import compose_run, run_in_process, run_tool
+from rltrain.build import build_parts, build_trainer
 from rltrain.config import ConfigError
 from rltrain.core import SpaceInfo
 from rltrain.encoders import ENCODERS, make_encoder
@@ -109,3 +109,26 @@ def test_a_run_on_a_tiny_image_trains_evaluates_and_exports(cli, tmp_path: Path)
     for tool in ("rltrain-eval", "rltrain-export"):
         done = run_tool(tool, run, cwd=tmp_path)
         assert done.returncode == 0, done.stderr
+
+
+# --------------------------------------------------------------------------- crashes
+def test_a_crash_in_the_envs_step_names_its_kwargs_and_one_elsewhere_does_not(
+        tmp_path: Path) -> None:
+    """The kwargs an env was made with are the usual suspects of a crash in its own code,
+    and said with it; a crash in rltrain's or torch's code (a policy's) must not blame them
+    (the one-env Dict bug of issue 45 read "the env was made with env.kwargs=...")."""
+    info = run_in_process(tmp_path / "crash", *ENV, "experiment=smoke",
+                          "+env.kwargs.crash_at=100", "logger.tensorboard=false")
+    assert info.status == "failed"
+    assert info.error == ("RuntimeError: the simulator diverged at step 100 (the env was made "
+                          "with env.kwargs={'crash_at': 100})")
+
+    s = settings(compose_run(*ENV, "experiment=smoke", "+env.kwargs.crash_at=100"))
+    parts = build_parts(s)
+    try:
+        trainer = build_trainer(s, parts)
+        trainer.crash_hint = " (the env was made with env.kwargs={'crash_at': 100})"
+        trainer.failure = RuntimeError("self.stride(0) must be divisible by 8")
+        assert trainer.info().error == "RuntimeError: self.stride(0) must be divisible by 8"
+    finally:
+        parts.close()

@@ -37,7 +37,7 @@ from rltrain import envstate
 from rltrain.core import Policy
 from rltrain.data.buffers import ReplayBuffer
 from rltrain.envs import autoreset_mode
-from rltrain.errors import NonFiniteError
+from rltrain.errors import NonFiniteError, mark_env_failure
 from rltrain.masking import KEY as MASK_KEY
 from rltrain.masking import is_masked
 from rltrain.observations import Packer, layout
@@ -110,7 +110,11 @@ class Collector:
 
     def reset(self, seed: int | None = None) -> None:
         """Start fresh episodes in every env (seeded if ``seed`` is given)."""
-        obs, _ = self.envs.reset(seed=seed)
+        try:
+            obs, _ = self.envs.reset(seed=seed)
+        except Exception as e:
+            mark_env_failure(e)
+            raise
         self._obs = self._packer(obs)
         self._resetting[:] = False
         self._memory = None
@@ -270,7 +274,11 @@ class Collector:
                 if self.on_obs is not None:
                     self.on_obs(obs)
                 act = policy(obs)
-                next_obs, rew, terminated, truncated, info = step(act)
+                try:
+                    next_obs, rew, terminated, truncated, info = step(act)
+                except Exception as e:
+                    mark_env_failure(e)  # the env's own code: its arguments may be to blame
+                    raise
                 if packer is not None:
                     next_obs = packer(next_obs)
                 done = terminated | truncated

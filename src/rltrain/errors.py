@@ -18,3 +18,18 @@ class NonFiniteError(TrainingError):
 
 class SaveError(TrainingError):
     """A file of the run (checkpoint, policy, epoch record) could not be written."""
+
+
+#: the attribute :func:`mark_env_failure` sets on an exception raised by an env's own code
+_IN_ENV = "_rltrain_in_env"
+
+
+def mark_env_failure(error: BaseException) -> None:
+    """Say that ``error`` came out of an env's own code (its ``step``): a failure message may
+    then point at what the env was made with; one raised by rltrain's or torch's code must
+    not (a policy's bug once read "the env was made with env.kwargs=...")."""
+    setattr(error, _IN_ENV, True)
+
+
+def is_env_failure(error: BaseException) -> bool:
+    return bool(getattr(error, _IN_ENV, False))

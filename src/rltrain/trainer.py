@@ -52,7 +52,7 @@ from rltrain.core import Policy, Progress, SpaceInfo
 from rltrain.data import dataset as datasets
 from rltrain.data.buffers import ReplayBuffer
 from rltrain.data.samplers import PrioritizedSampler, UniformSampler, make_sampler
-from rltrain.errors import NonFiniteError, TrainingError
+from rltrain.errors import NonFiniteError, TrainingError, is_env_failure
 from rltrain.loggers import Logger
 from rltrain.observations import storage_dtype
 from rltrain.stats import Best, Episodes, EpochStats, InfoStats, Timing, flatten, mean_stats
@@ -251,7 +251,8 @@ class Trainer(Iterator[EpochStats]):
         #: what ended the run early, if it failed (recorded by run(), said in the summary)
         self.failure: BaseException | None = None
         self.failure_at = ""
-        #: added to the message of a failure that is not a TrainingError (a crash)
+        #: added to the message of a failure raised in an env's own code
+        #: (rltrain.errors.is_env_failure)
         self.crash_hint = ""
 
     # ------------------------------------------------------------------ progress
@@ -562,7 +563,7 @@ class Trainer(Iterator[EpochStats]):
             status="failed" if self.failure is not None else (
                 "interrupted" if self.interrupted else "pruned" if self.pruned else "completed"),
             error=None if self.failure is None else failure_text(self.failure) + (
-                "" if isinstance(self.failure, TrainingError) else self.crash_hint),
+                self.crash_hint if is_env_failure(self.failure) else ""),
             failed_at=self.failure_at or None,
         )
 
