@@ -122,11 +122,12 @@ def test_an_unknown_name_is_refused_naming_the_options(dummy_encoder):
 def test_a_name_that_cannot_take_the_space_is_refused_naming_what_can(dummy_encoder):
     with pytest.raises(ConfigError, match=rf"algo.encoder={DUMMY} cannot encode test's "
                                           r"observations \(Box.*\); use algo.encoder=auto "
-                                          r"\(or flat\)$"):
+                                          r"\(it takes flat here\)$"):
         choose(info_of(VECTOR), DUMMY)
     discrete = gym.spaces.Discrete(5)
     with pytest.raises(ConfigError, match=r"algo.encoder=flat cannot encode test's observations "
-                                          r"\(Discrete\(5\)\); use algo.encoder=auto$"):
+                                          r"\(Discrete\(5\)\); no registered encoder takes "
+                                          r"them$"):
         choose(info_of(discrete, shape=()), "flat")
     with pytest.raises(ConfigError, match=rf"no observation encoder takes test's observations "
                                           rf"\(Discrete\(5\)\): algo.encoder=auto found none "

@@ -601,7 +601,7 @@ def test_a_buffer_too_big_for_memory_says_how_big(cli):
     res = cli("algo=dqn", "buffer.size=100000000000")
     assert res.returncode == 2
     # 34 bytes per CartPole transition: each observation is stored once
-    assert "buffer.size needs 3400.0 GB of memory" in res.stderr
+    assert "buffer.size needs 3.4 TB of memory" in res.stderr
     assert "(34 bytes each)" in res.stderr
     assert "is available; lower buffer.size" in res.stderr
 
