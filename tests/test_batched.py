@@ -579,8 +579,9 @@ def test_lanes_signalled_twice_are_listed_as_on_disk_and_finished_by_one_command
     res = run_cli(*finish_command(report), cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert "Traceback" not in res.stderr
-    assert (f"[job 0] rltrain: {job_dir(sweep, 0)} was stopped before its first checkpoint: "
-            "nothing to resume, so the job runs again from the start") in res.stdout
+    assert (f"[job 0] rltrain: note: replacing what an attempt without a checkpoint left in "
+            f"{job_dir(sweep, 0)} (") in res.stderr
+    assert "it was stopped at once, before its first checkpoint)" in res.stderr
     if listed[1] == "interrupted":
         assert (f"[job 1] rltrain: resuming the unfinished run in {job_dir(sweep, 1)}"
                 in res.stdout)

@@ -215,8 +215,9 @@ def test_a_basic_sweep_stopped_at_once_is_finished_by_the_command_it_prints(cli,
     assert "those stopped before their first run again from the start" in report
     res = cli(*finish_command(report))
     assert res.returncode == 0, res.stderr
-    assert (f"job 0: {job_dir(sweep, 0)} was stopped before its first checkpoint: nothing to "
-            "resume, so the job runs again from the start") in res.stdout
+    assert (f"rltrain: note: replacing what an attempt without a checkpoint left in "
+            f"{job_dir(sweep, 0)} (") in res.stderr
+    assert "it was stopped at once, before its first checkpoint)" in res.stderr
     for num in (0, 1):
         assert summary(job_dir(sweep, num))["status"] == "completed"
         assert [r["epoch"] for r in read_jsonl(job_dir(sweep, num) / "epochs.jsonl")] == [1]

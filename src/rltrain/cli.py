@@ -279,8 +279,7 @@ def _task(cfg: Any) -> Any:
             return done.get("best_score")
     try:
         if again:
-            info = sweep.continue_job(run_dir, ctx, said, consent=bool(cfg.get("trust")),
-                                      cfg=cfg)
+            info = sweep.continue_job(run_dir, ctx, said, consent=bool(cfg.get("trust")))
         else:
             with rundir.claim(run_dir,
                               remove_empty=not (single and sweep.STATE.run_dir_existed),

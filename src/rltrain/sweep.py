@@ -34,7 +34,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, open_dict, read_write
+from omegaconf import open_dict, read_write
 
 from rltrain import lanes, rundir, signals
 from rltrain.checkpoint import CheckpointError
@@ -409,23 +409,20 @@ def earlier_attempt(job_dir: Path, overrides: list[str], label: str) -> dict[str
     return None
 
 
-def continue_job(job_dir: Path, ctx: RunContext, label: str, consent: bool = False,
-                 cfg: DictConfig | None = None) -> InfoStats:
+def continue_job(job_dir: Path, ctx: RunContext, label: str, consent: bool = False
+                 ) -> InfoStats:
     """Resume an unfinished job in its own directory from its newest good checkpoint, with
     the config stored there (the resume path of ``rltrain resume=``); returns its InfoStats.
     ``consent``: the sweep command's ``trust=true`` (rltrain.trust); the code its config
     names was recorded as trusted when this command composed the job.
 
-    A job stopped at once before its first checkpoint has nothing to resume: with ``cfg``
-    (the job's config, as this command composed it) it runs again from the start, replacing
-    what that attempt left (``ctx.on_accept``), as the sweep's list said it would."""
+    A job stopped at once before its first checkpoint has nothing to resume and never comes
+    here: its directory holds no run (:func:`rltrain.rundir.holds_run`), so the job runs
+    again from the start, replacing what that attempt left and saying so, as any run does
+    over an attempt without a checkpoint, and as the sweep's list said it would."""
     lock = rundir.RunDirLock(job_dir)
     lock.acquire()
     try:
-        if cfg is not None and state(job_dir).status == "stopped":
-            print(f"rltrain: {label}{job_dir} was stopped before its first checkpoint: "
-                  "nothing to resume, so the job runs again from the start", flush=True)
-            return run(cfg, ctx)
         try:
             point = resume_point(job_dir, consent=consent,
                                  allow="trust=true on the sweep's command, or remove the job's "
