@@ -253,6 +253,17 @@ class Collector:
         step, buffer, num_envs = self.envs.step, self.buffer, self.num_envs
         packer = self._packer if self._packer.layout is not None else None
         ep_return, ep_length = self._ep_return, self._ep_length
+
+        def count(ended: np.ndarray) -> int:
+            """Record the episodes of the envs ``ended`` that count (within each env's quota,
+            with one); returns how many did. Called only when episodes end."""
+            if quotas is not None:
+                ended = ended[counted[ended] < quotas[ended]]
+                counted[ended] += 1
+            returns.append(ep_return[ended].copy())
+            lengths.append(ep_length[ended].copy())
+            return len(ended)
+
         # next-step mode: how many envs' coming step is a reset step
         n_resetting = int(self._resetting.sum()) if self.next_step_mode else 0
         # policies act under inference mode, entered once here (see Algorithm.policy)
@@ -311,12 +322,7 @@ class Collector:
                     if cap is not None and playing_on.any():  # the rest of a cut episode
                         ended = ended[~playing_on[ended]]
                         playing_on[done_idx] = False
-                    if quotas is not None:
-                        ended = ended[counted[ended] < quotas[ended]]
-                        counted[ended] += 1
-                    returns.append(ep_return[ended].copy())
-                    lengths.append(ep_length[ended].copy())
-                    n_done += len(ended)
+                    n_done += count(ended)
                     ep_return[done_idx] = 0.0
                     ep_length[done_idx] = 0
                 cut = None
@@ -325,14 +331,9 @@ class Collector:
                     if not cut.any():  # only episodes that were cut already, playing on
                         cut = None
                 if cut is not None:
-                    ended = np.flatnonzero(cut)
-                    if quotas is not None:
-                        ended = ended[counted[ended] < quotas[ended]]
-                        counted[ended] += 1
-                    returns.append(ep_return[ended].copy())
-                    lengths.append(ep_length[ended].copy())
-                    n_done += len(ended)
-                    n_cut += len(ended)
+                    n = count(np.flatnonzero(cut))
+                    n_done += n
+                    n_cut += n
                     next_obs = self._cut(cut, next_obs, playing_on)
                 if recurrent:  # whose observation now starts an episode: after a done, or
                     # (next-step mode) after the reset step that was just taken
