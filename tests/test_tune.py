@@ -24,7 +24,7 @@ from optuna.trial import TrialState  # noqa: E402
 from conftest import CONF as CONF_DIR  # noqa: E402
 from conftest import job_dir  # noqa: E402
 from rltrain.config import job_number  # noqa: E402
-from rltrain.optuna_sweeper import encode, search_space  # noqa: E402
+from rltrain.optuna_sweeper.space import encode, search_space  # noqa: E402
 from rltrain.tune import objective  # noqa: E402
 
 #: a short PPO CartPole budget: 4 epochs of 1,024 env steps, no early stop
@@ -76,7 +76,7 @@ def test_search_space_from_hydra_syntax_and_optuna_distributions():
 
 
 def test_a_search_space_that_does_not_parse_is_named():
-    from rltrain.optuna_sweeper import SweepError
+    from rltrain.optuna_sweeper.conf import SweepError
 
     with pytest.raises(SweepError, match=r"hydra.sweeper.params.algo.lr=interval\(1 is not a "
                                          r"search space"):
@@ -290,11 +290,11 @@ def test_bad_sweeper_settings_are_one_line(cli, tmp_path, args, message):
      "grace_period (10) must be more than hydra.sweeper.heartbeat_interval (10)"),
 ])
 def test_heartbeat_settings_are_checked(settings, message):
-    from rltrain.optuna_sweeper import OptunaSweeperConf, SweepError, _check_conf
+    from rltrain.optuna_sweeper.conf import OptunaSweeperConf, SweepError, check_conf
 
-    _check_conf(OptunaSweeperConf(heartbeat_interval=1.0, grace_period=1.5))  # fine
+    check_conf(OptunaSweeperConf(heartbeat_interval=1.0, grace_period=1.5))  # fine
     with pytest.raises(SweepError, match=re.escape(message)):
-        _check_conf(OptunaSweeperConf(**settings))
+        check_conf(OptunaSweeperConf(**settings))
 
 
 def test_hparams_search_without_multirun_says_how(cli):
@@ -464,7 +464,7 @@ def test_the_printed_command_of_every_shipped_search_trains_its_best_trial(cli, 
     from omegaconf import OmegaConf
 
     from rltrain.catalogue import register_configs
-    from rltrain.optuna_sweeper import write_tuned
+    from rltrain.optuna_sweeper.outputs import write_tuned
 
     register_configs()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
