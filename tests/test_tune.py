@@ -201,6 +201,22 @@ def test_invalid_and_crashing_trials_fail_and_the_study_goes_on(cli, tmp_path):
     assert "4 trials: 1 complete, 0 pruned, 3 failed" in res.stdout
 
 
+def test_a_study_without_a_complete_trial_exits_1_and_writes_no_tuned_file(cli, tmp_path):
+    """Every trial invalid (gamma above 1): the study holds them as failed, trials.csv says
+    so, and with no best trial there is no tuned file; the sweep exits 1."""
+    sweep = tmp_path / "sweep"
+    res = cli("--multirun", "hydra/sweeper=optuna", "hydra.sweeper.sampler.name=grid", "-q",
+              *SHORT, "algo.gamma=choice(1.5,2.0)", f"hydra.sweep.dir={sweep}")
+    assert res.returncode == 1, res.stderr
+    assert "Traceback" not in res.stderr
+    assert "2 trials: 0 complete, 0 pruned, 2 failed" in res.stdout
+    assert "rltrain: error: no trial completed, so there is no best one" in res.stderr
+    assert [t.state for t in study(sweep).trials] == [TrialState.FAIL] * 2
+    with open(sweep / "trials.csv", newline="") as f:
+        assert [row["state"] for row in csv.DictReader(f)] == ["fail", "fail"]
+    assert not (sweep / "conf").exists()
+
+
 def test_rerun_continues_the_study_and_a_trial_without_heartbeat_is_asked_again(cli, tmp_path):
     """A trial left running without a heartbeat (by an rltrain before heartbeats, or another
     program) is taken for stale once it started more than grace_period ago: failed
