@@ -89,7 +89,8 @@ class OptunaSweeperImpl:
         storage_url = c.storage or f"sqlite:///{sweep_dir / 'optuna.db'}"
         study_name = c.study_name or f"rltrain-{algo}-{env}"
         study, storage, heartbeats, lock = open_study(c, storage_url, study_name)
-        n_trials, grid = c.n_trials, grid_of(space) if c.sampler.name == "grid" else None
+        n_trials = c.n_trials
+        grid = grid_of(space) if c.sampler.name == "grid" else None
         if grid is not None:
             size = math.prod(len(v) for v in grid.values())
             if n_trials > size:
