@@ -39,7 +39,7 @@ def copy_with(tmp_path: Path, module: str, imported: str) -> Path:
 def test_imports_point_down_only_and_go_round_in_no_circle():
     res = lint(ROOT / "src")
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "3 kept, 0 broken" in res.stdout
+    assert "4 kept, 0 broken" in res.stdout
 
 
 def test_an_upward_import_breaks_the_contract(tmp_path):
@@ -68,3 +68,23 @@ def test_a_circle_within_one_layer_breaks_the_contract(tmp_path, module, importe
     assert f"No cycles are allowed in {package}." in reported
     assert (named in reported or " -> ".join(reversed(named.split(" -> "))) in reported), \
         reported
+
+
+@pytest.mark.parametrize(("module", "imported"), [
+    # the shared-study protocol reaching up into the trial-to-job translation
+    ("optuna_sweeper/shared.py", "rltrain.optuna_sweeper.trials"),
+    # the outputs and the trial-to-job translation share a layer, independent of each other
+    ("optuna_sweeper/outputs.py", "rltrain.optuna_sweeper.trials"),
+])
+def test_an_import_against_the_optuna_sweepers_order_breaks_its_contract(tmp_path, module,
+                                                                         imported):
+    """The package's modules import only those below them (rltrain.optuna_sweeper's text):
+    the rltrain-wide contracts keep such an import (one layer, no circle); the package's
+    own breaks on it and names it."""
+    res = lint(copy_with(tmp_path, module, imported), cwd=tmp_path)
+    assert res.returncode != 0, res.stdout
+    assert "rltrain's layers (DESIGN.md, \"Layers\") KEPT" in res.stdout
+    assert "no circles among rltrain's modules" in res.stdout
+    reported = res.stdout[res.stdout.index("Broken contracts"):]
+    importer = "rltrain." + module.removesuffix(".py").replace("/", ".")
+    assert f"{importer} -> {imported}" in reported, reported
