@@ -97,8 +97,9 @@ RUNS: dict[str, list[str]] = {
     "dqn_minatar_frames": ["algo=dqn", "env=minatar", "seed=25", "trainer.max_epochs=2",
                            "trainer.epoch_num_steps=1500", "trainer.random_warmup_env_steps=500",
                            "buffer.size=5000", "buffer.frame_stack=4", "algo.encoder=auto",
-                           "env.wrappers=[{name: DtypeObservation, kwargs: {dtype: uint8}}, "
-                           "{name: FrameStackObservation, kwargs: {stack_size: 4}}]"],
+                           # (braces doubled: each override is a format string, for {data})
+                           "env.wrappers=[{{name: DtypeObservation, kwargs: {{dtype: uint8}}}}, "
+                           "{{name: FrameStackObservation, kwargs: {{stack_size: 4}}}}]"],
     # dict observations (image, direction, mission) through the dict encoder
     "ppo_minigrid_dict": ["algo=ppo", "env=minigrid", "seed=26", "trainer.max_epochs=2",
                           "trainer.epoch_num_steps=1024"],
@@ -121,11 +122,16 @@ DATASETS = {
 TIMED = ("time", "steps_per_s", "collect_steps_per_s", "wall_time", "startup_time")
 
 
+#: fields left out of the comparison at any depth (``diff --ignore``): e.g. a field one side's
+#: version added, which the other cannot have
+IGNORED: set[str] = set()
+
+
 def _untimed(record: dict) -> dict:
     """The record without what measures time (at any depth), where the run lives, or which
-    run it is (its id: every run has its own)."""
+    run it is (its id: every run has its own), nor the ``--ignore``d fields."""
     return {k: _untimed(v) if isinstance(v, dict) else v for k, v in record.items()
-            if k not in TIMED and not k.startswith("timing")
+            if k not in TIMED and not k.startswith("timing") and k not in IGNORED
             and k not in ("system", "run_dir", "checkpoint", "run")}
 
 
@@ -225,10 +231,15 @@ def main() -> None:
     d = sub.add_parser("diff", help="compare two folders written by run")
     d.add_argument("first", type=Path)
     d.add_argument("second", type=Path)
+    d.add_argument("--ignore", nargs="*", default=[],
+                   help="leave these fields out, at any depth (one side's version added them)")
     args = p.parse_args()
     if args.command == "run":
         run(args.out, args.data, args.only)
     else:
+        IGNORED.update(args.ignore)
+        if IGNORED:
+            print(f"left out of the comparison: {', '.join(sorted(IGNORED))}")
         sys.exit(diff(args.first, args.second))
 
 
