@@ -32,8 +32,9 @@ from rltrain.data.dataset import (
     save_dataset,
     to_buffer,
 )
-from rltrain.data.returns import nstep_batch
-from rltrain.data.samplers import UniformSampler
+from rltrain.data.reading import read
+from rltrain.data.samplers.uniform import UniformSampler
+from rltrain.data.transforms.nstep import NStepReturns
 
 PENDULUM_ACTIONS = gym.spaces.Box(-2.0, 2.0, (1,), np.float32)
 PENDULUM_OBS = gym.spaces.Box(np.array([-1, -1, -8], np.float32),
@@ -319,7 +320,7 @@ def test_to_buffer_continuous() -> None:
     dones = buffer.terminated[0] | buffer.truncated[0]
     assert np.flatnonzero(dones).tolist() == (np.cumsum(lengths) - 1).tolist()
 
-    batch = nstep_batch(buffer, *UniformSampler(0).sample(buffer, 4096), n=3, gamma=1.0)
+    batch = read(buffer, *UniformSampler(0).sample(buffer, 4096), [NStepReturns(3, 1.0)])
     episode, step = batch.obs[:, 0].astype(int), batch.obs[:, 1].astype(int)
     assert np.array_equal(batch.next_obs[:, 0], batch.obs[:, 0])  # never the next episode
     last = np.array(lengths)[episode] - 1
