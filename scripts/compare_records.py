@@ -93,13 +93,11 @@ RUNS: dict[str, list[str]] = {
                        "trainer.epoch_num_steps=1500", "trainer.stop_score=null"],
     "rainbow_cartpole": ["algo=rainbow", "env=cartpole", "seed=24", "trainer.max_epochs=2",
                          "trainer.epoch_num_steps=1500", "trainer.stop_score=null"],
-    # images stored frame by frame: 4-frame stacks of MinAtar's grids, one frame a transition
-    "dqn_minatar_frames": ["algo=dqn", "env=minatar", "seed=25", "trainer.max_epochs=2",
-                           "trainer.epoch_num_steps=1500", "trainer.random_warmup_env_steps=500",
-                           "buffer.size=5000", "buffer.frame_stack=4", "algo.encoder=auto",
-                           # (braces doubled: each override is a format string, for {data})
-                           "env.wrappers=[{{name: DtypeObservation, kwargs: {{dtype: uint8}}}}, "
-                           "{{name: FrameStackObservation, kwargs: {{stack_size: 4}}}}]"],
+    # images stored frame by frame: Atari's 4-frame stacks, one 84x84 frame a transition
+    "dqn_atari_frames": ["algo=dqn", "env=atari", "env.id=ALE/Pong-v5", "seed=25",
+                         "trainer.max_epochs=2", "trainer.epoch_num_steps=1000",
+                         "trainer.random_warmup_env_steps=1000", "buffer.size=4000",
+                         "env.num_test_envs=1", "trainer.test_step_num_episodes=1"],
     # dict observations (image, direction, mission) through the dict encoder
     "ppo_minigrid_dict": ["algo=ppo", "env=minigrid", "seed=26", "trainer.max_epochs=2",
                           "trainer.epoch_num_steps=1024"],
