@@ -19,19 +19,12 @@ from conftest import run_cli, run_tool, tmpfs
 from rltrain.actions import to_agent, to_env
 from rltrain.config import ConfigError
 from rltrain.data.buffers import ReplayBuffer
-from rltrain.data.dataset import (
-    ARRAYS,
-    Dataset,
-    check_spaces,
-    dataset_fingerprint,
-    describe_space,
-    from_replay_buffer,
-    load_dataset,
-    make_dataset,
-    new_meta,
-    save_dataset,
-    to_buffer,
-)
+from rltrain.data.datasets.dataset import ARRAYS, Dataset, make_dataset, new_meta
+from rltrain.data.datasets.files import save_dataset
+from rltrain.data.datasets.replay import from_replay_buffer, to_buffer
+from rltrain.data.datasets.sources import dataset_fingerprint, load_dataset
+from rltrain.data.datasets.spaces import describe_space
+from rltrain.data.datasets.validation import check_spaces
 from rltrain.data.returns import nstep_batch
 from rltrain.data.samplers import UniformSampler
 
