@@ -94,6 +94,19 @@ def test_round_trip(tmp_path: Path, suffix: str, discrete: bool) -> None:
     assert (summary["transitions"], summary["episodes"]) == (4008, 3)
 
 
+def test_a_file_holds_the_fields_in_their_order(tmp_path: Path) -> None:
+    """ARRAYS is read from Dataset's fields, and a file's arrays follow it: a field added to
+    the type or moved there would change the format (format_version 1), which this pins."""
+    assert ARRAYS == ("obs", "act", "rew", "next_obs", "terminated", "truncated")
+    path = save_dataset(episodes_dataset([3, 2]), tmp_path / "data.npz")
+    with np.load(path) as z:
+        assert z.files == [*ARRAYS, "meta"]
+    h5py = pytest.importorskip("h5py")
+    path = save_dataset(episodes_dataset([3, 2]), tmp_path / "data.h5")
+    with h5py.File(path, "r") as f:
+        assert sorted(f) == sorted(ARRAYS) and f.attrs["format"] == "rltrain-dataset"
+
+
 def test_episode_returns() -> None:
     ds = episodes_dataset([2, 3])
     assert ds.episode_returns().tolist() == [0 + 1, 100 + 101 + 102]
