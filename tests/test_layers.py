@@ -39,7 +39,8 @@ def copy_with(tmp_path: Path, module: str, imported: str) -> Path:
 def test_imports_point_down_only_and_go_round_in_no_circle():
     res = lint(ROOT / "src")
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "4 kept, 0 broken" in res.stdout
+    contracts = (ROOT / ".importlinter").read_text().count("[importlinter:contract:")
+    assert f"{contracts} kept, 0 broken" in res.stdout
 
 
 def test_an_upward_import_breaks_the_contract(tmp_path):
@@ -47,6 +48,24 @@ def test_an_upward_import_breaks_the_contract(tmp_path):
     res = lint(copy_with(tmp_path, "config.py", "rltrain.cli"), cwd=tmp_path)
     assert res.returncode != 0
     assert "BROKEN" in res.stdout and "rltrain.config -> rltrain.cli" in res.stdout, res.stdout
+
+
+@pytest.mark.parametrize(("module", "imported", "named"), [
+    # the bottom of rltrain.data.datasets importing the files, above it
+    ("spaces.py", "rltrain.data.datasets.files", "spaces -> rltrain.data.datasets.files"),
+    # two modules of one layer that are kept apart ("|")
+    ("files.py", "rltrain.data.datasets.minari", "files -> rltrain.data.datasets.minari"),
+])
+def test_an_upward_import_among_the_dataset_modules_breaks_their_contract(tmp_path, module,
+                                                                          imported, named):
+    """rltrain.data.datasets has layers of its own; the package-wide contract alone would let
+    its modules import each other both ways."""
+    res = lint(copy_with(tmp_path, f"data/datasets/{module}", imported), cwd=tmp_path)
+    assert res.returncode != 0, res.stdout
+    assert "the dataset modules import down only" in res.stdout
+    reported = res.stdout[res.stdout.index("Broken contracts"):]
+    assert "the dataset modules import down only" in reported
+    assert f"rltrain.data.datasets.{named}" in reported, reported
 
 
 @pytest.mark.parametrize(("module", "imported", "package", "named"), [

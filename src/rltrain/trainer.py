@@ -49,8 +49,10 @@ from rltrain.config import (
     env_steps_per_collection,
 )
 from rltrain.core import Policy, Progress, SpaceInfo
-from rltrain.data import dataset as datasets
 from rltrain.data.buffers import ReplayBuffer
+from rltrain.data.datasets.replay import to_buffer
+from rltrain.data.datasets.sources import dataset_fingerprint, load_dataset
+from rltrain.data.datasets.validation import check_spaces
 from rltrain.data.reading import ReadPath
 from rltrain.data.samplers import make_sampler
 from rltrain.errors import NonFiniteError, TrainingError, is_env_failure
@@ -911,19 +913,18 @@ class OfflineTrainer(Trainer):
         one-lane buffer in the algorithm's action space."""
         spec, info = request.dataset, request.info
         assert spec is not None  # the settings' pairing check
-        data = datasets.load_dataset(spec, consent=request.trust)
-        datasets.check_spaces(data, info.obs_space, info.action_space, info.env_id, spec)
+        data = load_dataset(spec, consent=request.trust)
+        check_spaces(data, info.obs_space, info.action_space, info.env_id, spec)
         assert params.batch_size is not None  # check() refused None; build calls it first
         if params.batch_size > len(data):
             raise ConfigError(
                 f"trainer.batch_size={params.batch_size} is larger than the dataset "
                 f"({len(data):,} transitions in {spec}): lower trainer.batch_size or collect "
                 "more data")
-        buffer = datasets.to_buffer(data, discrete=info.discrete, action_low=info.action_low,
-                                    action_high=info.action_high,
-                                    frame_stack=request.frame_stack)
+        buffer = to_buffer(data, discrete=info.discrete, action_low=info.action_low,
+                           action_high=info.action_high, frame_stack=request.frame_stack)
         returns = np.asarray(data.episode_returns(), dtype=np.float64)
-        facts = {**datasets.dataset_fingerprint(spec), "transitions": len(data),
+        facts = {**dataset_fingerprint(spec), "transitions": len(data),
                  "episodes": int(returns.size),
                  "return_mean": float(returns.mean()) if returns.size else None,
                  "source": data.meta.get("source"), "policy": data.meta.get("policy")}
