@@ -97,7 +97,8 @@ RUNS: dict[str, list[str]] = {
     "dqn_atari_frames": ["algo=dqn", "env=atari", "env.id=ALE/Pong-v5", "seed=25",
                          "trainer.max_epochs=2", "trainer.epoch_num_steps=1000",
                          "trainer.random_warmup_env_steps=1000", "buffer.size=4000",
-                         "env.num_test_envs=1", "trainer.test_step_num_episodes=1"],
+                         "env.num_test_envs=1", "trainer.test_step_num_episodes=1",
+                         "algo.target_update_interval=100"],
     # dict observations (image, direction, mission) through the dict encoder
     "ppo_minigrid_dict": ["algo=ppo", "env=minigrid", "seed=26", "trainer.max_epochs=2",
                           "trainer.epoch_num_steps=1024"],
