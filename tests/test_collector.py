@@ -12,7 +12,7 @@ from gymnasium.vector import AutoresetMode
 
 import toy_envs
 from rltrain.collector import Collector, episode_quotas, random_policy
-from rltrain.data.buffers import ReplayBuffer
+from rltrain.data.storage import ReplayBuffer
 from toy_envs import COUNTER_ID, COUNTER_T, TERMINATING_ID, terminating_length
 
 MODES = [AutoresetMode.SAME_STEP, AutoresetMode.NEXT_STEP]

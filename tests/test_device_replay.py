@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from conftest import learning_records, random_dataset
-from rltrain.data.buffers import ReplayBuffer
 from rltrain.data.returns import nstep_batch
+from rltrain.data.storage import ReplayBuffer
 from test_buffers import episodes
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(

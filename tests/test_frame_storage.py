@@ -18,9 +18,10 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.wrappers import FrameStackObservation
 
 from rltrain.collector import Collector, random_policy
-from rltrain.data.buffers import ReplayBuffer, stored_transitions
 from rltrain.data.returns import nstep_batch
 from rltrain.data.samplers import UniformSampler
+from rltrain.data.state_format import stored_transitions
+from rltrain.data.storage import ReplayBuffer
 
 K, FRAME = 4, (8, 8)
 FIELDS = ("obs", "act", "rew", "next_obs", "terminated", "truncated")

@@ -24,7 +24,7 @@ from rltrain.build import check_actions
 from rltrain.collect import noisy
 from rltrain.config import ConfigError
 from rltrain.core import SpaceInfo
-from rltrain.data.buffers import Batch, Rollout
+from rltrain.data.batch import Batch, Rollout
 from rltrain.data.dataset import describe_space, make_dataset, new_meta, to_buffer
 from rltrain.encoders import make_encoder
 from rltrain.envs import space_info

@@ -14,13 +14,13 @@ from conftest import learning_records
 from rltrain.algorithms import ALGORITHMS
 from rltrain.checkpoint import load_checkpoint
 from rltrain.config import ConfigError, ReplayBufferConfig
-from rltrain.data.buffers import ReplayBuffer
 from rltrain.data.samplers import (
     PrioritizedSampler,
     SumTree,
     UniformSampler,
     make_sampler,
 )
+from rltrain.data.storage import ReplayBuffer
 from rltrain.settings import check_replay
 from test_lifecycle import interrupt_after_first_epoch
 

@@ -9,9 +9,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from rltrain.data.buffers import Batch, ReplayBuffer
+from rltrain.data.batch import Batch
 from rltrain.data.returns import gae, nstep_batch, nstep_returns
 from rltrain.data.samplers import UniformSampler
+from rltrain.data.storage import ReplayBuffer
 
 
 def reference_gae(rew, values, next_values, terminated, truncated, valid, gamma, lam):

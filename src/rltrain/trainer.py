@@ -50,8 +50,8 @@ from rltrain.config import (
 )
 from rltrain.core import Policy, Progress, SpaceInfo
 from rltrain.data import dataset as datasets
-from rltrain.data.buffers import ReplayBuffer
 from rltrain.data.samplers import PrioritizedSampler, UniformSampler, make_sampler
+from rltrain.data.storage import ReplayBuffer
 from rltrain.errors import NonFiniteError, TrainingError, is_env_failure
 from rltrain.loggers import Logger
 from rltrain.observations import storage_dtype

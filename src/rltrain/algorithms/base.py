@@ -24,8 +24,9 @@ from torch import nn
 from rltrain.actions import ActionScale
 from rltrain.config import NetworkConfig, TDConfig
 from rltrain.core import Policy, Progress, SpaceInfo
-from rltrain.data.buffers import Batch, ReplayBuffer, Rollout
+from rltrain.data.batch import Batch, Rollout
 from rltrain.data.returns import nstep_batch
+from rltrain.data.storage import ReplayBuffer
 from rltrain.encoders import Encoder, make_encoder
 from rltrain.masking import action_mask
 from rltrain.noise import ColoredNoise

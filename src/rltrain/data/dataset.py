@@ -49,7 +49,7 @@ from rltrain.config import ConfigError
 from rltrain.files import open_new_bytes
 
 if TYPE_CHECKING:
-    from rltrain.data.buffers import ReplayBuffer
+    from rltrain.data.storage import ReplayBuffer
 
 # rltrain.actions, the buffers and rltrain.observations are imported where they are used: they
 # import torch, which reading, writing and merging datasets of vectors (rltrain-collect
@@ -1137,7 +1137,7 @@ def to_buffer(ds: Dataset, *, discrete: bool, action_low: np.ndarray | None,
     dataset's last included.
     """
     from rltrain.actions import integer_start, to_agent
-    from rltrain.data.buffers import ReplayBuffer
+    from rltrain.data.storage import ReplayBuffer
 
     is_discrete = ds.meta.get("action_space", {}).get("type") in INTEGER_ACTIONS
     if is_discrete != discrete:
@@ -1195,7 +1195,7 @@ def from_replay_buffer(state: Mapping[str, Any], *, discrete: bool,
         named; the caller names the checkpoint).
     """
     from rltrain.actions import integer_start, to_env
-    from rltrain.data.buffers import stored_transitions
+    from rltrain.data.state_format import stored_transitions
 
     out = stored_transitions(state)
     size = out.pop("size")

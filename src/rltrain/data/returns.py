@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from rltrain.data.buffers import Batch, ReplayBuffer
+from rltrain.data.batch import Batch
+from rltrain.data.storage import ReplayBuffer
 
 
 def gae(

@@ -1,7 +1,7 @@
 """Samplers choose which stored transitions a batch holds; the buffer only stores them.
 
 A sampler returns ``(lanes, positions)``, the indices of transitions in a
-:class:`~rltrain.data.buffers.ReplayBuffer`; building the batch from them (n-step returns,
+:class:`~rltrain.data.storage.ReplayBuffer`; building the batch from them (n-step returns,
 :func:`rltrain.data.returns.nstep_batch`) is a separate stage. Keeping the choice apart
 from the storage is what lets a prioritised sampler (Schaul et al. 2016) or a sampler of
 sequences for recurrent networks be another class with the same interface, as the design's
@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from rltrain.config import ReplayBufferConfig
-from rltrain.data.buffers import ReplayBuffer
+from rltrain.data.storage import ReplayBuffer
 
 
 class Sampler(Protocol):
