@@ -43,7 +43,7 @@ def lane(buffer: ReplayBuffer, i: int) -> dict[str, np.ndarray]:
     observation as the buffer finds it (stored once: the next transition's, or kept aside)."""
     n = int(buffer.size[i])
     assert n < buffer.lane_capacity
-    out = {name: getattr(buffer, name)[i, :n]
+    out = {name: buffer.codecs[name].array[i, :n]
            for name in ("obs", "act", "rew", "terminated", "truncated")}
     out["next_obs"] = buffer.next_obs_at(np.full(n, i), np.arange(n))
     return out

@@ -151,7 +151,8 @@ class Codec(Protocol):
 class WholeArrays:
     """A field stored whole: slot ``(lane, position)`` of ``array`` holds its value."""
 
-    def __init__(self, field: Field, num_lanes: int, lane_capacity: int) -> None:
+    def __init__(self, field: Field, num_lanes: int, lane_capacity: int,
+                 frame_stack: int = 1) -> None:
         self.field = field
         # np.zeros, never zeros_like/full: calloc'd pages are only mapped when written
         self.array = np.zeros((num_lanes, lane_capacity, *field.shape), dtype=field.dtype)

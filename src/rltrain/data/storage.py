@@ -99,8 +99,7 @@ class ReplayBuffer:
         self.fields = {f.name: f for f in transition_fields(self.obs_shape, obs_dtype,
                                                             self.act_shape, act_dtype)}
         self.codecs: dict[str, Codec] = {
-            name: (FrameStacks(f, num_lanes, lane_capacity, k) if codec_class(f, k) is
-                   FrameStacks else WholeArrays(f, num_lanes, lane_capacity))
+            name: codec_class(f, k)(f, num_lanes, lane_capacity, k)
             for name, f in self.fields.items()}
         #: the observations' next values that are not their successors' (and the pending ones)
         self.asides = Asides(self.fields[OBS], num_lanes, lane_capacity)
