@@ -62,7 +62,8 @@ class Entries(NamedTuple):
     flat: np.ndarray
     #: which entries of the block are written, flat ``t * lanes + lane``; None: every one
     idx: np.ndarray | None
-    #: ``(T, lanes)``: how many steps each lane has written up to and including step t
+    #: ``(T, lanes)`` (``(T, 1)`` when every lane writes every step): how many steps each
+    #: lane has written up to and including step t
     counts: np.ndarray
     #: per lane, how many steps the block writes
     added: np.ndarray
