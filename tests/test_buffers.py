@@ -560,6 +560,14 @@ def test_load_state_dict_refuses_a_state_that_does_not_fit():
     bad_ptr = dict(state, ptr=state["ptr"] + 100)
     with pytest.raises(ValueError, match="buffer ptr"):
         buf.load_state_dict(bad_ptr)
+    too_few = dict(state, added=state["size"] - 1)  # fewer written than stored
+    with pytest.raises(ValueError, match="buffer added"):
+        buf.load_state_dict(too_few)
+    # every state is checked whole before anything is written: the buffer is as it was
+    assert_holds(buf, rec)
+    after = buf.state_dict()
+    assert list(after) == list(state)
+    assert all(after[k].numpy().tobytes() == state[k].numpy().tobytes() for k in state)
 
 
 # --------------------------------------------------------------------------- memory
