@@ -112,7 +112,7 @@ def episodes(rng: np.random.Generator, steps: int, episode_length: int):
 def child(kind: str, size: int, fill: int, episode_length: int) -> dict:
     """Build one buffer, fill it, and report what it cost (run in a fresh process)."""
     if kind == "rltrain":
-        from rltrain.data.buffers import ReplayBuffer
+        from rltrain.data.storage import ReplayBuffer
 
         nominal = ReplayBuffer.bytes_per_transition(OBS_SHAPE, np.float32, ACT_SHAPE,
                                                     np.float32)
@@ -189,7 +189,7 @@ def atari_episodes(rng: np.random.Generator, steps: int):
 def atari_buffer(kind: str, capacity: int):
     """One lane of ``capacity`` transitions of (4, 84, 84) uint8 stacks and Discrete actions."""
     if kind.startswith("rltrain"):
-        from rltrain.data.buffers import ReplayBuffer
+        from rltrain.data.storage import ReplayBuffer
 
         return ReplayBuffer(1, capacity, ATARI_OBS, (), np.int64, obs_dtype=np.uint8,
                             frame_stack=STACK if kind == "rltrain-fs4" else 1)

@@ -12,7 +12,8 @@ import torch
 
 from rltrain.algorithms import ALGORITHMS, CONTINUOUS, DISCRETE, Algorithm, UpdateReport
 from rltrain.core import Progress, SpaceInfo
-from rltrain.data.buffers import Batch, ReplayBuffer, Rollout
+from rltrain.data.batch import Batch, Rollout
+from rltrain.data.storage import ReplayBuffer
 
 CPU = torch.device("cpu")
 OBS_DIM = 3

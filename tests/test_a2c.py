@@ -22,7 +22,7 @@ from rltrain.build import build_parts, build_trainer
 from rltrain.catalogue import register_configs
 from rltrain.config import ConfigError
 from rltrain.core import SpaceInfo
-from rltrain.data.buffers import Rollout
+from rltrain.data.batch import Rollout
 from rltrain.nets import mlp
 from rltrain.optim import RMSprop
 from rltrain.settings import settings

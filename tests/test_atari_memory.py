@@ -10,7 +10,7 @@ import re
 import numpy as np
 import pytest
 
-from rltrain.data.buffers import ReplayBuffer
+from rltrain.data.storage import ReplayBuffer
 from rltrain.system import available_memory, size_text
 
 ATARI_OBS = (4, 84, 84)
@@ -36,8 +36,10 @@ def test_bytes_per_transition_is_what_the_buffer_allocates(frame_stack):
     capacity = 1000
     buf = ReplayBuffer(1, capacity, ATARI_OBS, (), np.int64, obs_dtype=np.uint8,
                        frame_stack=frame_stack)
-    rows = ([buf.frames, buf.frame_index] if frame_stack > 1 else [buf.obs]) + [
-        buf.act, buf.rew, buf.terminated, buf.truncated, buf.aside_ref]
+    obs = buf.codecs["obs"]
+    rows = ([obs.frames, obs.index] if frame_stack > 1 else [obs.array]) + [
+        buf.codecs[name].array for name in ("act", "rew", "terminated", "truncated")] + [
+        buf.asides.ref]
     ring = (frame_stack - 1) * 84 * 84  # a lane's frames before its oldest transition's
     assert sum(a.nbytes for a in rows) == capacity * per_transition(frame_stack) + ring
     assert buf.nominal_bytes() == capacity * per_transition(frame_stack) + ring

@@ -71,9 +71,10 @@ def test_batches_are_the_stored_one_step_transitions(info):
     lanes, positions = np.array([0, 1, 1, 0, 1]), np.array([2, 0, 5, 7, 11])
     assert bc.transforms() == ()
     batch = read(buffer, lanes, positions, bc.transforms())
-    np.testing.assert_array_equal(batch.obs, buffer.obs[lanes, positions])
-    np.testing.assert_array_equal(batch.act, buffer.act[lanes, positions])
-    np.testing.assert_array_equal(batch.rew, buffer.rew[lanes, positions])
+    held = {name: codec.array[lanes, positions] for name, codec in buffer.codecs.items()}
+    np.testing.assert_array_equal(batch.obs, held["obs"])
+    np.testing.assert_array_equal(batch.act, held["act"])
+    np.testing.assert_array_equal(batch.rew, held["rew"])
     np.testing.assert_array_equal(batch.next_obs, buffer.next_obs_at(lanes, positions))
     assert batch.discount is None
     assert "gamma" not in {f.name for f in dataclasses.fields(BCConfig)}

@@ -11,15 +11,12 @@ import numpy as np
 import pytest
 import torch
 
-from rltrain.data import buffers
-from rltrain.data.buffers import (
-    BufferFullError,
-    ReplayBuffer,
-    Rollout,
-    stored_transitions,
-)
+from rltrain.data import storage
+from rltrain.data.batch import Rollout
 from rltrain.data.reading import read
 from rltrain.data.samplers.uniform import UniformSampler
+from rltrain.data.state_format import stored_transitions
+from rltrain.data.storage import BufferFullError, ReplayBuffer
 from rltrain.data.transforms.nstep import NStepReturns
 
 FIELDS = ("obs", "act", "rew", "next_obs", "terminated", "truncated")
@@ -78,7 +75,7 @@ class Recorder:
         m, cap = b.num_lanes, b.lane_capacity
         arrays = {"obs": np.zeros((m, cap, *b.obs_shape), np.float32),
                   "next_obs": np.zeros((m, cap, *b.obs_shape), np.float32),
-                  "act": np.zeros((m, cap, *b.act_shape), b.act.dtype),
+                  "act": np.zeros((m, cap, *b.act_shape), b.fields["act"].dtype),
                   "rew": np.zeros((m, cap), np.float32),
                   "terminated": np.zeros((m, cap), bool), "truncated": np.zeros((m, cap), bool)}
         ptr, size = np.zeros(m, np.int64), np.zeros(m, np.int64)
@@ -107,9 +104,10 @@ def lane_contents(buffer: ReplayBuffer, lane: int) -> dict[str, np.ndarray]:
     """Every field of a lane's stored transitions, oldest first, through the primitives."""
     pos = lane_in_time_order(buffer, lane)
     lanes = np.full(len(pos), lane)
+    held = {name: buffer.codecs[name].array[lane, pos]
+            for name in ("rew", "terminated", "truncated")}
     return {"obs": buffer.obs_at(lanes, pos), "act": buffer.act_at(lanes, pos),
-            "rew": buffer.rew[lane, pos], "next_obs": buffer.next_obs_at(lanes, pos),
-            "terminated": buffer.terminated[lane, pos], "truncated": buffer.truncated[lane, pos]}
+            "next_obs": buffer.next_obs_at(lanes, pos), **held}
 
 
 def assert_holds(buffer: ReplayBuffer, rec: Recorder) -> None:
@@ -148,8 +146,8 @@ def test_valid_mask_leaves_masked_lanes_untouched():
     assert list(buf.size) == [2, 1, 2] and list(buf.ptr) == [2, 1, 2]
     for name, old in before.items():
         np.testing.assert_array_equal(lane_contents(buf, 1)[name], old, err_msg=name)
-    assert buf.terminated[0, 1] and not buf.truncated[0, 1]
-    assert buf.truncated[2, 1] and not buf.terminated[2, 1]
+    assert buf.codecs["terminated"].array[0, 1] and not buf.codecs["truncated"].array[0, 1]
+    assert buf.codecs["truncated"].array[2, 1] and not buf.codecs["terminated"].array[2, 1]
     assert_holds(buf, rec)
 
 
@@ -299,7 +297,7 @@ def test_extend_in_parts_equals_extend_at_once(monkeypatch, circular):
     fields = _random_steps(rng, 30, 3, 0.8)
     whole = make_buffer(lane_capacity=40, circular=circular)
     whole.extend(*fields)
-    monkeypatch.setattr(buffers, "_BLOCK_ELEMENTS", 13)  # parts of 2 steps x 3 lanes x 2
+    monkeypatch.setattr(storage, "_BLOCK_ELEMENTS", 13)  # parts of 2 steps x 3 lanes x 2
     parts = make_buffer(lane_capacity=40, circular=circular)
     parts.extend(*fields)
     for key, value in whole.state_dict().items():
@@ -563,6 +561,14 @@ def test_load_state_dict_refuses_a_state_that_does_not_fit():
     bad_ptr = dict(state, ptr=state["ptr"] + 100)
     with pytest.raises(ValueError, match="buffer ptr"):
         buf.load_state_dict(bad_ptr)
+    too_few = dict(state, added=state["size"] - 1)  # fewer written than stored
+    with pytest.raises(ValueError, match="buffer added"):
+        buf.load_state_dict(too_few)
+    # every state is checked whole before anything is written: the buffer is as it was
+    assert_holds(buf, rec)
+    after = buf.state_dict()
+    assert list(after) == list(state)
+    assert all(after[k].numpy().tobytes() == state[k].numpy().tobytes() for k in state)
 
 
 # --------------------------------------------------------------------------- memory

@@ -32,8 +32,8 @@ from rltrain.config import (
     OnPolicyTrainerParams,
 )
 from rltrain.core import Progress, SpaceInfo
-from rltrain.data.buffers import ReplayBuffer
 from rltrain.data.datasets.sources import load_dataset
+from rltrain.data.storage import ReplayBuffer
 from rltrain.settings import Settings, settings
 from rltrain.system import available_memory
 from rltrain.trainer import (

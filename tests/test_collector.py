@@ -12,7 +12,7 @@ from gymnasium.vector import AutoresetMode
 
 import toy_envs
 from rltrain.collector import Collector, episode_quotas, random_policy
-from rltrain.data.buffers import ReplayBuffer
+from rltrain.data.storage import ReplayBuffer
 from toy_envs import COUNTER_ID, COUNTER_T, TERMINATING_ID, terminating_length
 
 MODES = [AutoresetMode.SAME_STEP, AutoresetMode.NEXT_STEP]
@@ -43,7 +43,7 @@ def lane(buffer: ReplayBuffer, i: int) -> dict[str, np.ndarray]:
     observation as the buffer finds it (stored once: the next transition's, or kept aside)."""
     n = int(buffer.size[i])
     assert n < buffer.lane_capacity
-    out = {name: getattr(buffer, name)[i, :n]
+    out = {name: buffer.codecs[name].array[i, :n]
            for name in ("obs", "act", "rew", "terminated", "truncated")}
     out["next_obs"] = buffer.next_obs_at(np.full(n, i), np.arange(n))
     return out

@@ -18,7 +18,6 @@ import pytest
 from conftest import run_cli, run_tool, tmpfs
 from rltrain.actions import to_agent, to_env
 from rltrain.config import ConfigError
-from rltrain.data.buffers import ReplayBuffer
 from rltrain.data.datasets.dataset import ARRAYS, Dataset, make_dataset, new_meta
 from rltrain.data.datasets.files import save_dataset
 from rltrain.data.datasets.replay import from_replay_buffer, to_buffer
@@ -27,6 +26,7 @@ from rltrain.data.datasets.spaces import describe_space
 from rltrain.data.datasets.validation import check_spaces
 from rltrain.data.reading import read
 from rltrain.data.samplers.uniform import UniformSampler
+from rltrain.data.storage import ReplayBuffer
 from rltrain.data.transforms.nstep import NStepReturns
 
 PENDULUM_ACTIONS = gym.spaces.Box(-2.0, 2.0, (1,), np.float32)
@@ -319,11 +319,12 @@ def test_to_buffer_continuous() -> None:
                        action_high=PENDULUM_ACTIONS.high)
     n = len(ds)
     assert (buffer.num_lanes, buffer.lane_capacity, len(buffer)) == (1, n, n)
-    assert np.array_equal(buffer.act[0], to_agent(ds.act, PENDULUM_ACTIONS.low,
-                                                  PENDULUM_ACTIONS.high))
-    assert np.abs(buffer.act).max() <= 1.0 and np.abs(ds.act).max() > 1.0
-    assert np.array_equal(buffer.obs[0], ds.obs) and np.array_equal(buffer.rew[0], ds.rew)
-    dones = buffer.terminated[0] | buffer.truncated[0]
+    held = {name: codec.array for name, codec in buffer.codecs.items()}  # fields held whole
+    assert np.array_equal(held["act"][0], to_agent(ds.act, PENDULUM_ACTIONS.low,
+                                                   PENDULUM_ACTIONS.high))
+    assert np.abs(held["act"]).max() <= 1.0 and np.abs(ds.act).max() > 1.0
+    assert np.array_equal(held["obs"][0], ds.obs) and np.array_equal(held["rew"][0], ds.rew)
+    dones = held["terminated"][0] | held["truncated"][0]
     assert np.flatnonzero(dones).tolist() == (np.cumsum(lengths) - 1).tolist()
 
     batch = read(buffer, *UniformSampler(0).sample(buffer, 4096), [NStepReturns(3, 1.0)])
@@ -343,7 +344,8 @@ def test_to_buffer_continuous() -> None:
 def test_to_buffer_discrete() -> None:
     ds = episodes_dataset([3, 2], discrete=True)
     buffer = to_buffer(ds, discrete=True, action_low=None, action_high=None)
-    assert buffer.act.dtype == np.int64 and np.array_equal(buffer.act[0], ds.act)
+    act = buffer.codecs["act"].array
+    assert act.dtype == np.int64 and np.array_equal(act[0], ds.act)
     with pytest.raises(ConfigError, match="discrete actions"):
         to_buffer(ds, discrete=False, action_low=PENDULUM_ACTIONS.low,
                   action_high=PENDULUM_ACTIONS.high)
@@ -369,8 +371,9 @@ def test_from_replay_buffer_wraps_in_time_order() -> None:
     ds = from_replay_buffer(state, discrete=False, action_low=low, action_high=high, meta=meta)
     assert ds.obs.tolist() == [[0, t] for t in range(4, 9)] + [[1, t] for t in range(3)]
     assert ds.rew.tolist() == [4, 5, 6, 7, 8, 10, 11, 12]
-    assert np.array_equal(ds.act, to_env(buffer.act[0][[4, 0, 1, 2, 3]].tolist()
-                                         + buffer.act[1][:3].tolist(), low, high))
+    act = buffer.codecs["act"].array
+    assert np.array_equal(ds.act, to_env(act[0][[4, 0, 1, 2, 3]].tolist()
+                                         + act[1][:3].tolist(), low, high))
     assert ds.act[5:, 0].tolist() == pytest.approx([1.98] * 3)  # the env's own scale
     assert ds.terminated.tolist() == [0, 0, 1, 0, 0, 0, 0, 0]
     # each lane's last episode was still running: cut, so marked truncated

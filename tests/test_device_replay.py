@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from conftest import learning_records, random_dataset
-from rltrain.data.buffers import ReplayBuffer
 from rltrain.data.reading import read
+from rltrain.data.storage import ReplayBuffer
 from rltrain.data.transforms.nstep import NStepReturns
 from test_buffers import episodes
 

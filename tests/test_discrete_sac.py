@@ -20,7 +20,7 @@ from rltrain.algorithms.discrete_sac import DiscreteSAC, DiscreteSACConfig
 from rltrain.checkpoint import load_checkpoint
 from rltrain.config import ConfigError
 from rltrain.core import SpaceInfo
-from rltrain.data.buffers import Batch
+from rltrain.data.batch import Batch
 from test_lifecycle import interrupt_after_first_epoch
 
 

@@ -16,7 +16,7 @@ from rltrain.algorithms import ALGORITHMS
 from rltrain.algorithms.dqn import DQN, DQNConfig
 from rltrain.config import ConfigError
 from rltrain.core import Progress
-from rltrain.data.buffers import Batch
+from rltrain.data.batch import Batch
 
 
 def tensors(batch: Batch) -> tuple[torch.Tensor, ...]:

@@ -15,7 +15,7 @@ import torch
 
 from rltrain.algorithms.dqn import DQN, DQNConfig
 from rltrain.core import Progress, SpaceInfo
-from rltrain.data.buffers import Batch
+from rltrain.data.batch import Batch
 from rltrain.envs import space_info
 from rltrain.observations import layout, stored_shape
 

@@ -18,9 +18,10 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.wrappers import FrameStackObservation
 
 from rltrain.collector import Collector, random_policy
-from rltrain.data.buffers import ReplayBuffer, stored_transitions
 from rltrain.data.reading import read
 from rltrain.data.samplers.uniform import UniformSampler
+from rltrain.data.state_format import stored_transitions
+from rltrain.data.storage import ReplayBuffer
 from rltrain.data.transforms.nstep import NStepReturns
 
 K, FRAME = 4, (8, 8)

@@ -338,7 +338,7 @@ def test_the_hash_covers_every_observation_byte(data: dict[str, Path], tmp_path:
 def test_a_buffer_of_the_dataset_holds_its_bytes(data: dict[str, Path], name: str) -> None:
     ds = load_dataset(str(data[name]))
     buffer = to_buffer(ds, discrete=True, action_low=None, action_high=None)
-    assert buffer.obs_dtype == np.uint8 and buffer.obs.dtype == np.uint8
+    assert buffer.obs_dtype == np.uint8 and buffer.codecs["obs"].array.dtype == np.uint8
     lanes, positions = np.zeros(len(ds), np.int64), np.arange(len(ds))
     assert np.array_equal(buffer.obs_at(lanes, positions), ds.obs)
     assert np.array_equal(buffer.next_obs_at(lanes, positions), ds.next_obs)

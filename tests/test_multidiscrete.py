@@ -24,7 +24,7 @@ from rltrain.build import check_actions
 from rltrain.collect import noisy
 from rltrain.config import ConfigError
 from rltrain.core import SpaceInfo
-from rltrain.data.buffers import Batch, Rollout
+from rltrain.data.batch import Batch, Rollout
 from rltrain.data.datasets.dataset import make_dataset, new_meta
 from rltrain.data.datasets.replay import to_buffer
 from rltrain.data.datasets.spaces import describe_space

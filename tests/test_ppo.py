@@ -20,7 +20,7 @@ from rltrain.algorithms.ppo import PPO, PPOConfig
 from rltrain.build import build_parts, build_trainer
 from rltrain.catalogue import register_configs
 from rltrain.core import Progress, SpaceInfo
-from rltrain.data.buffers import Rollout
+from rltrain.data.batch import Rollout
 from rltrain.settings import settings
 from rltrain.trainer import OnPolicyTrainer
 

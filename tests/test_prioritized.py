@@ -14,10 +14,10 @@ from conftest import learning_records
 from rltrain.algorithms import ALGORITHMS
 from rltrain.checkpoint import load_checkpoint
 from rltrain.config import ConfigError, ReplayBufferConfig
-from rltrain.data.buffers import ReplayBuffer
 from rltrain.data.samplers import check_sampler, make_sampler
 from rltrain.data.samplers.prioritized import PrioritizedSampler, SumTree
 from rltrain.data.samplers.uniform import UniformSampler
+from rltrain.data.storage import ReplayBuffer
 from test_lifecycle import interrupt_after_first_epoch
 
 

@@ -11,11 +11,11 @@ import pytest
 
 from conftest import SHORT_DQN, read_jsonl, run_in_process
 from rltrain.config import ConfigError, ReplayBufferConfig
-from rltrain.data.buffers import ReplayBuffer
 from rltrain.data.reading import ReadPath, gather, reach, read
 from rltrain.data.samplers import SAMPLERS, SamplerSpec, check_sampler, make_sampler
 from rltrain.data.samplers.prioritized import PrioritizedSampler
 from rltrain.data.samplers.uniform import UniformSampler
+from rltrain.data.storage import ReplayBuffer
 from rltrain.data.transforms import TRANSFORMS, Record
 from rltrain.data.transforms.nstep import NStepReturns
 

@@ -24,7 +24,8 @@ from rltrain.checkpoint import load_checkpoint
 from rltrain.collector import Collector
 from rltrain.config import ConfigError
 from rltrain.core import Progress
-from rltrain.data.buffers import ReplayBuffer, Rollout
+from rltrain.data.batch import Rollout
+from rltrain.data.storage import ReplayBuffer
 from rltrain.envs import space_info
 from rltrain.recurrent import (
     RNN_KINDS,

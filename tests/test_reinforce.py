@@ -19,7 +19,7 @@ from conftest import TESTS, learning_records, signal_when
 from rltrain.algorithms.reinforce import Reinforce, ReinforceConfig, ReinforceStats, finished
 from rltrain.build import build_parts, build_trainer
 from rltrain.catalogue import register_configs
-from rltrain.data.buffers import Rollout
+from rltrain.data.batch import Rollout
 from rltrain.settings import settings
 
 

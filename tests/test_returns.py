@@ -10,10 +10,11 @@ import dataclasses
 import numpy as np
 import pytest
 
-from rltrain.data.buffers import Batch, ReplayBuffer
+from rltrain.data.batch import Batch
 from rltrain.data.reading import read
 from rltrain.data.returns import gae
 from rltrain.data.samplers.uniform import UniformSampler
+from rltrain.data.storage import ReplayBuffer
 from rltrain.data.transforms.nstep import NStepReturns, nstep_returns
 
 

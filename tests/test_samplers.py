@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from rltrain.data.buffers import ReplayBuffer
 from rltrain.data.samplers import Sampler
 from rltrain.data.samplers.uniform import UniformSampler
+from rltrain.data.storage import ReplayBuffer
 
 
 def buffer_with(sizes: list[int], capacity: int, steps: int | None = None) -> ReplayBuffer:
@@ -35,7 +35,7 @@ def stored_ids(buf: ReplayBuffer) -> set[float]:
     ids = set()
     for lane in range(buf.num_lanes):
         pos = (buf.oldest()[lane] + np.arange(buf.size[lane])) % buf.lane_capacity
-        ids |= set(buf.obs[lane, pos, 0].tolist())
+        ids |= set(buf.codecs["obs"].array[lane, pos, 0].tolist())
     return ids
 
 
@@ -45,7 +45,7 @@ def test_sample_is_uniform_over_transitions_across_unequal_lanes():
     buf = buffer_with([1, 5, 0, 12], capacity=12)
     n = 72_000
     lanes, positions = UniformSampler(6).sample(buf, n)
-    ids, counts = np.unique(buf.obs[lanes, positions, 0], return_counts=True)
+    ids, counts = np.unique(buf.codecs["obs"].array[lanes, positions, 0], return_counts=True)
     assert len(ids) == 18 and set(ids.tolist()) == stored_ids(buf)
     expected = n / 18  # 4000 per transition, std ~ 62
     assert np.all(np.abs(counts - expected) < 0.08 * expected), counts
@@ -61,7 +61,7 @@ def test_sample_returns_only_stored_transitions_after_wrap_around(sizes):
     buf = buffer_with(sizes, capacity=10, steps=37)
     lanes, positions = UniformSampler(1).sample(buf, 3000)
     assert (positions >= 0).all() and (positions < buf.size[lanes]).all()
-    drawn = set(buf.obs[lanes, positions, 0].tolist())
+    drawn = set(buf.codecs["obs"].array[lanes, positions, 0].tolist())
     assert drawn == stored_ids(buf)
     # the general mapping, from the same generator state
     rng = np.random.default_rng(1)

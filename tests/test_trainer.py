@@ -370,7 +370,7 @@ def test_offline_trainer_learns_from_a_prefilled_buffer():
     filled = built.train_collector.collect(random_policy(built.train_envs, 0), n_steps=200)
     assert len(built.buffer) == filled.n_transitions > 0
     size_before = len(built.buffer)
-    obs_before = built.buffer.obs.copy()
+    obs_before = built.buffer.codecs["obs"].array.copy()
     weights_before = [p.detach().clone() for p in built.algorithm.q.parameters()]
     all_stats = list(built.trainer)
     assert [st.training_steps for st in all_stats] == [steps] * epochs
@@ -381,7 +381,7 @@ def test_offline_trainer_learns_from_a_prefilled_buffer():
     assert info.env_step == 0 and built.trainer.env_step == 0
     assert len(built.train_collector.records) == 1  # only the pre-fill
     assert len(built.buffer) == size_before
-    np.testing.assert_array_equal(built.buffer.obs, obs_before)
+    np.testing.assert_array_equal(built.buffer.codecs["obs"].array, obs_before)
     changed = [not torch.equal(a, b)
                for a, b in zip(weights_before, built.algorithm.q.parameters(), strict=True)]
     assert all(changed)

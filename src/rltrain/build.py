@@ -31,8 +31,8 @@ from rltrain.algorithms import get as algorithm_spec
 from rltrain.collector import Collector
 from rltrain.config import ConfigError, DiscountedConfig, flow_text, wrapper_entry
 from rltrain.core import SpaceInfo
-from rltrain.data.buffers import ReplayBuffer
 from rltrain.data.reading import reach
+from rltrain.data.storage import ReplayBuffer
 from rltrain.envs import (
     env_seeds,
     make_vector_env,
@@ -220,7 +220,7 @@ def build_parts(s: Settings) -> Parts:
 def replay_on_device(wanted: bool | None, algorithm: OffPolicyAlgorithm,
                      buffer: ReplayBuffer, *, online: bool) -> None:
     """``buffer.on_device``: give the replay buffer its copy on the algorithm's device (see
-    :class:`rltrain.data.buffers.DeviceMirror`), or say why it cannot have one. Auto
+    :class:`rltrain.data.device_copy.DeviceMirror`), or say why it cannot have one. Auto
     (None) gives one to an offline run on CUDA: its dataset is copied once, and each batch
     then costs one copy of indices instead of five of data. An online run writes every
     step it collects, one copy per field, about as many copies as its batches save at one

@@ -86,8 +86,8 @@ def collect(envs: Any, policy: Policy, *, seed: int, episodes: int | None = None
     import gymnasium as gym
 
     from rltrain.collector import Collector, episode_quotas
-    from rltrain.data.buffers import ReplayBuffer
     from rltrain.data.datasets.dataset import ARRAYS
+    from rltrain.data.storage import ReplayBuffer
     from rltrain.observations import storage_dtype, stored_shape
 
     if (episodes is None) == (steps is None):

@@ -35,7 +35,7 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, Vecto
 
 from rltrain import envstate
 from rltrain.core import Policy
-from rltrain.data.buffers import ReplayBuffer
+from rltrain.data.storage import ReplayBuffer
 from rltrain.envs import autoreset_mode
 from rltrain.errors import NonFiniteError, mark_env_failure
 from rltrain.masking import KEY as MASK_KEY

@@ -49,12 +49,12 @@ from rltrain.config import (
     env_steps_per_collection,
 )
 from rltrain.core import Policy, Progress, SpaceInfo
-from rltrain.data.buffers import ReplayBuffer
 from rltrain.data.datasets.replay import to_buffer
 from rltrain.data.datasets.sources import dataset_fingerprint, load_dataset
 from rltrain.data.datasets.validation import check_spaces
 from rltrain.data.reading import ReadPath
 from rltrain.data.samplers import make_sampler
+from rltrain.data.storage import ReplayBuffer
 from rltrain.errors import NonFiniteError, TrainingError, is_env_failure
 from rltrain.loggers import Logger
 from rltrain.observations import storage_dtype

@@ -41,7 +41,7 @@ from rltrain.algorithms.registry import (
 )
 from rltrain.config import ConfigError, check_positive, check_unit_interval
 from rltrain.core import Progress, SpaceInfo
-from rltrain.data.buffers import Rollout
+from rltrain.data.batch import Rollout
 from rltrain.data.returns import gae
 from rltrain.optim import Adam, FlatOptimizer, RMSprop
 

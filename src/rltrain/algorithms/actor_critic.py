@@ -17,7 +17,7 @@ from torch import nn
 from rltrain.algorithms.base import OnPolicyAlgorithm, acting
 from rltrain.config import ConfigError, DiscountedConfig, check_positive
 from rltrain.core import Progress, SpaceInfo
-from rltrain.data.buffers import Rollout
+from rltrain.data.batch import Rollout
 from rltrain.encoders import Encoder
 from rltrain.encoders.flat import FlatEncoder
 from rltrain.masking import ActionMask

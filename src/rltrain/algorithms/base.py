@@ -24,7 +24,7 @@ from torch import nn
 from rltrain.actions import ActionScale
 from rltrain.config import NetworkConfig, TDConfig
 from rltrain.core import Policy, Progress, SpaceInfo
-from rltrain.data.buffers import Batch, Rollout
+from rltrain.data.batch import Batch, Rollout
 from rltrain.data.transforms import Transform
 from rltrain.data.transforms.nstep import NStepReturns
 from rltrain.encoders import Encoder, make_encoder

@@ -22,7 +22,7 @@ from rltrain.algorithms.base import OffPolicyAlgorithm, Stat, UpdateReport, clip
 from rltrain.algorithms.registry import CONTINUOUS, DISCRETE, MULTIDISCRETE, AlgoSpec, register
 from rltrain.config import NetworkConfig, check_positive
 from rltrain.core import Progress, SpaceInfo
-from rltrain.data.buffers import Batch
+from rltrain.data.batch import Batch
 from rltrain.nets import CategoricalActor, DeterministicActor, MultiCategoricalActor
 from rltrain.optim import Adam
 

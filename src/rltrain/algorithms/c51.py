@@ -29,7 +29,7 @@ from rltrain.algorithms.dqn import DQNStats, QConfig, QLearning
 from rltrain.algorithms.registry import DISCRETE, AlgoSpec, register
 from rltrain.config import ConfigError
 from rltrain.core import Progress, SpaceInfo
-from rltrain.data.buffers import Batch
+from rltrain.data.batch import Batch
 from rltrain.qnets import CategoricalQ, categorical_mean
 
 

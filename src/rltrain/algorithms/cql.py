@@ -35,7 +35,7 @@ from rltrain.algorithms.registry import CONTINUOUS, DISCRETE, AlgoSpec, register
 from rltrain.algorithms.sac import SAC, SACConfig, SACStats
 from rltrain.config import ConfigError, check_positive
 from rltrain.core import Progress, SpaceInfo
-from rltrain.data.buffers import Batch
+from rltrain.data.batch import Batch
 
 
 @dataclass

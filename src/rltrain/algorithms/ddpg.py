@@ -35,7 +35,7 @@ from rltrain.config import (
     check_unit_interval,
 )
 from rltrain.core import Progress, SpaceInfo
-from rltrain.data.buffers import Batch
+from rltrain.data.batch import Batch
 from rltrain.nets import DeterministicActor, QCritics
 from rltrain.optim import Adam, flatten_parameters, soft_update
 

@@ -28,7 +28,7 @@ from rltrain.algorithms.registry import DISCRETE, AlgoSpec, register
 from rltrain.algorithms.sac import SoftActorCritic, SoftConfig
 from rltrain.config import ConfigError
 from rltrain.core import Progress, SpaceInfo
-from rltrain.data.buffers import Batch
+from rltrain.data.batch import Batch
 from rltrain.nets import CategoricalActor, DiscreteQCritics, sample_categorical
 
 

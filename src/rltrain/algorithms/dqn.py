@@ -28,7 +28,7 @@ from rltrain.algorithms.base import Stat, TDAlgorithm, UpdateReport, clip_and_st
 from rltrain.algorithms.registry import DISCRETE, AlgoSpec, register
 from rltrain.config import ConfigError, TDConfig, check_positive, check_unit_interval
 from rltrain.core import Progress, SpaceInfo
-from rltrain.data.buffers import Batch
+from rltrain.data.batch import Batch
 from rltrain.masking import random_allowed
 from rltrain.nets import backward_into, forward_kept
 from rltrain.nograd import no_grad

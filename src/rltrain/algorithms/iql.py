@@ -39,7 +39,7 @@ from rltrain.algorithms.base import (
 from rltrain.algorithms.registry import CONTINUOUS, DISCRETE, AlgoSpec, register
 from rltrain.config import ConfigError, TDConfig, check_positive, check_unit_interval
 from rltrain.core import Progress, SpaceInfo
-from rltrain.data.buffers import Batch
+from rltrain.data.batch import Batch
 from rltrain.nets import CategoricalActor, EncodedMLP, QCritics, TanhMeanGaussianActor
 from rltrain.optim import Adam, flatten_parameters, soft_update
 

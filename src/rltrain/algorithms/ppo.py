@@ -28,7 +28,7 @@ from rltrain.algorithms.registry import (
 )
 from rltrain.config import check_positive, check_unit_interval
 from rltrain.core import Progress, SpaceInfo
-from rltrain.data.buffers import Rollout
+from rltrain.data.batch import Rollout
 from rltrain.data.returns import gae
 from rltrain.nograd import no_grad
 from rltrain.optim import Adam, StackedAdam

@@ -46,7 +46,7 @@ from rltrain.algorithms.ppo import PPO, PPOConfig, PPOStats
 from rltrain.algorithms.registry import CONTINUOUS, DISCRETE, AlgoSpec, register
 from rltrain.config import ConfigError, check_positive
 from rltrain.core import Policy, Progress, SpaceInfo
-from rltrain.data.buffers import Rollout
+from rltrain.data.batch import Rollout
 from rltrain.data.returns import gae
 from rltrain.nets import CategoricalActor, EncodedMLP, GaussianActor
 from rltrain.observations import raw_tensors

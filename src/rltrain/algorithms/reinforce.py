@@ -35,7 +35,7 @@ from rltrain.algorithms.registry import (
     AlgoSpec,
     register,
 )
-from rltrain.data.buffers import Rollout
+from rltrain.data.batch import Rollout
 from rltrain.data.returns import gae
 
 

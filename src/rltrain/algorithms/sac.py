@@ -31,7 +31,7 @@ from rltrain.algorithms.base import (
 from rltrain.algorithms.registry import CONTINUOUS, AlgoSpec, register
 from rltrain.config import TDConfig, check_noise_beta, check_positive, check_unit_interval
 from rltrain.core import Progress, SpaceInfo
-from rltrain.data.buffers import Batch
+from rltrain.data.batch import Batch
 from rltrain.nets import QCritics, SquashedGaussianActor
 from rltrain.optim import Adam, flatten_parameters, soft_update
 

@@ -24,7 +24,7 @@ from rltrain.algorithms.ddpg import DDPG, DDPGConfig, DDPGStats
 from rltrain.algorithms.registry import CONTINUOUS, AlgoSpec, register
 from rltrain.config import check_positive
 from rltrain.core import Progress
-from rltrain.data.buffers import Batch
+from rltrain.data.batch import Batch
 
 
 @dataclass

@@ -23,7 +23,7 @@ from rltrain.algorithms.registry import CONTINUOUS, AlgoSpec, register
 from rltrain.algorithms.td3 import TD3, TD3Config
 from rltrain.config import check_positive
 from rltrain.core import Progress
-from rltrain.data.buffers import Batch
+from rltrain.data.batch import Batch
 
 
 @dataclass

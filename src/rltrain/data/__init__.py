@@ -1,0 +1,29 @@
+"""The data path: how experience is stored, chosen and turned into batches, and datasets.
+
+Storage, bottom up (each module imports only the ones above it in this list):
+
+- ``fields``: the fields a transition is made of (``obs, act, rew, terminated, truncated``
+  today), the codec protocol every field's storage follows, and ``WholeArrays``, the codec
+  that keeps a value whole per slot;
+- ``frames``: ``FrameStacks``, the codec that keeps stacked uint8 frames one frame per
+  transition;
+- ``asides``: the next observations that are not their successor's, kept aside (and each
+  lane's pending one);
+- ``device_copy``: ``DeviceMirror``, the one-step transitions again on an accelerator;
+- ``batch``: what storage hands out: ``Batch``, ``Rollout``, ``Window``;
+- ``state_format``: a buffer's state in a checkpoint, its checks, the previous release's
+  format, every transition read back from a state;
+- ``storage``: ``ReplayBuffer``, one lane (a ring of transitions in time order) per env, each
+  declared field kept by its codec; replay and on-policy rollouts alike.
+
+Reading, one way through, called by the trainer (``reading``): a sampler of the ``samplers``
+registry chooses indices (uniform, prioritised), ``reading.gather`` reads their fields as far
+as the algorithm's transforms reach, and the ``transforms`` registry's transforms compute what
+the loss needs (n-step returns); the result is the ``Batch`` the update receives. ``returns``:
+GAE, which the on-policy algorithms compute on their rollouts. ``datasets``: offline datasets
+(files, validation, Minari) and their conversion from and to storage.
+
+The package is the data layer of ``.importlinter``: it may import the shared parts and the
+ground floor (``rltrain.config``, ``rltrain.observations``, ``rltrain.actions``,
+``rltrain.files``, ``rltrain.trust``, ...), never the algorithms, trainers or commands above it.
+"""

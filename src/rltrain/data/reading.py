@@ -4,7 +4,7 @@ One way through, called by the trainer: a :mod:`sampler <rltrain.data.samplers>`
 transitions, :func:`gather` reads their fields from storage into a record (a dict of named
 fields, ``(B, ...)`` each), each of the algorithm's :mod:`transforms <rltrain.data.transforms>`
 computes what the loss needs from that record (n-step returns; hindsight relabelling and
-V-trace are more of the same), and the record becomes a :class:`~rltrain.data.buffers.Batch`.
+V-trace are more of the same), and the record becomes a :class:`~rltrain.data.batch.Batch`.
 The algorithm receives the batch; it never holds the storage or the sampler. What the update
 reports back (priorities) goes to the sampler through :meth:`ReadPath.learned`.
 
@@ -19,8 +19,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from rltrain.data.buffers import Batch, ReplayBuffer
+from rltrain.data.batch import Batch
 from rltrain.data.samplers import Sampler
+from rltrain.data.storage import ReplayBuffer
 from rltrain.data.transforms import Record, Transform
 
 
@@ -31,7 +32,7 @@ def gather(storage: ReplayBuffer, lanes: np.ndarray, positions: np.ndarray, wind
     ``window == 1``: each transition alone, ``obs, act, rew, terminated, next_obs``, read in
     one gather per field (on the storage's device copy when it has one, as tensors there).
     ``window > 1``: ``obs`` and ``act`` of each, and ``window``, the
-    :class:`~rltrain.data.buffers.Window` of the ``window`` transitions of its lane from it
+    :class:`~rltrain.data.batch.Window` of the ``window`` transitions of its lane from it
     on, from which a transform reads what it needs (the one-step fields would be read for
     nothing).
     """

@@ -27,6 +27,6 @@ One module per concern, each importing only those below it (checked by .importli
 Importers name the module (``from rltrain.data.datasets.sources import load_dataset``); this
 file imports nothing. The package may import :mod:`rltrain.config`, :mod:`rltrain.files`,
 :mod:`rltrain.trust`, and (inside functions, as they import torch) :mod:`rltrain.observations`,
-:mod:`rltrain.actions` and :mod:`rltrain.data.buffers`; h5py and minari only where a file of
+:mod:`rltrain.actions` and :mod:`rltrain.data.storage`; h5py and minari only where a file of
 theirs is read or written.
 """

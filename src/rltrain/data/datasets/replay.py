@@ -1,7 +1,7 @@
 """Datasets and replay buffers: a dataset put into a buffer for offline training, and an
 off-policy run's checkpointed replay buffer turned back into a dataset.
 
-:func:`to_buffer` puts a dataset into a one-lane :class:`~rltrain.data.buffers.ReplayBuffer`
+:func:`to_buffer` puts a dataset into a one-lane :class:`~rltrain.data.storage.ReplayBuffer`
 (actions in the algorithm's normalised space); :func:`from_replay_buffer` turns a buffer's
 ``state_dict()`` back into a dataset (the env's actions). Both follow the fields of
 :data:`~rltrain.data.datasets.dataset.ARRAYS`, the buffer's through its own API
@@ -9,7 +9,7 @@ off-policy run's checkpointed replay buffer turned back into a dataset.
 
 Imports: numpy, :mod:`rltrain.config`, and of this package
 :mod:`~rltrain.data.datasets.spaces` and :mod:`~rltrain.data.datasets.dataset`;
-:mod:`rltrain.data.buffers` and :mod:`rltrain.actions` only inside the two functions (they
+:mod:`rltrain.data.storage` and :mod:`rltrain.actions` only inside the two functions (they
 import torch, which reading, writing and merging datasets of vectors do without).
 """
 
@@ -25,7 +25,7 @@ from rltrain.data.datasets.dataset import INTEGER_ACTIONS, Dataset, make_dataset
 from rltrain.data.datasets.spaces import obs_storage, space_from_dict
 
 if TYPE_CHECKING:
-    from rltrain.data.buffers import ReplayBuffer
+    from rltrain.data.storage import ReplayBuffer
 
 
 def to_buffer(ds: Dataset, *, discrete: bool, action_low: np.ndarray | None,
@@ -42,12 +42,12 @@ def to_buffer(ds: Dataset, *, discrete: bool, action_low: np.ndarray | None,
     observation is stored once: the next observation of a transition is the next row's,
     except where the dataset says otherwise (an episode's end; rows that are not
     consecutive), which the buffer keeps aside, so batches see exactly ``ds.next_obs``. The
-    n-step windows of :func:`rltrain.data.returns.nstep_batch` stop at ``terminated |
+    n-step windows of :class:`rltrain.data.transforms.nstep.NStepReturns` stop at ``terminated |
     truncated``, which :func:`make_dataset` guarantees at the end of every episode, the
     dataset's last included.
     """
     from rltrain.actions import integer_start, to_agent
-    from rltrain.data.buffers import ReplayBuffer
+    from rltrain.data.storage import ReplayBuffer
 
     is_discrete = ds.meta.get("action_space", {}).get("type") in INTEGER_ACTIONS
     if is_discrete != discrete:
@@ -105,7 +105,7 @@ def from_replay_buffer(state: Mapping[str, Any], *, discrete: bool,
         named; the caller names the checkpoint).
     """
     from rltrain.actions import integer_start, to_env
-    from rltrain.data.buffers import stored_transitions
+    from rltrain.data.state_format import stored_transitions
 
     out = stored_transitions(state)
     size = out.pop("size")

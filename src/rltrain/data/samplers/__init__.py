@@ -2,7 +2,7 @@
 
 The first stage of the read path (:mod:`rltrain.data.reading`: sampler -> gather ->
 transforms -> the algorithm's update). A sampler returns ``(lanes, positions)``, the indices
-of transitions in a :class:`~rltrain.data.buffers.ReplayBuffer`; what is read there and
+of transitions in a :class:`~rltrain.data.storage.ReplayBuffer`; what is read there and
 computed from it (n-step returns, :mod:`rltrain.data.transforms`) are later stages. Keeping
 the choice apart from the storage is what lets prioritised replay (Schaul et al. 2016) or a
 sampler of sequences be one more module here instead of a subclass of the buffer.
@@ -26,7 +26,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from rltrain.config import ConfigError, ReplayBufferConfig
-from rltrain.data.buffers import ReplayBuffer
+from rltrain.data.storage import ReplayBuffer
 from rltrain.modules import import_members
 
 

@@ -11,8 +11,8 @@ import numpy as np
 import torch
 
 from rltrain.config import ConfigError, ReplayBufferConfig
-from rltrain.data.buffers import ReplayBuffer
 from rltrain.data.samplers import SamplerSpec, register
+from rltrain.data.storage import ReplayBuffer
 
 
 class SumTree:

@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 
 from rltrain.config import ReplayBufferConfig
-from rltrain.data.buffers import ReplayBuffer
 from rltrain.data.samplers import SamplerSpec, register
+from rltrain.data.storage import ReplayBuffer
 
 
 class UniformSampler:

@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 from rltrain.modules import import_members
 
 if TYPE_CHECKING:
-    from rltrain.data.buffers import ReplayBuffer
+    from rltrain.data.storage import ReplayBuffer
 
 #: named fields of the B sampled transitions, ``(B, ...)`` arrays or tensors each (and the
-#: gather's ``window``, a :class:`~rltrain.data.buffers.Window`, when one was read)
+#: gather's ``window``, a :class:`~rltrain.data.batch.Window`, when one was read)
 Record = dict[str, Any]
 
 

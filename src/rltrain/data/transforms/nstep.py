@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from rltrain.data.buffers import ReplayBuffer
+from rltrain.data.storage import ReplayBuffer
 from rltrain.data.transforms import Record, register
 
 

@@ -1,0 +1,77 @@
+"""What the storage hands out: a sampled :class:`Batch`, an on-policy :class:`Rollout`, an
+n-step :class:`Window` of consecutive transitions.
+
+Plain types, built by :mod:`rltrain.data.storage` (rollouts, windows) and the read path,
+:mod:`rltrain.data.reading` (batches), read by the algorithms. Imports numpy and torch only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Sampled transitions, as the read path (rltrain.data.reading) gives them to an update:
+    with n-step returns applied, the target is ``rew + discount * V(next_obs)``. Host
+    arrays, or tensors on the device when the buffer
+    keeps a device copy (:meth:`rltrain.data.storage.ReplayBuffer.mirror_on`) and the batch
+    is one-step."""
+
+    obs: np.ndarray | torch.Tensor
+    act: np.ndarray | torch.Tensor
+    rew: np.ndarray | torch.Tensor
+    next_obs: np.ndarray | torch.Tensor
+    #: the bootstrap value's factor, from the algorithm's returns transform
+    #: (rltrain.data.transforms); None for an algorithm that declares none (BC)
+    discount: np.ndarray | torch.Tensor | None
+    #: (lane, position) of each sampled transition, for priority updates
+    lanes: np.ndarray
+    positions: np.ndarray
+    #: importance-sampling weights (float32, ``(batch,)``) when the sampler is prioritised
+    #: (:class:`rltrain.data.samplers.prioritized.PrioritizedSampler`); None under uniform sampling
+    weights: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """Every stored transition as ``(num_lanes, T, ...)`` arrays in time order, with a
+    ``valid`` mask for the unused slots at the end of shorter lanes."""
+
+    obs: np.ndarray
+    act: np.ndarray
+    rew: np.ndarray
+    next_obs: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    valid: np.ndarray
+    #: a recurrent policy's state ``(num_lanes, state_size)`` on each lane's first transition:
+    #: what the policy acted on it with (rltrain.recurrent); None for a policy without memory
+    start_state: np.ndarray | None = None
+
+    @property
+    def dones(self) -> np.ndarray:
+        return self.terminated | self.truncated
+
+    @property
+    def num_transitions(self) -> int:
+        return int(self.valid.sum())
+
+
+class Window(NamedTuple):
+    """For each of ``B`` starting transitions, the ``n`` consecutive transitions of its lane
+    from there on: ``(B, n)`` arrays. ``stored`` is False past the lane's newest transition
+    (those entries hold whatever the slot holds and must be ignored). (A named tuple: it is
+    built for every batch, and cheaper to build than a frozen dataclass.)"""
+
+    rew: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    stored: np.ndarray
+    positions: np.ndarray
+    #: the entries' flat indices (lane * lane_capacity + position), for the gathers that follow
+    flat: np.ndarray
