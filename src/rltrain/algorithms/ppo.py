@@ -5,6 +5,12 @@ per-minibatch advantage normalisation, entropy bonus, global gradient-norm
 clipping and linear learning-rate annealing, as in the implementation details
 catalogued by Huang et al. 2022 ("The 37 implementation details of PPO").
 Discrete (categorical) and continuous (diagonal Gaussian) actions.
+
+The loss is :meth:`PPO.clipped_losses`, through autograd. Faster forms of the same minibatch
+steps live beside it, chosen by the constructor where they apply and tested equal to it:
+``ppo_by_hand.py`` (the gradient written out: plain PPO on MLPs over vector observations) and
+``ppo_stacked.py`` (the members of a batched sweep stepped as one); ``ppo_terms.py`` holds the
+terms the three share.
 """
 
 from __future__ import annotations
