@@ -31,7 +31,7 @@ from conftest import (
 from rltrain import stacking
 from rltrain.algorithms.ppo import PPO, PPOConfig
 from rltrain.algorithms.ppo_stacked import StackedSteps
-from rltrain.batch_scheduler import Member, RNGs, Scheduler
+from rltrain.batch_scheduler import Member, RNGs, Scheduler, current
 from rltrain.envs import space_info
 from test_sweeps import finish_command, listed_as_on_disk
 
@@ -88,6 +88,18 @@ def test_members_take_turns_meet_as_one_batch_and_draw_their_own_random_numbers(
         assert member.error is None and member.done
         alone = _draws(s, 4)  # outside a batch: stack runs the work by itself
         assert all(torch.equal(a, b) for a, b in zip(member.returned, alone, strict=True))
+
+
+def test_a_members_code_finds_its_member_and_code_outside_a_batch_finds_none():
+    """What cli.py and sweep.py ask (``batch_scheduler.current()``) and what an algorithm's
+    :func:`rltrain.stacking.stack` reaches (``stacking.meeting()``): the member whose thread
+    runs the code, and None outside a batch."""
+    seen: dict[str, tuple[object, object]] = {}
+    ran = [Member(name, lambda name=name: seen.setdefault(name, (current(), stacking.meeting())),
+                  []) for name in ("a", "b")]
+    Scheduler(ran).run()
+    assert [seen[member.name] for member in ran] == [(member, member) for member in ran]
+    assert current() is None and stacking.meeting() is None
 
 
 def _all_draws(seed: int, rounds: int) -> list[tuple[float, float, float]]:
