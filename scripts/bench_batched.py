@@ -1,8 +1,8 @@
 """Sweeps of many seeds against one seed: whole-command wall seconds of ``rltrain --multirun
 ... seed=0,...,k-1`` under Hydra's basic launcher, the joblib launcher (2 workers) and rltrain's
-batched launcher (``hydra/launcher=batched``: seeds as lanes of one process, PPO's updates
-stacked over them), for PPO CartPole, DQN CartPole and SAC Pendulum with their shipped tuned
-configs.
+batched launcher (``hydra/launcher=batched``: seeds as the members of a batch in one process,
+PPO's updates stacked over them), for PPO CartPole, DQN CartPole and SAC Pendulum with their
+shipped tuned configs.
 
 The goal (the issue that asked for the batched launcher): 10 seeds of PPO CartPole and of DQN
 CartPole in at most 3x the wall time of one seed (a single ``rltrain algo=... env=...`` run,
@@ -28,7 +28,7 @@ that every seed does the same work: the fair comparison of launchers.
         [--grid algo.lr=1e-4,3e-4,1e-3]
 
 ``--grid KEY=V1,V2,...`` sweeps a setting too: each sweep is then k seeds times the values
-(PPO's lanes may differ in the settings of ``AlgoSpec.lane_fields``, such as its learning
+(PPO's members may differ in the settings of ``AlgoSpec.member_fields``, such as its learning
 rate, so such a grid is one batch); the single run takes the first value.
 
 With ``--repeats`` above 1 the rounds are interleaved (every command once, then again), so that
@@ -66,7 +66,7 @@ TASKS = {
 #: batched: the batched launcher in one process (hydra.launcher.n_jobs=1); batched2: with
 #: hydra.launcher.n_jobs=2 (two worker processes, forked; the launcher's default on 2 CPUs)
 LAUNCHERS = ("basic", "joblib", "batched", "batched2")
-#: the batched launcher's last line (rltrain.batched), printed once per batch of lanes
+#: the batched launcher's last line (rltrain.batched), printed once per batch
 BATCH_LINE = re.compile(r"rltrain: the batch (?:of jobs [\d, ]+ )?ran \d+ updates as \d+ "
                         r"stacked computations")
 #: the batched launcher's line for a job it runs as an ordinary job

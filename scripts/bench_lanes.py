@@ -1,9 +1,11 @@
-"""What one turn of a batched sweep's lanes costs: the hand-over between threads and the swaps
-of the process-wide state each lane keeps its own copy of (rltrain.lanes).
+"""What one turn of the members of a batched sweep's batch costs: the hand-over between
+threads and the swaps of the process-wide state each member keeps its own copy of
+(rltrain.batch_scheduler, rltrain.stacking).
 
-Lanes that do nothing but meet, with a batch that does nothing: microseconds per lane per
-turn, with no swaps, with the RNGs only, and with every swap the batched launcher uses. An
-algorithm whose lanes meet once per gradient step pays this once per step and seed.
+Members that do nothing but hand work over, with a batch that does nothing: microseconds per
+member per turn, with no swaps, with the RNGs only, and with every swap the batched launcher
+uses. An algorithm whose members meet once per gradient step pays this once per step and
+seed. (``--lanes``: the number of members, named as the docs name them.)
 
     .venv/bin/python scripts/bench_lanes.py [--lanes 10] [--turns 2000] [--repeats 3]
 """
@@ -16,11 +18,12 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from rltrain import lanes
+from rltrain import stacking
+from rltrain.batch_scheduler import Member, RNGs, Scheduler, Swap
 from rltrain.batched import _Console, _HydraJob, _Logging
 
 
-class _Nothing(lanes.Work):
+class _Nothing(stacking.Stackable):
     def batch_key(self) -> int:
         return 0
 
@@ -29,15 +32,15 @@ class _Nothing(lanes.Work):
         return [None] * len(works)
 
 
-def per_turn_us(swaps: list[lanes.Swap], n_lanes: int, turns: int) -> float:
+def per_turn_us(swaps: list[Swap], n_members: int, turns: int) -> float:
     def meets() -> None:
         for _ in range(turns):
-            lanes.meet(_Nothing())
+            stacking.stack(_Nothing())
 
-    scheduler = lanes.Scheduler([lanes.Lane(str(i), meets, swaps) for i in range(n_lanes)])
+    scheduler = Scheduler([Member(str(i), meets, swaps) for i in range(n_members)])
     start = time.perf_counter()
     scheduler.run()
-    return (time.perf_counter() - start) / (n_lanes * turns) * 1e6
+    return (time.perf_counter() - start) / (n_members * turns) * 1e6
 
 
 def main() -> None:
@@ -46,14 +49,14 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    cases: dict[str, list[lanes.Swap]] = {
+    cases: dict[str, list[Swap]] = {
         "no swaps": [],
-        "RNGs": [lanes.RNGs()],
-        "launcher's swaps": [lanes.RNGs(), _Logging(), _HydraJob(), _Console()],
+        "RNGs": [RNGs()],
+        "launcher's swaps": [RNGs(), _Logging(), _HydraJob(), _Console()],
     }
     for name, swaps in cases.items():
         runs = [per_turn_us(swaps, args.lanes, args.turns) for _ in range(args.repeats)]
-        print(f"{name:18s} {statistics.median(runs):7.1f} us per lane per turn "
+        print(f"{name:18s} {statistics.median(runs):7.1f} us per member per turn "
               f"(runs: {', '.join(f'{r:.1f}' for r in runs)})")
 
 

@@ -271,14 +271,12 @@ def ppo_minibatch(batch_size: int) -> tuple[PPO, tuple[torch.Tensor, ...]]:
 def ppo_update_minibatch_steps(batch_size: int, passes: int = 20, n: int = 100) -> float:
     """The same steps as :func:`ppo_minibatch_steps`, as an update runs them: one minibatch
     of ``batch_size`` samples a pass, ``passes`` passes, gathered once with their advantages
-    normalised together and their stats reduced at the end (``PPO._minibatches_by_hand``):
+    normalised together and their stats reduced at the end (``ppo_by_hand.update_steps``):
     minibatch steps per second."""
-    from rltrain.algorithms.ppo import _Minibatches
-
     ppo, tensors = ppo_minibatch(batch_size)
     perms = [torch.randperm(batch_size) for _ in range(passes)]
-    work = _Minibatches(ppo, tensors, perms, batch_size)
-    return passes * per_second(work.alone, n, warmup=5)
+    return passes * per_second(lambda: ppo.minibatch_steps(tensors, perms, batch_size), n,
+                               warmup=5)
 
 
 def plain_ppo_minibatch_steps(batch_size: int, n: int = 2000) -> float:

@@ -1,6 +1,7 @@
-"""``hydra/launcher=batched``: seeds of one config as lanes of one process, PPO's updates
-stacked over them (rltrain.lanes, rltrain.batched). Each seed must be the run it is alone,
-up to the order of floating-point sums: in float64 its records agree to 1e-9."""
+"""``hydra/launcher=batched``: seeds of one config as the members of a batch in one process,
+PPO's updates stacked over them (rltrain.stacking, rltrain.batch_scheduler, rltrain.batched,
+rltrain.algorithms.ppo_stacked). Each seed must be the run it is alone, up to the order of
+floating-point sums: in float64 its records agree to 1e-9."""
 
 from __future__ import annotations
 
@@ -27,8 +28,10 @@ from conftest import (
     run_cli,
     signal_when,
 )
-from rltrain import lanes
-from rltrain.algorithms.ppo import PPO, PPOConfig, _Minibatches
+from rltrain import stacking
+from rltrain.algorithms.ppo import PPO, PPOConfig
+from rltrain.algorithms.ppo_stacked import StackedSteps
+from rltrain.batch_scheduler import Member, RNGs, Scheduler, current
 from rltrain.envs import space_info
 from test_sweeps import finish_command, listed_as_on_disk
 
@@ -37,9 +40,9 @@ SMOKE = ["experiment=smoke", "logger.tensorboard=false"]
 BATCHED = "hydra/launcher=batched"
 
 
-# --------------------------------------------------------------------------- lanes
+# --------------------------------------------------------------------------- the scheduler
 @dataclass(eq=False)
-class _Twice(lanes.Work):
+class _Twice(stacking.Stackable):
     """A work whose batch doubles each value and notes the batch's size."""
 
     value: torch.Tensor
@@ -55,7 +58,7 @@ class _Twice(lanes.Work):
 
 
 @dataclass(eq=False)
-class _Broken(lanes.Work):
+class _Broken(stacking.Stackable):
     def batch_key(self) -> int:
         return 0
 
@@ -65,27 +68,38 @@ class _Broken(lanes.Work):
 
 
 def _draws(seed: int, rounds: int, sizes: list[int] | None = None) -> list[torch.Tensor]:
-    """Seed torch, then each round draw 3 numbers and (in a lane) meet with them."""
+    """Seed torch, then each round draw 3 numbers and (in a member) hand them over."""
     torch.manual_seed(seed)
     out = []
     for _ in range(rounds):
         x = torch.rand(3)
-        out.append(lanes.meet(_Twice(x, sizes if sizes is not None else [])) / 2)
+        out.append(stacking.stack(_Twice(x, sizes if sizes is not None else [])) / 2)
     return out
 
 
-def test_lanes_take_turns_meet_as_one_batch_and_draw_their_own_random_numbers():
+def test_members_take_turns_meet_as_one_batch_and_draw_their_own_random_numbers():
     sizes: list[int] = []
-    ran = [lanes.Lane(str(s), lambda s=s: _draws(s, 4, sizes), [lanes.RNGs()])
-           for s in range(3)]
+    ran = [Member(str(s), lambda s=s: _draws(s, 4, sizes), [RNGs()]) for s in range(3)]
     before = torch.get_rng_state()
-    lanes.Scheduler(ran).run()
+    Scheduler(ran).run()
     assert torch.equal(torch.get_rng_state(), before)  # the caller's stream is untouched
     assert sizes == [3, 3, 3, 3]
-    for s, lane in enumerate(ran):
-        assert lane.error is None and lane.done
-        alone = _draws(s, 4)  # outside a lane: meet runs the work by itself
-        assert all(torch.equal(a, b) for a, b in zip(lane.returned, alone, strict=True))
+    for s, member in enumerate(ran):
+        assert member.error is None and member.done
+        alone = _draws(s, 4)  # outside a batch: stack runs the work by itself
+        assert all(torch.equal(a, b) for a, b in zip(member.returned, alone, strict=True))
+
+
+def test_a_members_code_finds_its_member_and_code_outside_a_batch_finds_none():
+    """What cli.py and sweep.py ask (``batch_scheduler.current()``) and what an algorithm's
+    :func:`rltrain.stacking.stack` reaches (``stacking.meeting()``): the member whose thread
+    runs the code, and None outside a batch."""
+    seen: dict[str, tuple[object, object]] = {}
+    ran = [Member(name, lambda name=name: seen.setdefault(name, (current(), stacking.meeting())),
+                  []) for name in ("a", "b")]
+    Scheduler(ran).run()
+    assert [seen[member.name] for member in ran] == [(member, member) for member in ran]
+    assert current() is None and stacking.meeting() is None
 
 
 def _all_draws(seed: int, rounds: int) -> list[tuple[float, float, float]]:
@@ -98,55 +112,54 @@ def _all_draws(seed: int, rounds: int) -> list[tuple[float, float, float]]:
     for _ in range(rounds):
         drawn = (float(torch.rand(1)), float(np.random.standard_normal()), random.random())
         out.append(drawn)
-        lanes.meet(_Twice(torch.zeros(1), []))
+        stacking.stack(_Twice(torch.zeros(1), []))
     return out
 
 
-def test_lanes_keep_their_own_numpy_and_python_rngs_and_give_the_callers_back():
-    """The RNGs swap lazily (a turn puts the lane's state in place and takes it out; the
-    caller's comes back once, at the end): each lane still draws what it draws alone, and
+def test_members_keep_their_own_numpy_and_python_rngs_and_give_the_callers_back():
+    """The RNGs swap lazily (a turn puts the member's state in place and takes it out; the
+    caller's comes back once, at the end): each member still draws what it draws alone, and
     the caller's three streams are as they were."""
     np.random.seed(123)
     random.seed(456)
     before = (np.random.get_state()[1].copy(), random.getstate(), torch.get_rng_state())
-    ran = [lanes.Lane(str(s), lambda s=s: _all_draws(s, 5), [lanes.RNGs()]) for s in range(3)]
-    lanes.Scheduler(ran).run()
+    ran = [Member(str(s), lambda s=s: _all_draws(s, 5), [RNGs()]) for s in range(3)]
+    Scheduler(ran).run()
     assert np.array_equal(np.random.get_state()[1], before[0])
     assert random.getstate() == before[1]
     assert torch.equal(torch.get_rng_state(), before[2])
-    for s, lane in enumerate(ran):
-        assert lane.error is None
-        assert lane.returned == _all_draws(s, 5)
+    for s, member in enumerate(ran):
+        assert member.error is None
+        assert member.returned == _all_draws(s, 5)
 
 
-def test_a_lane_that_ends_early_leaves_the_batch_smaller():
+def test_a_member_that_ends_early_leaves_the_batch_smaller():
     sizes: list[int] = []
-    ran = [lanes.Lane(str(n), lambda n=n: _draws(0, n, sizes), [lanes.RNGs()])
-           for n in (1, 3)]
-    lanes.Scheduler(ran).run()
+    ran = [Member(str(n), lambda n=n: _draws(0, n, sizes), [RNGs()]) for n in (1, 3)]
+    Scheduler(ran).run()
     assert sizes == [2, 1, 1]
-    assert [len(lane.returned) for lane in ran] == [1, 3]
+    assert [len(member.returned) for member in ran] == [1, 3]
 
 
-def test_a_failed_batch_fails_its_lanes_and_a_failed_lane_only_itself():
+def test_a_failed_batch_fails_its_members_and_a_failed_member_only_itself():
     def breaks() -> None:
-        lanes.meet(_Broken())
+        stacking.stack(_Broken())
 
     def fails() -> None:
-        raise RuntimeError("this lane's own bug")
+        raise RuntimeError("this member's own bug")
 
-    ran = [lanes.Lane("a", breaks, []), lanes.Lane("b", breaks, []),
-           lanes.Lane("c", fails, []), lanes.Lane("d", lambda: _draws(0, 2), [])]
-    lanes.Scheduler(ran).run()
-    assert [type(lane.error) for lane in ran] == [ValueError, ValueError, RuntimeError,
-                                                   type(None)]
+    ran = [Member("a", breaks, []), Member("b", breaks, []),
+           Member("c", fails, []), Member("d", lambda: _draws(0, 2), [])]
+    Scheduler(ran).run()
+    assert [type(member.error) for member in ran] == [ValueError, ValueError, RuntimeError,
+                                                     type(None)]
     assert len(ran[3].returned) == 2
-    assert lanes.current() is None
-    assert threading.active_count() < 50  # each lane's thread ended
+    assert stacking.meeting() is None
+    assert threading.active_count() < 50  # each member's thread ended
 
 
 @dataclass(eq=False)
-class _Slow(lanes.Work):
+class _Slow(stacking.Stackable):
     def batch_key(self) -> int:
         return 0
 
@@ -156,25 +169,25 @@ class _Slow(lanes.Work):
         return [None] * len(works)
 
 
-def test_a_lanes_waits_for_other_lanes_turns_are_not_its_own_time():
-    """Lane a meets, then lane b spends 0.3 s in its turn before it meets; the batch takes
-    0.2 s. Lane a waited 0.5 s for its result, 0.3 s of it elsewhere: its update's own time is
-    the batch's."""
+def test_a_members_waits_for_other_members_turns_are_not_its_own_time():
+    """Member a meets, then member b spends 0.3 s in its turn before it meets; the batch takes
+    0.2 s. Member a waited 0.5 s for its result, 0.3 s of it elsewhere: its update's own time
+    is the batch's."""
     waited = {}
 
-    def lane(name: str, busy: float) -> None:
+    def member(name: str, busy: float) -> None:
         time.sleep(busy)
-        start, away = time.perf_counter(), lanes.elsewhere()
-        lanes.meet(_Slow())
-        waited[name] = (time.perf_counter() - start, lanes.elsewhere() - away)
+        start, away = time.perf_counter(), stacking.time_elsewhere()
+        stacking.stack(_Slow())
+        waited[name] = (time.perf_counter() - start, stacking.time_elsewhere() - away)
 
-    lanes.Scheduler([lanes.Lane("a", lambda: lane("a", 0.0), []),
-                     lanes.Lane("b", lambda: lane("b", 0.3), [])]).run()
+    Scheduler([Member("a", lambda: member("a", 0.0), []),
+               Member("b", lambda: member("b", 0.3), [])]).run()
     total, elsewhere = waited["a"]
     assert total >= 0.5 and 0.3 <= elsewhere < total - 0.19
     total, elsewhere = waited["b"]
     assert 0.2 <= total and elsewhere < 0.05
-    assert lanes.elsewhere() == 0.0  # outside a lane
+    assert stacking.time_elsewhere() == 0.0  # outside a batch
 
 
 # --------------------------------------------------------------------------- the stacked update
@@ -188,14 +201,14 @@ def _ppo(env_id: str, seed: int, **cfg) -> PPO:
     return algo
 
 
-def _work(algo: PPO, n: int, g: torch.Generator, passes: int = 3) -> _Minibatches:
+def _work(algo: PPO, n: int, g: torch.Generator, passes: int = 3) -> StackedSteps:
     obs_dim = algo.info.obs_shape[0]
     act = (torch.randint(0, algo.info.num_actions, (n,), generator=g) if algo.discrete
            else torch.randn(n, *algo.info.action_shape, generator=g))
     tensors = (torch.randn(n, obs_dim, generator=g), act, torch.randn(n, generator=g),
                torch.randn(n, generator=g), torch.randn(n, generator=g),
                -torch.rand(n, generator=g))
-    return _Minibatches(algo, tensors, [torch.randperm(n, generator=g) for _ in range(passes)],
+    return StackedSteps(algo, tensors, [torch.randperm(n, generator=g) for _ in range(passes)],
                         64)
 
 
@@ -233,10 +246,9 @@ def test_ppos_stacked_minibatch_steps_equal_each_seeds_own_in_float64(env_id, by
         works = [_work(a, n, g, p)
                  for a, n, p in zip(stacked, (250, 256, 130), passes, strict=True)]
         assert len({w.batch_key() for w in works}) == 1
-        results = _Minibatches.run_batch(works)
+        results = StackedSteps.run_batch(works)
         for work, twin, (sums, steps) in zip(works, alone, results, strict=True):
-            twin_work = _Minibatches(twin, work.tensors, work.perms, work.size)
-            twin_sums, twin_steps = twin_work.alone()
+            twin_sums, twin_steps = twin.minibatch_steps(work.tensors, work.perms, work.size)
             assert steps == twin_steps == len(work.perms) * math.ceil(len(work.tensors[0]) / 64)
             assert work.algo.optim.steps == twin.optim.steps == steps
             assert torch.allclose(sums, twin_sums, rtol=0, atol=1e-12)
@@ -251,7 +263,7 @@ def test_ppos_stacked_minibatch_steps_equal_each_seeds_own_in_float64(env_id, by
         torch.set_default_dtype(torch.float32)
 
 
-def test_lanes_with_and_without_value_clipping_stack_in_separate_batches():
+def test_members_with_and_without_value_clipping_stack_in_separate_batches():
     g = torch.Generator().manual_seed(0)
     clipped, other_clip, plain = (_work(_ppo("CartPole-v1", s, value_clip=c), 64, g)
                                   for s, c in ((0, 0.2), (1, 0.5), (2, None)))
@@ -320,8 +332,8 @@ def test_a_batched_sweep_equals_its_seeds_run_by_the_basic_launcher_in_float64(c
 
 def test_a_sweep_over_ppos_settings_stacks_and_equals_the_basic_launchers_in_float64(
         cli, tmp_path):
-    """Jobs that differ in settings PPO takes per lane (learning rate, number of passes) are
-    lanes of one batch, and each equals its job under the basic launcher; jobs
+    """Jobs that differ in settings PPO takes per member (learning rate, number of passes)
+    are members of one batch, and each equals its job under the basic launcher; jobs
     that differ in the network's shape are not."""
     args = ["--multirun", *SMOKE, "seed=3", "precision=float64", "trainer.max_epochs=2",
             "algo.lr=1e-3,3e-4", "trainer.update_step_num_repetitions=2,4",
@@ -340,7 +352,7 @@ def test_a_sweep_over_ppos_settings_stacks_and_equals_the_basic_launchers_in_flo
         assert _records_close(job_dir(batched, num), job_dir(basic, num), tol=1e-9) < 1e-9
     first = read_jsonl(job_dir(batched, 0) / "epochs.jsonl")[-1]
     other = read_jsonl(job_dir(batched, 3) / "epochs.jsonl")[-1]
-    assert first["update"]["lr"] != other["update"]["lr"]  # the lanes' own learning rates
+    assert first["update"]["lr"] != other["update"]["lr"]  # the members' own learning rates
     assert 2 * first["gradient_step"] == other["gradient_step"]  # and their own passes
 
     res = cli("--multirun", *SMOKE, "seed=0", "algo.hidden_sizes=[32],[16]", BATCHED,
@@ -357,7 +369,7 @@ def test_a_sweep_over_ppos_settings_stacks_and_equals_the_basic_launchers_in_flo
 
 def test_optuna_trials_asked_together_stack_and_equal_the_basic_launchers(cli, tmp_path):
     """Optuna's trials that the sweeper asks for together (``hydra.sweeper.n_jobs``) and that
-    differ only in lane settings are lanes of one batch; each trial's records and score equal
+    differ only in member settings are members of one batch; each trial's records and score equal
     the same study's under the basic launcher (float64, to 1e-9)."""
     args = ["--multirun", "hydra/sweeper=optuna", *SMOKE, "precision=float64",
             "trainer.max_epochs=2", "algo.lr=tag(log, interval(1e-4, 1e-2))",
@@ -424,7 +436,7 @@ def test_jobs_that_differ_in_seed_get_the_config_hydra_would_compose(tmp_path):
 
 
 def test_batches_in_worker_processes_equal_the_basic_launchers_too(cli, tmp_path):
-    """``hydra.launcher.n_jobs=2``: four seeds dealt into two batches of two lanes, each in a
+    """``hydra.launcher.n_jobs=2``: four seeds dealt into two batches of two members, each in a
     worker process of its own; every seed's records equal the basic launcher's (float64)."""
     args = ["--multirun", *SMOKE, "seed=0,1,2,3", "precision=float64"]
     basic, workers = tmp_path / "basic", tmp_path / "workers"
@@ -482,7 +494,7 @@ def test_a_batched_launcher_without_workers_is_refused(cli, tmp_path):
     assert not list((tmp_path / "sweep").glob("*job*"))
 
 
-def test_jobs_that_cannot_be_lanes_run_alone_and_say_why(cli, tmp_path):
+def test_jobs_that_cannot_be_members_run_alone_and_say_why(cli, tmp_path):
     from conftest import SHORT_DQN
 
     sweep = tmp_path / "sweep"
@@ -498,9 +510,9 @@ def test_jobs_that_cannot_be_lanes_run_alone_and_say_why(cli, tmp_path):
 
 
 @pytest.mark.parametrize("n_jobs", [1, 2])
-def test_a_signal_stops_every_lane_and_the_same_command_resumes_them_all(cli, tmp_path,
-                                                                          n_jobs):
-    """SIGTERM in epoch 1: each lane finishes its step, checkpoints and stops (exit 143);
+def test_a_signal_stops_every_member_and_the_same_command_resumes_them_all(cli, tmp_path,
+                                                                            n_jobs):
+    """SIGTERM in epoch 1: each member finishes its step, checkpoints and stops (exit 143);
     the same command again resumes every job, and the records equal an unbroken batched
     sweep's (float64: to 1e-9). With two workers (forked from the main process), the main
     process passes the signal on to them."""
@@ -523,7 +535,7 @@ def test_a_signal_stops_every_lane_and_the_same_command_resumes_them_all(cli, tm
                       every_job_ended_one_epoch, SIGTERM)
     assert res.returncode == 143, res.stdout + res.stderr
     assert "Traceback" not in res.stderr
-    # the process's line, not a lane's: no [job N] before it
+    # the process's line, not a member's: no [job N] before it
     assert re.search(r"^rltrain: SIGTERM received; finishing the current step", res.stderr,
                      re.M), res.stderr
     for num in range(seeds):
@@ -537,9 +549,9 @@ def test_a_signal_stops_every_lane_and_the_same_command_resumes_them_all(cli, tm
         _records_close(job_dir(broken, num), job_dir(full, num), tol=1e-9)
 
 
-def test_a_second_signal_stops_the_lanes_without_a_traceback(tmp_path):
-    """The second SIGTERM lands on the scheduler's thread, which no lane runs in: it stops the
-    batches, each lane stops at once at its next meet (or its step's end, the first signal's
+def test_a_second_signal_stops_the_members_without_a_traceback(tmp_path):
+    """The second SIGTERM lands on the scheduler's thread, which no member runs in: it stops
+    the batches, each member stops at once at its next meet (or its step's end, the first signal's
     stop), and the sweep ends 143 with every job's summary written."""
     sweep = tmp_path / "sweep"
     res = signal_when(["--multirun", *SMOKE, "seed=0,1", "trainer.max_epochs=60",
@@ -554,12 +566,12 @@ def test_a_second_signal_stops_the_lanes_without_a_traceback(tmp_path):
         assert '"status": "interrupted"' in summary
 
 
-def test_lanes_signalled_twice_are_listed_as_on_disk_and_finished_by_one_command(cli,
-                                                                                 tmp_path):
-    """Issue 45 §5: two SIGTERMs while the second lane is being built. Lane 0, waiting at its
+def test_members_signalled_twice_are_listed_as_on_disk_and_finished_by_one_command(cli,
+                                                                                   tmp_path):
+    """Issue 45 §5: two SIGTERMs while the second member is being built. Member 0, waiting at its
     first update, stops at once with no checkpoint written; the list said 'interrupted ...
     resume with' and the printed command then failed it ('no usable checkpoint'), so only a
-    third run finished the sweep. Lane 1 either honours the first signal as its training
+    third run finished the sweep. Member 1 either honours the first signal as its training
     begins (a checkpoint at step 0: it used to miss it and train on) or, past that already,
     stops at once in its first step. Either way the list says what each directory holds,
     and the printed command finishes every job in one run."""

@@ -1,8 +1,8 @@
-"""DQN's gradient step with its gradient written out (``DQN._update_by_hand``) against the same
-step through autograd, in float64: the parameters after a few steps, the stats and the
-priorities it reports, over the options that keep the network plain (double Q or not, the
-Huber threshold, prioritised replay's importance weights, gradient clipping), and which
-networks take the autograd path instead."""
+"""DQN's gradient step with its gradient written out (``rltrain.algorithms.dqn_by_hand``)
+against the same step through autograd (``DQN.td_step``), in float64: the parameters after a
+few steps, the stats and the priorities it reports, over the options that keep the network
+plain (double Q or not, the Huber threshold, prioritised replay's importance weights,
+gradient clipping), and which networks take the autograd path instead."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""PPO's minibatch step with its gradient written out (``PPO._minibatch_by_hand``) against the
-same step through autograd: the networks' backward (``MLP.backward_into``), each actor's
-distribution backward, and whole steps over the PPO options, in float64."""
+"""PPO's minibatch step with its gradient written out (``rltrain.algorithms.ppo_by_hand``)
+against the same step through autograd (``PPO.clipped_losses``): the networks' backward
+(``MLP.backward_into``), each actor's distribution backward, and whole steps over the PPO
+options, in float64."""
 
 from __future__ import annotations
 
@@ -187,11 +188,10 @@ def test_only_plain_ppo_on_vector_observations_steps_by_hand():
 ])
 def test_an_updates_steps_by_hand_are_its_minibatch_steps_one_by_one(n, size, options):
     """The update's steps by hand (gathered once, advantages normalised for all minibatches
-    at once, stats reduced at the end: ``PPO._minibatches_by_hand``) against
-    ``PPO._minibatch`` on each minibatch in turn: the same parameters and Adam moments bit
-    for bit, the same stats up to rounding. float32, as runs train."""
-    from rltrain.algorithms.ppo import _Minibatches
-
+    at once, stats reduced at the end: ``ppo_by_hand.update_steps``, which
+    ``PPO.minibatch_steps`` runs) against ``PPO._minibatch`` on each minibatch in turn: the
+    same parameters and Adam moments bit for bit, the same stats up to rounding. float32, as
+    runs train."""
     algo = _ppo("CartPole-v1", **options)
     g = torch.Generator().manual_seed(3)
     obs = torch.randn(n, 4, generator=g)
@@ -206,7 +206,8 @@ def test_an_updates_steps_by_hand_are_its_minibatch_steps_one_by_one(n, size, op
     names = ("flat", "exp_avg", "exp_avg_sq")
     start = {name: getattr(algo.optim, name).clone() for name in names}
 
-    sums, steps = _Minibatches(algo, tensors, perms, size).alone()
+    assert algo.by_hand
+    sums, steps = algo.minibatch_steps(tensors, perms, size)
     together = [getattr(algo.optim, name).clone() for name in names]
     for name, value in start.items():
         getattr(algo.optim, name).copy_(value)

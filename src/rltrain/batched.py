@@ -1,35 +1,37 @@
 """``hydra/launcher=batched``: a sweep's jobs that differ only in their seed (or in settings the
-algorithm takes per lane, such as PPO's learning rate) train side by side in one process,
-their updates stacked into one computation (:mod:`rltrain.lanes`).
+algorithm takes per member, such as PPO's learning rate) train side by side in one process,
+as the members of a batch, their updates stacked into one computation
+(:mod:`rltrain.batch_scheduler`, :mod:`rltrain.stacking`).
 
 ``rltrain --multirun seed=0,1,2,3,4,5,6,7,8,9 hydra/launcher=batched`` composes each job as
 Hydra's basic launcher does and runs it with Hydra's own ``run_job``, so each job's run
 directory, config snapshot, logs, checkpoints, ``best/``, ``final/`` and summary are those of
 the same job under the basic launcher, and ``rltrain-report``, ``rltrain-eval`` and resume
-read them unchanged. What differs is that the jobs of one group run as lanes, each in a
-thread of its own, taking turns, and the updates of an algorithm registered with
-``batched=True`` (PPO) run as one batch over stacked parameters.
+read them unchanged. What differs is that the jobs of one group run as the members of a
+batch, each in a thread of its own, taking turns, and the updates of an algorithm registered
+with ``batched=True`` (PPO) run as one computation over stacked parameters. (The console
+calls the members "lanes", as the docs do: ``jobs 0, 1 run as 1 batch(es) of lanes``.)
 
 * Jobs group when their configs are equal but for ``seed``, the Optuna trial's number and
-  the settings the algorithm takes per lane (``AlgoSpec.lane_fields``; PPO: its learning
+  the settings the algorithm takes per member (``AlgoSpec.member_fields``; PPO: its learning
   rate and schedule, discount, GAE lambda, clip ratio, value clip, loss coefficients,
   gradient clipping, initial log-std and number of passes), so a sweep over those stacks as
   a sweep over seeds does. A job alone in its group, or one whose algorithm has no batched
   update, runs as an ordinary job, and a line says why (what parts it from the nearest other
   job).
-* A job that stops early (its seed solved the task) leaves its lane; the others go on in a
+* A job that stops early (its seed solved the task) leaves its batch; the others go on in a
   smaller batch.
-* SIGINT/SIGTERM: every lane finishes its step, checkpoints and stops, as a run alone does;
+* SIGINT/SIGTERM: every member finishes its step, checkpoints and stops, as a run alone does;
   the same command resumes every job of the sweep from its checkpoint (``rltrain.sweep``).
-* Each lane's lines on the console start with ``[job N]``.
-* ``hydra.launcher.n_jobs=N`` deals a group's lanes into N batches, each in a worker process
+* Each member's lines on the console start with ``[job N]``.
+* ``hydra.launcher.n_jobs=N`` deals a group's members into N batches, each in a worker process
   of its own (-1, the default: one per CPU); the jobs that run alone go to the workers too.
   On Linux the workers are forked from this process, so they start with its modules
   imported and its jobs composed; elsewhere, or where this process runs another Python
   thread, whose locks a fork could copy held, they are loky's (as Hydra's joblib
   launcher), which import and compose again.
 
-Global state a lane has its own copy of, swapped on each turn: the RNGs (torch, numpy,
+Global state a member has its own copy of, swapped on each turn: the RNGs (torch, numpy,
 Python), the root logger's handlers, Hydra's job config and the console streams.
 """
 
@@ -57,10 +59,11 @@ from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, configure_log, run_job, setup_globals
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from rltrain import lanes, signals
+from rltrain import signals
 from rltrain.algorithms import ALGORITHMS
 from rltrain.algorithms.registry import AlgoSpec
-from rltrain.sweep import _Prefixed, lanes_in_worker
+from rltrain.batch_scheduler import Member, RNGs, Scheduler, Swap
+from rltrain.sweep import _Prefixed, members_in_worker
 
 
 @dataclass
@@ -70,7 +73,7 @@ class _Job:
     cfg: DictConfig
 
 
-class _Logging(lanes.Swap):
+class _Logging(Swap):
     """The root logger's handlers and level."""
 
     def get(self) -> Any:
@@ -83,7 +86,7 @@ class _Logging(lanes.Swap):
         root.setLevel(state[1])
 
 
-class _HydraJob(lanes.Swap):
+class _HydraJob(Swap):
     """Hydra's config of the job running now (``HydraConfig.get()``)."""
 
     def get(self) -> Any:
@@ -93,8 +96,8 @@ class _HydraJob(lanes.Swap):
         HydraConfig.instance().cfg = state
 
 
-class _Console(lanes.Swap):
-    """``sys.stdout`` and ``sys.stderr``: a lane's are prefixed with its job."""
+class _Console(Swap):
+    """``sys.stdout`` and ``sys.stderr``: a member's are prefixed with its job."""
 
     def get(self) -> Any:
         return sys.stdout, sys.stderr
@@ -103,16 +106,16 @@ class _Console(lanes.Swap):
         sys.stdout, sys.stderr = state
 
 
-def lane_view(cfg: DictConfig) -> dict[str, Any]:
-    """A job's config as dotted keys and values, but for what the lanes of one batch may
-    differ in: its seed, its Optuna trial's number (``tune.trial``) and its algorithm's lane
-    settings (``AlgoSpec.lane_fields``: e.g. PPO's learning rate). Jobs with equal views can
-    be lanes of one batch."""
+def shared_view(cfg: DictConfig) -> dict[str, Any]:
+    """A job's config as dotted keys and values, but for what the members of one batch may
+    differ in: its seed, its Optuna trial's number (``tune.trial``) and its algorithm's
+    settings per member (``AlgoSpec.member_fields``: e.g. PPO's learning rate). Jobs with
+    equal views can be members of one batch."""
     plain = OmegaConf.to_container(cfg, resolve=False)
     assert isinstance(plain, dict)
     plain.pop("hydra", None)
     spec = ALGORITHMS.get(str(OmegaConf.select(cfg, "algo.name", default="")))
-    free = {"seed", "tune.trial", *(spec.lane_fields if spec is not None and spec.batched
+    free = {"seed", "tune.trial", *(spec.member_fields if spec is not None and spec.batched
                                     else ())}
     return {k: v for k, v in _dotted(plain).items() if k not in free}
 
@@ -128,14 +131,14 @@ def _dotted(tree: dict[Any, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def group_key(view: dict[str, Any]) -> str:
-    """Jobs with equal keys can be lanes of one batch (``view``: :func:`lane_view`)."""
+    """Jobs with equal keys can be members of one batch (``view``: :func:`shared_view`)."""
     return repr(sorted(view.items(), key=lambda item: item[0]))
 
 
 def why_alone(view: dict[str, Any], group_size: int,
               others: Sequence[tuple[int, dict[str, Any]]] = ()) -> str | None:
-    """Why a job runs as an ordinary job (None: it is a lane of a batch), from its
-    :func:`lane_view`; ``others``: the number and view of each job of the sweep in another
+    """Why a job runs as an ordinary job (None: it is a member of a batch), from its
+    :func:`shared_view`; ``others``: the number and view of each job of the sweep in another
     group, to name what parts this one from the nearest of them."""
     name = str(view.get("algo.name", ""))
     spec = ALGORITHMS.get(name)
@@ -153,19 +156,19 @@ def why_alone(view: dict[str, Any], group_size: int,
         if nearest < 0 or len(differ) < len(keys):
             nearest, keys = num, differ
     return (f"it differs from job {nearest} in {', '.join(keys)} (the lanes of a batch "
-            f"may differ only in {lane_differences(spec)})")
+            f"may differ only in {member_differences(spec)})")
 
 
-def lane_differences(spec: AlgoSpec) -> str:
-    """What the lanes of one batch of ``spec``'s jobs may differ in, for a line."""
-    return ", ".join(["seed", *spec.lane_fields])
+def member_differences(spec: AlgoSpec) -> str:
+    """What the members of one batch of ``spec``'s jobs may differ in, for a line."""
+    return ", ".join(["seed", *spec.member_fields])
 
 
 def launch(launcher: Any, job_overrides: Sequence[Sequence[str]],
            initial_job_idx: int) -> list[JobReturn]:
     """Hydra's ``Launcher.launch`` for ``hydra/launcher=batched``: the jobs' results in order.
 
-    The jobs are dealt into units: the jobs of a group that can be lanes, split into
+    The jobs are dealt into units: the jobs of a group that can be members of a batch, split into
     ``n_jobs`` batches (each in a worker process of its own when ``n_jobs`` > 1), and each
     other job alone. Units run one after another here, or side by side in ``n_jobs`` worker
     processes."""
@@ -176,7 +179,7 @@ def launch(launcher: Any, job_overrides: Sequence[Sequence[str]],
     n_jobs = worker_count(int(launcher.n_jobs))
     jobs = compose_jobs(context, config, [(initial_job_idx + i, list(overrides))
                                           for i, overrides in enumerate(job_overrides)])
-    views = {job.num: lane_view(job.cfg) for job in jobs}
+    views = {job.num: shared_view(job.cfg) for job in jobs}
     groups: dict[str, list[_Job]] = {}
     for job in jobs:
         groups.setdefault(group_key(views[job.num]), []).append(job)
@@ -283,7 +286,7 @@ def _forked_unit(index: int) -> dict[int, JobReturn]:
     process, Hydra's globals inherited from it)."""
     assert _FORKED is not None  # set before the pool forked this worker
     launcher, units, quiet = _FORKED
-    with lanes_in_worker():
+    with members_in_worker():
         return _run_unit(launcher, units[index], quiet)
 
 
@@ -375,7 +378,7 @@ def _unit_in_worker(context: Any, config: DictConfig, task_function: Any,
     Singleton.set_state(singleton_state)
     unit = compose_jobs(context, config, jobs)
     launcher = _Worker(config, context, task_function)
-    with lanes_in_worker():
+    with members_in_worker():
         return _run_unit(launcher, unit, quiet)
 
 
@@ -391,7 +394,7 @@ class _Worker:
 def _run_unit(launcher: Any, unit: list[_Job], quiet: bool) -> dict[int, JobReturn]:
     if len(unit) == 1:
         return {unit[0].num: _run(launcher, unit[0])}
-    return _run_lanes(launcher, unit, quiet)
+    return _run_members(launcher, unit, quiet)
 
 
 def _run(launcher: Any, job: _Job) -> JobReturn:
@@ -404,37 +407,37 @@ def _job_runner(launcher: Any, job: _Job) -> Callable[[], JobReturn]:
     return lambda: _run(launcher, job)
 
 
-def _run_lanes(launcher: Any, group: list[_Job], quiet: bool) -> dict[int, JobReturn]:
+def _run_members(launcher: Any, group: list[_Job], quiet: bool) -> dict[int, JobReturn]:
     # the stacked updates run on this thread: as many torch threads as each job's own
-    # (torch_threads; OpenMP's count is per thread, and each lane sets only its own). Left
+    # (torch_threads; OpenMP's count is per thread, and each member sets only its own). Left
     # at torch's default (one per core), two workers' OpenMP threads spun against each
     # other on the 2-core VM: 5 PPO CartPole seeds took 7.7-9.7 s instead of 2.5-3.5
     torch.set_num_threads(int(group[0].cfg.torch_threads))
     raw = (sys.stdout, sys.stderr)
-    swaps = [lanes.RNGs(), _Logging(), _HydraJob(), _Console()]
-    ran: list[lanes.Lane] = []
+    swaps = [RNGs(), _Logging(), _HydraJob(), _Console()]
+    ran: list[Member] = []
     for job in group:
         prefix = f"[job {job.num}] "
         console = (_Prefixed(raw[0], prefix), _Prefixed(raw[1], prefix))
-        ran.append(lanes.Lane(str(job.num), _job_runner(launcher, job), swaps,
-                              initial=[None, None, None, console]))
-    scheduler = lanes.Scheduler(ran)
+        ran.append(Member(str(job.num), _job_runner(launcher, job), swaps,
+                          initial=[None, None, None, console]))
+    scheduler = Scheduler(ran)
 
-    def stop_now(signum: int) -> None:  # the second signal: each lane stops at its next meet
+    def stop_now(signum: int) -> None:  # the second signal: each member stops at its next meet
         scheduler.stop_now(signals.StopNow(signum))
 
     with signals.training(signals.stop_threads, stop_now):
         scheduler.run()
-    for lane in ran:
-        for stream in lane.states()[3] or ():
+    for member in ran:
+        for stream in member.states()[3] or ():
             stream.finish()
     if not quiet:
         jobs = ", ".join(str(job.num) for job in group)
         print(f"rltrain: the batch of jobs {jobs} ran {scheduler.works} updates as "
               f"{scheduler.batches} stacked computations", flush=True)
     out: dict[int, JobReturn] = {}
-    for job, lane in zip(group, ran, strict=True):
-        if lane.error is not None:
-            raise lane.error
-        out[job.num] = lane.returned
+    for job, member in zip(group, ran, strict=True):
+        if member.error is not None:
+            raise member.error
+        out[job.num] = member.returned
     return out

@@ -226,7 +226,7 @@ def _task(cfg: Any) -> Any:
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 
-    from rltrain import lanes, rundir, sweep, trust
+    from rltrain import batch_scheduler, rundir, sweep, trust
     from rltrain.config import ConfigError, overrides_as_typed
     from rltrain.lifecycle import RunContext
     from rltrain.run import StoppedAtOnce, run
@@ -239,8 +239,8 @@ def _task(cfg: Any) -> Any:
     # as typed: an override such as seed='${seed}' must not be resolved just to be listed
     overrides = overrides_as_typed(hydra_cfg.overrides.task)
     label = "" if single else f"job {hydra_cfg.job.num}: "
-    # a worker's or a lane's lines start with the job already
-    said = "" if sweep.parallel_job() or lanes.current() is not None else label
+    # a worker's or a batch member's lines start with the job already
+    said = "" if sweep.parallel_job() or batch_scheduler.current() is not None else label
     if not single:
         if signals.in_sweep_worker():
             signals.quiet()

@@ -167,7 +167,7 @@ def stacked_mlp(x: torch.Tensor, layers: Sequence[tuple[torch.Tensor, torch.Tens
                 activation: str) -> torch.Tensor:
     """Several copies of one :class:`MLP` at once: ``x`` is ``(copies, batch, in)``, each
     layer a ``(copies, out, in)`` weight and a ``(copies, out)`` bias; one batched matrix
-    product per layer for all copies (the seeds of a batched sweep, :mod:`rltrain.lanes`)."""
+    product per layer for all copies (the seeds of a batched sweep, :mod:`rltrain.stacking`)."""
     act = ACTIVATIONS[activation]
     *hidden, (w, b) = layers
     for weight, bias in hidden:

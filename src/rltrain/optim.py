@@ -202,7 +202,7 @@ class RMSprop(FlatOptimizer):
 
 class StackedAdam:
     """The :class:`Adam` s of several runs' copies of one network, as one ``(runs, N)`` state:
-    the update of a batch of lanes (:mod:`rltrain.lanes`). Each row is one run's flat
+    the stacked update of a batch's members (:mod:`rltrain.stacking`). Each row is one run's flat
     parameters, moments and step count; :meth:`step` is each run's own Adam step with its own
     learning rate and its own gradient-norm clipping, in a few kernels for all of them, and
     :meth:`write_back` returns each row to its run's optimiser."""

@@ -327,12 +327,12 @@ def training(request_stop: Callable[[int], None],
         stop_for_scheduler(signum)
 
     if not _main_thread():
-        # handlers can only be set from the main thread: a run in a thread (a lane of a
-        # batched sweep, rltrain.lanes) is stopped through :func:`stop_threads`, which the
-        # main thread's own handler calls
+        # handlers can only be set from the main thread: a run in a thread (a member of a
+        # batched sweep's batch, rltrain.batch_scheduler) is stopped through
+        # :func:`stop_threads`, which the main thread's own handler calls
         _in_threads.add(request_stop)
         if (earlier := requested()) is not None:
-            # a signal while this lane was being built, which reached the lanes training
+            # a signal while this member was being built, which reached the members training
             # then: honoured at once, as below, or a second signal would find it still
             # training its first step and stop it with no checkpoint written
             request_stop(earlier)

@@ -36,7 +36,7 @@ from hydra.core.override_parser.types import Override
 from hydra.experimental.callback import Callback
 from omegaconf import open_dict, read_write
 
-from rltrain import lanes, rundir, signals
+from rltrain import batch_scheduler, rundir, signals
 from rltrain.checkpoint import CheckpointError
 from rltrain.config import ConfigError, job_number, overrides_as_typed
 from rltrain.files import open_append, write_new
@@ -459,10 +459,10 @@ def parallel_job() -> bool:
 
 
 @contextlib.contextmanager
-def lanes_in_worker() -> Iterator[None]:
-    """Run a batched sweep's lanes in a worker process (rltrain.batched, ``n_jobs`` > 1):
-    the worker does not outlive the sweep, as for :func:`job_in_worker`; each lane's lines
-    carry its own prefix."""
+def members_in_worker() -> Iterator[None]:
+    """Run the members of a batched sweep's batch in a worker process (rltrain.batched,
+    ``n_jobs`` > 1): the worker does not outlive the sweep, as for :func:`job_in_worker`;
+    each member's lines carry its own prefix."""
     if not parallel_job():
         yield
         return
@@ -484,8 +484,8 @@ def job_in_worker(num: int) -> Iterator[None]:
       process is alive, and when it is gone (killed, even with SIGKILL) it stops the job as
       SIGTERM does (the step finishes, checkpoint, summary.json says interrupted), then ends
       this worker process (:class:`_Orphaned`)."""
-    if not parallel_job() or lanes.current() is not None:
-        yield  # a lane of a batched sweep: its lines are prefixed, its worker watched, already
+    if not parallel_job() or batch_scheduler.current() is not None:
+        yield  # a member of a batch: its lines are prefixed, its worker watched, already
         return
     _Orphaned.watch()
     prefixed = _Prefixed.install(f"[job {num}] ")

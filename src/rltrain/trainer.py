@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from rltrain import lanes
+from rltrain import stacking
 from rltrain.algorithms.base import (
     Algorithm,
     OffPolicyAlgorithm,
@@ -684,10 +684,10 @@ class OnlineTrainer(Trainer):
                 self._early_test = test
                 return episodes.n_steps, episodes, [], Timing(t1 - t0, 0.0,
                                                               time.perf_counter() - t1)
-        t2, away = time.perf_counter(), lanes.elsewhere()
+        t2, away = time.perf_counter(), stacking.time_elsewhere()
         stats = self.update_step(episodes, start)
-        # in a batched sweep, less the other seeds' turns the update waited through
-        update = time.perf_counter() - t2 - (lanes.elsewhere() - away)
+        # in a batched sweep, less the other members' turns the update waited through
+        update = time.perf_counter() - t2 - (stacking.time_elsewhere() - away)
         return episodes.n_steps, episodes, stats, Timing(t1 - t0, update, t2 - t1)
 
     def update_step(self, episodes: Episodes, start: Progress) -> list[Any]:

@@ -16,8 +16,8 @@ from hydra.plugins.launcher import Launcher
 @dataclass
 class BatchedLauncherConf:
     _target_: str = "hydra_plugins.rltrain_batched_launcher.batched_launcher.BatchedLauncher"
-    #: worker processes: a group's lanes are dealt into this many batches, each in a process
-    #: of its own (the jobs that run alone too); 1: every lane in this process; -1: one per
+    #: worker processes: a group's jobs are dealt into this many batches, each in a process
+    #: of its own (the jobs that run alone too); 1: every batch in this process; -1: one per
     #: CPU this process may run on (as Hydra's joblib launcher)
     n_jobs: int = -1
 
@@ -27,7 +27,8 @@ ConfigStore.instance().store(group="hydra/launcher", name="batched", node=Batche
 
 
 class BatchedLauncher(Launcher):
-    """Jobs that differ only in seed as lanes of one process (:mod:`rltrain.batched`)."""
+    """Jobs that differ only in seed as the members of a batch in one process
+    (:mod:`rltrain.batched`)."""
 
     #: every job's config is composed before any job runs (rltrain.hydra_compat)
     composes_every_job_first = True

@@ -24,14 +24,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from rltrain.algorithms import dqn_by_hand
 from rltrain.algorithms.base import Stat, TDAlgorithm, UpdateReport, clip_and_step, weighted_mean
 from rltrain.algorithms.registry import DISCRETE, AlgoSpec, register
 from rltrain.config import ConfigError, TDConfig, check_positive, check_unit_interval
 from rltrain.core import Progress, SpaceInfo
 from rltrain.data.batch import Batch
 from rltrain.masking import random_allowed
-from rltrain.nets import backward_into, forward_kept
-from rltrain.nograd import no_grad
 from rltrain.optim import Adam
 from rltrain.qnets import Q_INITS, QNetwork
 
@@ -205,7 +204,7 @@ class DQN(QLearning):
         super().__init__(cfg, info, device, seed)
         layers = self.q.plain_layers()
         #: the Q-network's ``(weight, bias)`` layers when the gradient step differentiates
-        #: them by hand (:meth:`_update_by_hand`): DQN's own loss (not a subclass's) on plain
+        #: them by hand (``dqn_by_hand.py``): DQN's own loss (not a subclass's) on plain
         #: layers; None: autograd
         self.by_hand_layers = layers if layers is not None and type(self) is DQN else None
         #: the encoder learns (a CNN, a dict encoder): autograd takes its part of the step
@@ -226,8 +225,18 @@ class DQN(QLearning):
             return rew + discount * next_q_target.gather(1, next_act).squeeze(1)
 
     def update(self, batch: Batch, *, progress: Progress) -> UpdateReport:
-        if self.by_hand:
-            return self._update_by_hand(batch, progress)
+        if self.by_hand:  # the same step with its gradient written out
+            loss, q_sa, target = dqn_by_hand.td_step(self, batch)
+        else:
+            loss, q_sa, target = self.td_step(batch)
+        self.follow_target(progress)
+        return UpdateReport(DQNStats(self.stat(loss), self.stat(q_sa.mean()),
+                                     self.epsilon(progress.fraction)),
+                            priorities=(target - q_sa).abs())
+
+    def td_step(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One gradient step on ``batch``'s weighted mean Huber loss of the TD errors:
+        ``(loss, Q(s, a), target)``, Q(s, a) detached."""
         cfg = self.cfg
         obs, act, rew, discount, next_obs = self.tensors(batch)
         target = self.td_target(rew, discount, next_obs)
@@ -235,70 +244,7 @@ class DQN(QLearning):
         per_sample = F.smooth_l1_loss(q_sa, target, reduction="none", beta=cfg.huber_delta)
         loss = weighted_mean(per_sample, self.batch_weights(batch))
         clip_and_step(loss, self.optim, cfg.max_grad_norm)
-        self.follow_target(progress)
-        q_sa = q_sa.detach()
-        return UpdateReport(DQNStats(self.stat(loss), self.stat(q_sa.mean()),
-                                     self.epsilon(progress.fraction)),
-                            priorities=(target - q_sa).abs())
-
-    @no_grad
-    def _update_by_hand(self, batch: Batch, progress: Progress) -> UpdateReport:
-        """:meth:`update` with the gradient written out instead of recorded by autograd (as
-        PPO's minibatch step, see :meth:`rltrain.nets.MLP.forward_kept` for why): the weighted
-        mean Huber loss's gradient with respect to each sample's Q(s, a) is ``w_i / n`` times
-        the Huber slope ``clamp((Q(s, a) - y) / delta, -1, 1)``, scattered to the sample's
-        action, then through the layers. With double Q, the online network's passes at s and
-        s' are one pass over both. On CartPole's tuned 128x128 network (batch 128, one
-        thread, the 2-core VM) the step takes 0.74-0.79 of autograd's time: the rest is
-        matrix products, at MKL's speed either way (``scripts/bench_throughput.py
-        --only-dqn``). An encoder that learns (a CNN) runs under autograd at s, and its
-        backward takes the gradient the layers pass down to its features.
-        ``tests/test_dqn_by_hand.py`` checks it against autograd in float64."""
-        cfg = self.cfg
-        layers, encoder = self.by_hand_layers, self.q.net.encoder
-        assert layers is not None and encoder is not None  # by_hand is only set with them
-        obs, act, rew, discount, next_obs = self.tensors(batch)
-        n = len(obs)
-        features: torch.Tensor | None = None
-        if self.encoder_learns:
-            with torch.enable_grad():
-                features = encoder.forward(obs)
-            x = features.detach()
-        else:
-            x = encoder.forward(obs)
-        if cfg.double_q:
-            # the online network at s and at s' in one pass (one matrix product per layer);
-            # the backward reads the first n rows of each layer's input
-            next_x = encoder.forward(next_obs)
-            inputs, both = forward_kept(torch.cat([x, next_x]), layers, self.q.net.activation)
-            inputs, q = [z[:n] for z in inputs], both[:n]
-            next_act = self.masked(both[n:], next_obs).argmax(-1, keepdim=True)
-            next_q = self.q_target(next_obs).gather(1, next_act).squeeze(1)
-            target = rew + discount * next_q
-        else:
-            target = self.td_target(rew, discount, next_obs)
-            inputs, q = forward_kept(x, layers, self.q.net.activation)
-        index = act.unsqueeze(1)
-        q_sa = q.gather(1, index).squeeze(1)
-        per_sample = F.smooth_l1_loss(q_sa, target, reduction="none", beta=cfg.huber_delta)
-        weights = self.batch_weights(batch)
-        loss = weighted_mean(per_sample, weights)
-        slope = (q_sa - target).div_(cfg.huber_delta).clamp_(-1.0, 1.0)
-        grad_q_sa = slope.div_(n) if weights is None else slope.mul_(weights).div_(n)
-        grad_q = torch.zeros_like(q).scatter_(1, index, grad_q_sa.unsqueeze(1))
-        self.optim.zero_grad()
-        grad_x = backward_into(layers, inputs, grad_q, self.q.net.activation,
-                               input_grad=features is not None)
-        if features is not None:
-            with torch.enable_grad():
-                features.backward(grad_x)
-        if cfg.max_grad_norm is not None:
-            self.optim.clip_grad_norm_(cfg.max_grad_norm)
-        self.optim.step()
-        self.follow_target(progress)
-        return UpdateReport(DQNStats(self.stat(loss), self.stat(q_sa.mean()),
-                                     self.epsilon(progress.fraction)),
-                            priorities=(target - q_sa).abs())
+        return loss, q_sa.detach(), target
 
 
 register(AlgoSpec(

@@ -60,13 +60,14 @@ class AlgoSpec:
     #: it applies action masks (rltrain.masking) wherever it picks or values actions: a
     #: masked env is refused for the others
     masks: bool = False
-    #: its updates can run stacked with other seeds' in one process (``hydra/launcher=batched``,
-    #: rltrain.lanes); the others run there too, each updating alone
+    #: its updates can run stacked with other seeds' in one process, as the members of a
+    #: batch (``hydra/launcher=batched``, rltrain.batched; the update offers its work through
+    #: rltrain.stacking); the others run there too, each updating alone
     batched: bool = False
     #: with ``batched``: the settings (dotted keys of the run config, e.g. ``algo.lr``) that
-    #: may differ between the lanes of one batch (a sweep over them stacks as a sweep over
-    #: seeds does), because each lane's share of the stacked update uses its own value
-    lane_fields: tuple[str, ...] = ()
+    #: may differ between the members of one batch (a sweep over them stacks as a sweep over
+    #: seeds does), because each member's share of the stacked update uses its own value
+    member_fields: tuple[str, ...] = ()
     #: ``algo.compile=true`` compiles its update's losses (:func:`rltrain.algorithms.base.compiled`)
     compiles: bool = False
     #: bytes one gradient step holds beyond the networks, where a setting makes that large:
@@ -78,10 +79,10 @@ class AlgoSpec:
 ALGORITHMS: dict[str, AlgoSpec] = {}
 
 
-def lane_settings(algo: dict[str, Any], fields: tuple[str, ...]) -> dict[str, Any]:
+def shared_settings(algo: dict[str, Any], fields: tuple[str, ...]) -> dict[str, Any]:
     """An algorithm's settings (a plain dict of ``algo``) but those of ``fields`` (dotted
-    keys, as ``AlgoSpec.lane_fields``): the ones that must be equal for runs to be lanes of
-    one batch."""
+    keys, as ``AlgoSpec.member_fields``): the ones that must be equal for runs to be members
+    of one batch."""
     return {k: v for k, v in algo.items() if f"algo.{k}" not in fields}
 
 

@@ -1,4 +1,5 @@
-"""Lanes: several runs in one process, taking turns, whose updates meet and run as one batch.
+"""The batch scheduler: several runs in one process, the members of a batch, taking turns,
+whose stacked work meets and runs as one computation.
 
 A sweep of seeds of one config repeats the same small computations once per seed: each
 seed's update is a few thousand small matrix products, and a CPU spends as much time
@@ -6,16 +7,19 @@ dispatching them as computing them. Run side by side in one process, the seeds' 
 be one computation over stacked parameters (``hydra/launcher=batched``, :mod:`rltrain.batched`).
 
 Everything else about each run stays as it is: its config, run directory, checkpoints, logs,
-resume and failures are an ordinary job's, because each lane runs the ordinary job, in a
-thread of its own. The lanes take turns (one runs at a time, so there is no race on anything
-they share) and a lane gives up its turn only where it asks for an update
-(:func:`meet`). When every live lane has asked, the :class:`Scheduler` runs the updates, one
-batch per kind of work that can go together (:meth:`Work.batch_key`), and each lane goes on
-with its own result.
+resume and failures are an ordinary job's, because each member of the batch runs the ordinary
+job, in a thread of its own. The members take turns (one runs at a time, so there is no race
+on anything they share) and a member gives up its turn only where its code hands work over
+(:func:`rltrain.stacking.stack`, which reaches the member's :meth:`Member.meet`: the member is
+its thread's :class:`rltrain.stacking.Meeting`). When every live member has handed its work
+over, the :class:`Scheduler` runs the works, one batch per kind of work that can go together
+(:meth:`rltrain.stacking.Stackable.batch_key`), and each member goes on with its own result.
+The scheduler knows no algorithm and no trainer: they offer work through
+:mod:`rltrain.stacking`, below both.
 
-What a lane's code sees of the process's global state (the RNGs of torch, numpy and Python,
+What a member's code sees of the process's global state (the RNGs of torch, numpy and Python,
 and whatever else the launcher swaps: the logging handlers, Hydra's job config, the console
-streams) is its own: on each turn :class:`Swap` s put the lane's state in place and take it
+streams) is its own: on each turn :class:`Swap` s put the member's state in place and take it
 back out at the end of the turn. So a seed draws the random numbers it draws run alone, and
 its records differ from the run alone only by the order of floating-point sums in the
 batched update.
@@ -34,54 +38,24 @@ from typing import Any
 import numpy as np
 import torch
 
-_local = threading.local()
+from rltrain import stacking
+from rltrain.stacking import Stackable
 
 
-def current() -> Lane | None:
-    """The lane the calling code runs in (None outside a batched sweep)."""
-    return getattr(_local, "lane", None)
-
-
-def elsewhere() -> float:
-    """Seconds the calling lane has spent waiting while other lanes took their turns (0.0
-    outside a lane): a run's timing leaves them out, so that its update's time is the
-    stacked computation's, not the other seeds' collection and tests."""
-    lane = current()
-    return 0.0 if lane is None else lane.elsewhere
-
-
-class Work(ABC):
-    """What a lane hands over at :func:`meet`: the inputs of one update."""
-
-    @abstractmethod
-    def batch_key(self) -> Hashable:
-        """Works with equal keys run as one batch (same kind, same shapes)."""
-
-    @classmethod
-    @abstractmethod
-    def run_batch(cls, works: Sequence[Any]) -> list[Any]:
-        """Run ``works`` (of this class, equal keys) as one computation; one result each, in
-        order. Called on the scheduler's thread: it must draw no random numbers (a lane draws
-        what its update needs before it meets)."""
-
-
-def meet(work: Work) -> Any:
-    """Hand ``work`` to the scheduler and wait for its result (in a lane); outside a lane,
-    run it alone."""
-    lane = current()
-    if lane is None:
-        return type(work).run_batch([work])[0]
-    return lane.meet(work)
+def current() -> Member | None:
+    """The member of a batch the calling code runs in (None outside a batched sweep)."""
+    here = stacking.meeting()
+    return here if isinstance(here, Member) else None
 
 
 class Swap(ABC):
-    """One piece of process-wide state that each lane has its own copy of."""
+    """One piece of process-wide state that each member has its own copy of."""
 
     #: True where the scheduler's thread neither reads nor changes the state between turns
-    #: (the RNGs: a batch draws no random numbers). A turn then only puts the lane's state in
-    #: place and takes it back out, and the caller's state is put back once, when the lanes
-    #: have ended: half the work per turn (numpy's legacy RNG costs about 35 us to read and
-    #: as much to set, which made a turn about 0.2 ms)
+    #: (the RNGs: a batch draws no random numbers). A turn then only puts the member's state
+    #: in place and takes it back out, and the caller's state is put back once, when the
+    #: members have ended: half the work per turn (numpy's legacy RNG costs about 35 us to
+    #: read and as much to set, which made a turn about 0.2 ms)
     lazy: bool = False
 
     @abstractmethod
@@ -121,27 +95,29 @@ class RNGs(Swap):
 
 
 @dataclass(eq=False)
-class Lane:
-    """One run in a thread of its own; :meth:`Scheduler.run` gives it its turns."""
+class Member:
+    """One run of a batch, in a thread of its own; :meth:`Scheduler.run` gives it its turns.
+    It is its thread's :class:`rltrain.stacking.Meeting`."""
 
     name: str
     target: Callable[[], Any]
     swaps: Sequence[Swap]
-    #: the lane's state of each swap when it starts (None: the state as it is then)
+    #: the member's state of each swap when it starts (None: the state as it is then)
     initial: Sequence[Any] | None = None
     #: what ``target`` returned, or the exception it raised
     returned: Any = None
     error: BaseException | None = None
     done: bool = False
-    work: Work | None = None
+    work: Stackable | None = None
     result: Any = None
-    #: seconds spent waiting for other lanes' turns (see :func:`elsewhere`)
+    #: seconds spent waiting for other members' turns (see
+    #: :func:`rltrain.stacking.time_elsewhere`)
     elsewhere: float = 0.0
-    #: seconds the last batch that held this lane's work took
+    #: seconds the last batch that held this member's work took
     batch_s: float = 0.0
     _states: list[Any] = field(default_factory=list)
     _outer: list[Any] = field(default_factory=list)
-    #: the caller's state of each lazy swap, as it was when the lane started
+    #: the caller's state of each lazy swap, as it was when the member started
     _caller: list[Any] = field(default_factory=list)
     _turn: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(0))
     _back: threading.Semaphore | None = None
@@ -155,12 +131,12 @@ class Lane:
         self._states = [caller if state is None and s.lazy else state
                         for s, state, caller in zip(self.swaps, initial, self._caller,
                                                     strict=True)]
-        self._thread = threading.Thread(target=self._main, name=f"rltrain lane {self.name}",
+        self._thread = threading.Thread(target=self._main, name=f"rltrain member {self.name}",
                                         daemon=True)
         self._thread.start()
 
     def states(self) -> list[Any]:
-        """The lane's own state of each swap (as it was at the end of its last turn)."""
+        """The member's own state of each swap (as it was at the end of its last turn)."""
         return list(self._states)
 
     def _enter(self) -> None:
@@ -177,14 +153,14 @@ class Lane:
                         for s, outer in zip(self.swaps, self._outer, strict=True)]
 
     def restore_caller(self) -> None:
-        """Put the caller's state of each lazy swap back (when the lanes have ended)."""
+        """Put the caller's state of each lazy swap back (when the members have ended)."""
         for s, state in zip(self.swaps, self._caller, strict=True):
             if s.lazy:
                 s.put(state)
 
     def _main(self) -> None:
         self._turn.acquire()
-        _local.lane = self
+        stacking.attend(self)
         self._enter()
         try:
             self.returned = self.target()
@@ -196,7 +172,8 @@ class Lane:
             assert self._back is not None
             self._back.release()
 
-    def meet(self, work: Work) -> Any:
+    def meet(self, work: Stackable) -> Any:
+        """Hand ``work`` over: give up the turn until the batch that holds it has run."""
         self.work = work
         self._leave()
         assert self._back is not None
@@ -211,17 +188,17 @@ class Lane:
         return result
 
     def turn(self) -> None:
-        """Run this lane until it meets or ends (from the scheduler's thread)."""
+        """Run this member until it meets or ends (from the scheduler's thread)."""
         assert self._back is not None
         self._turn.release()
         self._back.acquire()
 
 
 class Scheduler:
-    """Runs lanes in turns and their met works in batches, on the calling thread."""
+    """Runs members in turns and their met works in batches, on the calling thread."""
 
-    def __init__(self, lanes: Sequence[Lane]) -> None:
-        self.lanes = list(lanes)
+    def __init__(self, members: Sequence[Member]) -> None:
+        self.members = list(members)
         self._back = threading.Semaphore(0)
         #: how many batches ran, and how many works they held (for the launcher's summary)
         self.batches = 0
@@ -229,45 +206,47 @@ class Scheduler:
         self._stop: BaseException | None = None
 
     def stop_now(self, error: BaseException) -> None:
-        """Run no more batches: each lane's next meet raises ``error`` (a second signal's
-        StopNow, which stops its run at once; safe to call from a signal handler). A lane
+        """Run no more batches: each member's next meet raises ``error`` (a second signal's
+        StopNow, which stops its run at once; safe to call from a signal handler). A member
         in its turn goes on to its meet, and a batch in flight finishes first."""
         self._stop = error
 
     def run(self) -> None:
-        for lane in self.lanes:
-            lane.start(self._back)
+        for member in self.members:
+            member.start(self._back)
         try:
             self._turns()
         finally:
-            for lane in reversed(self.lanes):
-                lane.restore_caller()
+            for member in reversed(self.members):
+                member.restore_caller()
 
     def _turns(self) -> None:
-        while live := [lane for lane in self.lanes if not lane.done]:
-            for lane in live:
-                lane.turn()
-            waiting = [lane for lane in self.lanes if not lane.done and lane.work is not None]
+        while live := [member for member in self.members if not member.done]:
+            for member in live:
+                member.turn()
+            waiting = [member for member in self.members
+                       if not member.done and member.work is not None]
             if self._stop is not None:
-                for lane in waiting:
-                    lane.work, lane.result = None, self._stop
+                for member in waiting:
+                    member.work, member.result = None, self._stop
                 continue
-            groups: dict[Hashable, list[Lane]] = {}
-            for lane in waiting:
-                assert lane.work is not None
-                groups.setdefault((type(lane.work), lane.work.batch_key()), []).append(lane)
+            groups: dict[Hashable, list[Member]] = {}
+            for member in waiting:
+                assert member.work is not None
+                groups.setdefault((type(member.work), member.work.batch_key()),
+                                  []).append(member)
             for group in groups.values():
                 self._run_group(group)
 
-    def _run_group(self, group: list[Lane]) -> None:
-        works = [lane.work for lane in group if lane.work is not None]
+    def _run_group(self, group: list[Member]) -> None:
+        works = [member.work for member in group if member.work is not None]
         self.batches += 1
         self.works += len(works)
         start = time.perf_counter()
         try:
             results: list[Any] = type(works[0]).run_batch(works)
-        except Exception as e:  # noqa: BLE001 - each lane's run fails with it, as alone
+        except Exception as e:  # noqa: BLE001 - each member's run fails with it, as alone
             results = [e] * len(group)
         took = time.perf_counter() - start
-        for lane, result in zip(group, results, strict=True):
-            lane.work, lane.result, lane.batch_s = None, result, took
+        for member, result in zip(group, results, strict=True):
+            member.work, member.result, member.batch_s = None, result, took
