@@ -60,7 +60,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from rltrain import lanes, signals
 from rltrain.algorithms import ALGORITHMS
 from rltrain.algorithms.registry import AlgoSpec
-from rltrain.sweep import _Prefixed, lanes_in_worker
+from rltrain.sweeps.prefixed import PrefixedStream as _Prefixed
+from rltrain.sweeps.workers import lanes_in_worker
 
 
 @dataclass

@@ -32,7 +32,7 @@ file (``conf/tuned/<algo>_<env>.yaml``) and as an experiment to use at once
 Hydra imports this module whenever it looks for plugins: at every start of rltrain, and of any
 other Hydra app installed beside it. So what only a sweep needs is imported when a sweep starts:
 Optuna (0.18 s, and the ``tune`` extra, which an app without it must not need) and rltrain's
-run modules (``rltrain.sweep`` and ``rltrain.catalogue`` import torch: 1.1 s).
+run modules (``rltrain.catalogue`` imports torch: 1.1 s).
 """
 
 from __future__ import annotations
@@ -172,16 +172,16 @@ class OptunaSweeperImpl:
         try:
             return self._sweep(arguments)
         except SweepError as e:
-            from rltrain import sweep as sweep_mod  # 1.1 s (torch): see the module's text
+            from rltrain.sweeps.command import judge  # with the sweep: the module's text
 
             print(f"rltrain: error: {e}", file=sys.stderr)
-            sweep_mod.judge(2)
+            judge(2)
             return None
 
     def _sweep(self, arguments: list[str]) -> Any:
         import optuna  # the tune extra, 0.18 s: see the module's text
 
-        from rltrain import sweep as sweep_mod  # 1.1 s (torch): see the module's text
+        from rltrain.sweeps.stopping import stop_requested  # with the sweep: see the module's text
 
         c = self.conf
         _check_conf(c)
@@ -234,7 +234,7 @@ class OptunaSweeperImpl:
               + (f"; fixed {' '.join(fixed)}" if fixed else ""), flush=True)
         waiting: tuple[int, ...] = ()
         try:
-            while not sweep_mod.stop_requested(sweep_dir):
+            while not stop_requested(sweep_dir):
                 with lock:  # count and ask as one step: sweeps started together ask no more
                     shared.take_stale()
                     tally = shared.tally()
@@ -322,7 +322,7 @@ class OptunaSweeperImpl:
                 env: str, fixed: list[str], space: dict[str, BaseDistribution]) -> None:
         from optuna.trial import TrialState  # the tune extra: see the module's text
 
-        from rltrain import sweep as sweep_mod  # 1.1 s (torch): see the module's text
+        from rltrain.sweeps.command import judge  # with the sweep: see the module's text
 
         trials = study.get_trials(deepcopy=False)
         counts = {s: sum(t.state == s and not _interrupted(t) for t in trials) for s in
@@ -341,7 +341,7 @@ class OptunaSweeperImpl:
         if not counts[TrialState.COMPLETE]:
             print("rltrain: error: no trial completed, so there is no best one",
                   file=sys.stderr)
-            sweep_mod.judge(1)
+            judge(1)
             return
         best = study.best_trial
         params = " ".join(f"{k}={encode(v)}" for k, v in best.params.items())
@@ -362,7 +362,7 @@ class OptunaSweeperImpl:
             print(f"rltrain: plot: {sweep_dir / name}", flush=True)
         if storage_url.startswith("sqlite"):
             print(f"rltrain: browse the study with: optuna-dashboard {storage_url}", flush=True)
-        sweep_mod.judge(0)
+        judge(0)
 
 
     def _budget(self, best: optuna.trial.FrozenTrial, algo: str, env: str) -> Budget:
