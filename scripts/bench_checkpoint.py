@@ -41,7 +41,7 @@ def main() -> None:
           "held (each observation once)")
     state = {"config": {}, "algorithm": algorithm.training_state(),
              "trainer": {"storage": {"buffer": buffer.state_dict(),
-                                     "sampler": built.trainer.sampler.state_dict()}},
+                                     "sampler": built.trainer.reader.state_dict()}},
              "collectors": {"train": collector.state_dict()}, "rng": rng_state()}
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)

@@ -79,7 +79,7 @@ def update_worker(algo_name: str, device: str, compile_: bool, steps: int, pinne
     b = build([f"algo={algo_name}", "env=halfcheetah", f"device={device}",
                f"algo.compile={str(compile_).lower()}"])
     b.train_collector.collect(b.trainer.random_policy, n_steps=5000)
-    sampler, algo, size = b.trainer.sampler, b.algorithm, b.s.trainer.batch_size
+    algo, size = b.algorithm, b.s.trainer.batch_size
     if device.startswith("cuda"):
         algo.pinned_copies = pinned
 
@@ -87,8 +87,8 @@ def update_worker(algo_name: str, device: str, compile_: bool, steps: int, pinne
         if device.startswith("cuda"):
             torch.cuda.synchronize()
 
-    def sample():  # as the off-policy trainer does: the sampler's indices, the algorithm's batch
-        return algo.batch(b.buffer, *sampler.sample(b.buffer, size))
+    def sample():  # as the off-policy trainer does: its read path
+        return b.trainer.reader.batch(b.buffer, size, 0.5)
 
     def timed(n: int, start: int, fixed=None) -> float:
         """Seconds for ``n`` updates, each on a new sample (``fixed`` None) or on ``fixed``."""

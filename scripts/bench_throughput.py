@@ -109,15 +109,23 @@ def ppo_training_loop(steps: int, by_hand: bool = True) -> tuple[float, float, f
     return trainer.env_step / seconds, collect / seconds, update / seconds
 
 
+def trainer_batch(b, batch_size: int):
+    """A batch as the off-policy trainer reads it: its read path (sampler, gather, the
+    algorithm's transforms); for a checkout from before the read path (on PYTHONPATH), the
+    sampler's indices and the algorithm's own batch."""
+    if hasattr(b.trainer, "reader"):
+        return b.trainer.reader.batch(b.buffer, batch_size, 0.5)
+    return b.algorithm.batch(b.buffer, *b.trainer.sampler.sample(b.buffer, batch_size))
+
+
 def gradient_steps(overrides: list[str], batch_size: int, n: int) -> tuple[float, float]:
     """An off-policy algorithm's update on batches from its buffer after 5,000 random env
     steps: gradient steps per second (update alone on one batch, with buffer sampling)."""
     b = build([*overrides, f"trainer.batch_size={batch_size}"])
     b.train_collector.collect(b.trainer.random_policy, n_steps=5000)
-    sampler = b.trainer.sampler
 
-    def sample():  # as the off-policy trainer does: the sampler's indices, the algorithm's batch
-        return b.algorithm.batch(b.buffer, *sampler.sample(b.buffer, batch_size))
+    def sample():  # as the off-policy trainer does
+        return trainer_batch(b, batch_size)
 
     batch = sample()
     for i in range(50):
@@ -151,7 +159,7 @@ def dqn_report(rounds: int = 5, n: int = 1000) -> None:
         b = build(overrides)
         b.train_collector.collect(b.trainer.random_policy, n_steps=5000)
         batch_size = b.trainer.params.batch_size
-        batch = b.algorithm.batch(b.buffer, *b.trainer.sampler.sample(b.buffer, batch_size))
+        batch = trainer_batch(b, batch_size)
         algo = b.algorithm
         times: dict[bool, list[float]] = {True: [], False: []}
         for _ in range(rounds):

@@ -15,6 +15,7 @@ measure time. A refactoring that keeps behaviour shows no difference.
     .venv/bin/python scripts/compare_records.py diff /tmp/rec_before /tmp/rec_after
 
 ``--data`` reuses the first run's offline datasets, so both sides learn from the same bytes.
+SWEEPS are ``--multirun`` sweeps (the batched launcher): each job's run directory is compared.
 """
 
 from __future__ import annotations
@@ -92,6 +93,22 @@ RUNS: dict[str, list[str]] = {
                        "trainer.epoch_num_steps=1500", "trainer.stop_score=null"],
     "rainbow_cartpole": ["algo=rainbow", "env=cartpole", "seed=24", "trainer.max_epochs=2",
                          "trainer.epoch_num_steps=1500", "trainer.stop_score=null"],
+    # images stored frame by frame: Atari's 4-frame stacks, one 84x84 frame a transition
+    "dqn_atari_frames": ["algo=dqn", "env=atari", "env.id=ALE/Pong-v5", "seed=25",
+                         "trainer.max_epochs=2", "trainer.epoch_num_steps=1000",
+                         "trainer.random_warmup_env_steps=1000", "buffer.size=4000",
+                         "env.num_test_envs=1", "trainer.test_step_num_episodes=1",
+                         "algo.target_update_interval=100"],
+    # dict observations (image, direction, mission) through the dict encoder
+    "ppo_minigrid_dict": ["algo=ppo", "env=minigrid", "seed=26", "trainer.max_epochs=2",
+                          "trainer.epoch_num_steps=1024"],
+}
+
+#: sweeps: name -> overrides of one ``rltrain --multirun``; each job's records are compared
+SWEEPS: dict[str, list[str]] = {
+    # seeds batched in one process (stacked PPO updates)
+    "ppo_batched_sweep": ["hydra/launcher=batched", "algo=ppo", "env=cartpole",
+                          "trainer.max_epochs=2", "trainer.stop_score=null", "seed=27,28,29"],
 }
 
 #: datasets the offline runs learn from (random actions: any rltrain makes the same bytes)
@@ -104,11 +121,16 @@ DATASETS = {
 TIMED = ("time", "steps_per_s", "collect_steps_per_s", "wall_time", "startup_time")
 
 
+#: fields left out of the comparison at any depth (``diff --ignore``): e.g. a field one side's
+#: version added, which the other cannot have
+IGNORED: set[str] = set()
+
+
 def _untimed(record: dict) -> dict:
     """The record without what measures time (at any depth), where the run lives, or which
-    run it is (its id: every run has its own)."""
+    run it is (its id: every run has its own), nor the ``--ignore``d fields."""
     return {k: _untimed(v) if isinstance(v, dict) else v for k, v in record.items()
-            if k not in TIMED and not k.startswith("timing")
+            if k not in TIMED and not k.startswith("timing") and k not in IGNORED
             and k not in ("system", "run_dir", "checkpoint", "run")}
 
 
@@ -133,6 +155,27 @@ def run(out: Path, data: Path | None, only: list[str]) -> None:
         print(f"{name:<26} rc {res.returncode}  {time.perf_counter() - t0:6.1f} s", flush=True)
         if res.returncode != 0:
             print(res.stderr[-2000:], file=sys.stderr)
+    for name, overrides in SWEEPS.items():
+        if only and name not in only:
+            continue
+        t0 = time.perf_counter()
+        res = subprocess.run([str(BIN / "rltrain"), "--multirun", *overrides,
+                              f"hydra.sweep.dir={out / name}", "logger.tensorboard=false"],
+                             capture_output=True, text=True, env=env)
+        print(f"{name:<26} rc {res.returncode}  {time.perf_counter() - t0:6.1f} s", flush=True)
+        if res.returncode != 0:
+            print(res.stderr[-2000:], file=sys.stderr)
+
+
+def _runs(folder: Path) -> list[str]:
+    """The run directories to compare, relative to ``folder``: one per entry of RUNS, and
+    one per job of each sweep (its numbered subfolders)."""
+    names = list(RUNS)
+    for name in SWEEPS:
+        jobs = sorted((p for p in (folder / name).glob("[0-9]*") if p.is_dir()),
+                      key=lambda p: int(p.name))
+        names += [f"{name}/{p.name}" for p in jobs] or [name]
+    return names
 
 
 def _load(run_dir: Path) -> tuple[list[dict], dict]:
@@ -159,7 +202,9 @@ def _differences(a: object, b: object, where: str) -> list[str]:
 
 def diff(first: Path, second: Path) -> int:
     bad = 0
-    for name in RUNS:
+    names = _runs(first)
+    names += [n for n in _runs(second) if n not in names]
+    for name in names:
         if not (first / name).is_dir() or not (second / name).is_dir():
             print(f"{name:<26} missing in {'first' if not (first / name).is_dir() else 'second'}")
             bad += 1
@@ -171,7 +216,7 @@ def diff(first: Path, second: Path) -> int:
         for p in problems[:8]:
             print(f"    {p}")
         bad += bool(problems)
-    print(f"{len(RUNS) - bad} of {len(RUNS)} runs have the same records")
+    print(f"{len(names) - bad} of {len(names)} runs have the same records")
     return 1 if bad else 0
 
 
@@ -185,10 +230,15 @@ def main() -> None:
     d = sub.add_parser("diff", help="compare two folders written by run")
     d.add_argument("first", type=Path)
     d.add_argument("second", type=Path)
+    d.add_argument("--ignore", nargs="*", default=[],
+                   help="leave these fields out, at any depth (one side's version added them)")
     args = p.parse_args()
     if args.command == "run":
         run(args.out, args.data, args.only)
     else:
+        IGNORED.update(args.ignore)
+        if IGNORED:
+            print(f"left out of the comparison: {', '.join(sorted(IGNORED))}")
         sys.exit(diff(args.first, args.second))
 
 

@@ -5,9 +5,9 @@ config, continues bit-identically: observations, rewards, terminations, truncati
 Atari's emulator is C++: ale_py's ALEInterface is captured through ALE's own
 ``cloneState(include_rng=True)``, and with sticky actions (env/atari.yaml's default) the one
 thing that leaves out, the action the emulator repeats when a frame sticks, is kept beside it
-(rltrain.envstate.AleStickyAction, rltrain.wrappers.RecordStickyAction); MinAtar's and
-MiniGrid's envs are plain Python. CarRacing's Box2D world and ale-py's native vector env are
-not captured, and say so."""
+(rltrain.envstate.families.ale.AleStickyAction, rltrain.wrappers.RecordStickyAction);
+MinAtar's and MiniGrid's envs are plain Python. CarRacing's Box2D world and ale-py's native
+vector env are not captured, and say so."""
 
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ import torch
 from conftest import compose_run
 from rltrain.config import EnvConfig
 from rltrain.envs import make_vector_env
-from rltrain.envstate import AleStickyAction, Snapshot, restore, snapshot
+from rltrain.envstate import Snapshot, restore, snapshot
+from rltrain.envstate.families.ale import AleStickyAction
 from rltrain.settings import settings
 from rltrain.wrappers import RecordStickyAction, record_sticky_action
 

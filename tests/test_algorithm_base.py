@@ -26,7 +26,8 @@ from algo_helpers import (
     update,
 )
 from rltrain.algorithms import ALGORITHMS, Algorithm, TDAlgorithm, UpdateReport
-from rltrain.data.returns import nstep_batch
+from rltrain.data.reading import read
+from rltrain.data.transforms.nstep import NStepReturns
 
 #: the algorithms that do not learn by temporal differences
 NOT_TD = ("bc", "ppo", "ppo_lstm", "a2c", "reinforce")
@@ -165,16 +166,17 @@ def test_the_attribute_check_sees_a_stat_kept_between_calls():
 
 # --------------------------------------------------------------------------- batches
 @pytest.mark.parametrize(("name", "info"), TD, ids=TD_IDS)
-def test_td_algorithms_batch_their_own_n_step_returns(name, info):
-    """A TD learner's batch carries n-step returns with its own n_step and gamma."""
+def test_td_algorithms_declare_their_own_n_step_returns(name, info):
+    """A TD learner declares n-step returns with its own n_step and gamma: the batch the
+    read path makes with its transforms carries them."""
     algorithm = build(name, info, n_step=3, gamma=0.9)
     buffer = filled_buffer(info)
     lanes, positions = np.array([0, 1, 0, 1, 0]), np.array([0, 3, 5, 9, 11])
-    got = algorithm.batch(buffer, lanes, positions)
-    want = nstep_batch(buffer, lanes, positions, 3, 0.9)
+    got = read(buffer, lanes, positions, algorithm.transforms())
+    want = read(buffer, lanes, positions, [NStepReturns(3, 0.9)])
     for f in dataclasses.fields(got):
         np.testing.assert_array_equal(getattr(got, f.name), getattr(want, f.name), f.name)
-    one_step = nstep_batch(buffer, lanes, positions, 1, 0.9)
+    one_step = read(buffer, lanes, positions, [NStepReturns(1, 0.9)])
     assert not np.array_equal(got.rew, one_step.rew)  # the n_step setting was used
 
 

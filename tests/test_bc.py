@@ -11,6 +11,7 @@ import torch
 
 from algo_helpers import BOX, CPU, DISC, OBS_DIM, SMALL, filled_buffer, make_batch, progress
 from rltrain.algorithms.bc import BC, BCConfig
+from rltrain.data.reading import read
 
 
 def test_continuous_loss_is_zero_at_the_actors_own_actions():
@@ -62,16 +63,17 @@ def test_discrete_cross_entropy_falls_and_accuracy_reaches_one():
 
 @pytest.mark.parametrize("info", [BOX, DISC], ids=["box", "discrete"])
 def test_batches_are_the_stored_one_step_transitions(info):
-    """The loss reads states and actions: BC's batch is each sampled transition as stored
-    (its own reward and next state, no n-step return, no discount but an episode's end)."""
+    """The loss reads states and actions: BC declares no transform, so its batch is each
+    sampled transition as stored (its own reward and next state, no n-step return, no
+    discount)."""
     bc = BC(BCConfig(**SMALL), info, CPU, 0)
     buffer = filled_buffer(info)
     lanes, positions = np.array([0, 1, 1, 0, 1]), np.array([2, 0, 5, 7, 11])
-    batch = bc.batch(buffer, lanes, positions)
+    assert bc.transforms() == ()
+    batch = read(buffer, lanes, positions, bc.transforms())
     np.testing.assert_array_equal(batch.obs, buffer.obs[lanes, positions])
     np.testing.assert_array_equal(batch.act, buffer.act[lanes, positions])
     np.testing.assert_array_equal(batch.rew, buffer.rew[lanes, positions])
     np.testing.assert_array_equal(batch.next_obs, buffer.next_obs_at(lanes, positions))
-    np.testing.assert_array_equal(batch.discount,
-                                  np.where(buffer.terminated[lanes, positions], 0.0, 1.0))
+    assert batch.discount is None
     assert "gamma" not in {f.name for f in dataclasses.fields(BCConfig)}

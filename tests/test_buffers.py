@@ -18,8 +18,9 @@ from rltrain.data.buffers import (
     Rollout,
     stored_transitions,
 )
-from rltrain.data.returns import nstep_batch
-from rltrain.data.samplers import UniformSampler
+from rltrain.data.reading import read
+from rltrain.data.samplers.uniform import UniformSampler
+from rltrain.data.transforms.nstep import NStepReturns
 
 FIELDS = ("obs", "act", "rew", "next_obs", "terminated", "truncated")
 
@@ -464,8 +465,8 @@ def assert_same_buffer(a: ReplayBuffer, b: ReplayBuffer, n: int = 3) -> None:
         for name in FIELDS:
             assert x[name].tobytes() == y[name].tobytes(), (lane, name)
     for seed in range(3):
-        ba = nstep_batch(a, *UniformSampler(seed).sample(a, 64), n, 0.9)
-        bb = nstep_batch(b, *UniformSampler(seed).sample(b, 64), n, 0.9)
+        ba = read(a, *UniformSampler(seed).sample(a, 64), [NStepReturns(n, 0.9)])
+        bb = read(b, *UniformSampler(seed).sample(b, 64), [NStepReturns(n, 0.9)])
         assert ba.weights is None and bb.weights is None  # uniform draws: no weights
         for name in ba.__dataclass_fields__:
             if name != "weights":

@@ -33,7 +33,7 @@ from rltrain.config import (
 )
 from rltrain.core import Progress, SpaceInfo
 from rltrain.data.buffers import ReplayBuffer
-from rltrain.data.dataset import load_dataset
+from rltrain.data.datasets.sources import load_dataset
 from rltrain.settings import Settings, settings
 from rltrain.system import available_memory
 from rltrain.trainer import (

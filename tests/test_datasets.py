@@ -19,21 +19,15 @@ from conftest import run_cli, run_tool, tmpfs
 from rltrain.actions import to_agent, to_env
 from rltrain.config import ConfigError
 from rltrain.data.buffers import ReplayBuffer
-from rltrain.data.dataset import (
-    ARRAYS,
-    Dataset,
-    check_spaces,
-    dataset_fingerprint,
-    describe_space,
-    from_replay_buffer,
-    load_dataset,
-    make_dataset,
-    new_meta,
-    save_dataset,
-    to_buffer,
-)
-from rltrain.data.returns import nstep_batch
-from rltrain.data.samplers import UniformSampler
+from rltrain.data.datasets.dataset import ARRAYS, Dataset, make_dataset, new_meta
+from rltrain.data.datasets.files import save_dataset
+from rltrain.data.datasets.replay import from_replay_buffer, to_buffer
+from rltrain.data.datasets.sources import dataset_fingerprint, load_dataset
+from rltrain.data.datasets.spaces import describe_space
+from rltrain.data.datasets.validation import check_spaces
+from rltrain.data.reading import read
+from rltrain.data.samplers.uniform import UniformSampler
+from rltrain.data.transforms.nstep import NStepReturns
 
 PENDULUM_ACTIONS = gym.spaces.Box(-2.0, 2.0, (1,), np.float32)
 PENDULUM_OBS = gym.spaces.Box(np.array([-1, -1, -8], np.float32),
@@ -99,6 +93,19 @@ def test_round_trip(tmp_path: Path, suffix: str, discrete: bool) -> None:
     assert back.episode_lengths().tolist() == [5, 3, 4000]
     summary = back.summary()
     assert (summary["transitions"], summary["episodes"]) == (4008, 3)
+
+
+def test_a_file_holds_the_fields_in_their_order(tmp_path: Path) -> None:
+    """ARRAYS is read from Dataset's fields, and a file's arrays follow it: a field added to
+    the type or moved there would change the format (format_version 1), which this pins."""
+    assert ARRAYS == ("obs", "act", "rew", "next_obs", "terminated", "truncated")
+    path = save_dataset(episodes_dataset([3, 2]), tmp_path / "data.npz")
+    with np.load(path) as z:
+        assert z.files == [*ARRAYS, "meta"]
+    h5py = pytest.importorskip("h5py")
+    path = save_dataset(episodes_dataset([3, 2]), tmp_path / "data.h5")
+    with h5py.File(path, "r") as f:
+        assert sorted(f) == sorted(ARRAYS) and f.attrs["format"] == "rltrain-dataset"
 
 
 def test_episode_returns() -> None:
@@ -319,7 +326,7 @@ def test_to_buffer_continuous() -> None:
     dones = buffer.terminated[0] | buffer.truncated[0]
     assert np.flatnonzero(dones).tolist() == (np.cumsum(lengths) - 1).tolist()
 
-    batch = nstep_batch(buffer, *UniformSampler(0).sample(buffer, 4096), n=3, gamma=1.0)
+    batch = read(buffer, *UniformSampler(0).sample(buffer, 4096), [NStepReturns(3, 1.0)])
     episode, step = batch.obs[:, 0].astype(int), batch.obs[:, 1].astype(int)
     assert np.array_equal(batch.next_obs[:, 0], batch.obs[:, 0])  # never the next episode
     last = np.array(lengths)[episode] - 1

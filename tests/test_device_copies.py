@@ -68,7 +68,7 @@ def test_pinned_copies_train_as_plain_copies(algo_name, env, device):
             assert parts.train_collector is not None
             parts.train_collector.collect(trainer.random_policy, n_steps=600)
             for i in range(20):
-                batch = algo.batch(buffer, *trainer.sampler.sample(buffer, 64))
+                batch = trainer.reader.batch(buffer, 64, 0.5)
                 algo.update(batch, progress=Progress(0, i, 0.5))
             finals.append({k: v.detach().cpu().clone() for k, v in algo.state_dict().items()})
         finally:

@@ -14,7 +14,8 @@ import torch
 
 from conftest import learning_records, random_dataset
 from rltrain.data.buffers import ReplayBuffer
-from rltrain.data.returns import nstep_batch
+from rltrain.data.reading import read
+from rltrain.data.transforms.nstep import NStepReturns
 from test_buffers import episodes
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
@@ -73,15 +74,15 @@ def test_a_copy_made_after_the_writes_and_a_one_step_batch_from_it(device):
                    block["truncated"], None if valid.all() else valid)
     host_lanes = rng.integers(0, 2, size=32)
     positions = rng.integers(0, buf.size.min(), size=32)
-    plain = nstep_batch(buf, host_lanes, positions, 1, 0.99)
+    plain = read(buf, host_lanes, positions, [NStepReturns(1, 0.99)])
     buf.mirror_on(torch.device(device))
     assert_mirrors(buf, rng)
-    on_device = nstep_batch(buf, host_lanes, positions, 1, 0.99)
+    on_device = read(buf, host_lanes, positions, [NStepReturns(1, 0.99)])
     for name in ("obs", "act", "rew", "next_obs", "discount"):
         value = getattr(on_device, name)
         assert isinstance(value, torch.Tensor) and value.device.type == device
         assert value.cpu().numpy().tobytes() == getattr(plain, name).tobytes(), name
-    assert isinstance(nstep_batch(buf, host_lanes, positions, 3, 0.99).obs, np.ndarray)
+    assert isinstance(read(buf, host_lanes, positions, [NStepReturns(3, 0.99)]).obs, np.ndarray)
 
 
 def test_a_frame_stacked_buffer_refuses_a_device_copy():

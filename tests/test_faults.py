@@ -41,7 +41,9 @@ from conftest import (
     tmpfs,
 )
 from rltrain.checkpoint import load_checkpoint
-from rltrain.data.dataset import describe_space, make_dataset, new_meta, save_dataset
+from rltrain.data.datasets.dataset import make_dataset, new_meta
+from rltrain.data.datasets.files import save_dataset
+from rltrain.data.datasets.spaces import describe_space
 from rltrain.errors import SaveError
 from rltrain.loggers.tensorboard import TensorBoardLogger
 from rltrain.rundir import resume_command

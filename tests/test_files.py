@@ -32,7 +32,7 @@ from rltrain.files import (
     replacing,
 )
 from rltrain.loggers.jsonl import RESERVE, JsonlLogger, read_records
-from rltrain.optuna_sweeper import _job_error
+from rltrain.optuna_sweeper.trials import job_error
 from rltrain.report.runs import DamagedRun, load_run
 
 
@@ -228,7 +228,7 @@ def test_every_reader_of_a_run_holds_one_record_at_most(huge_run):
                                                              warned["resume"].append)],
         "trial scores": lambda: [r["epoch"] for r in tune._records(huge_run)],
         "run summary": lambda: rundir.read_summary(huge_run),
-        "sweep job error": lambda: _job_error(str(huge_run)),
+        "sweep job error": lambda: job_error(str(huge_run)),
         "report": _raises(lambda: load_run(huge_run, warn=warned["report"].append),
                           DamagedRun),
     }

@@ -1,7 +1,8 @@
-"""Datasets of frame-stacked images hold each frame once (rltrain.data.dataset.chain_frames):
-rltrain-collect writes the frames and the indices of each observation's frames, reading
-rebuilds every observation byte for byte, observations that are not chained stacks are
-written whole, and a file whose indices or frames are wrong is refused in one line."""
+"""Datasets of frame-stacked images hold each frame once
+(rltrain.data.datasets.frames.chain_frames): rltrain-collect writes the frames and the indices
+of each observation's frames, reading rebuilds every observation byte for byte, observations
+that are not chained stacks are written whole, and a file whose indices or frames are wrong is
+refused in one line."""
 
 from __future__ import annotations
 
@@ -15,14 +16,10 @@ import pytest
 import dataset_envs
 from conftest import run_tool
 from rltrain.config import ConfigError
-from rltrain.data.dataset import (
-    FRAME_ARRAYS,
-    chain_frames,
-    file_arrays,
-    load_dataset,
-    make_dataset,
-    save_dataset,
-)
+from rltrain.data.datasets.dataset import make_dataset
+from rltrain.data.datasets.files import file_arrays, save_dataset
+from rltrain.data.datasets.frames import FRAME_ARRAYS, chain_frames
+from rltrain.data.datasets.sources import load_dataset
 
 STACKED = f"dataset_envs:{dataset_envs.STACKED_ID}"
 

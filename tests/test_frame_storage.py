@@ -19,8 +19,9 @@ from gymnasium.wrappers import FrameStackObservation
 
 from rltrain.collector import Collector, random_policy
 from rltrain.data.buffers import ReplayBuffer, stored_transitions
-from rltrain.data.returns import nstep_batch
-from rltrain.data.samplers import UniformSampler
+from rltrain.data.reading import read
+from rltrain.data.samplers.uniform import UniformSampler
+from rltrain.data.transforms.nstep import NStepReturns
 
 K, FRAME = 4, (8, 8)
 FIELDS = ("obs", "act", "rew", "next_obs", "terminated", "truncated")
@@ -99,15 +100,16 @@ def assert_same(ref: ReplayBuffer, buf: ReplayBuffer) -> None:
     lanes = np.repeat(np.arange(ref.num_lanes), ref.size)
     age = np.arange(len(lanes)) - np.repeat(np.cumsum(ref.size) - ref.size, ref.size)
     positions = (ref.oldest()[lanes] + age) % ref.lane_capacity
-    for read in ("obs_at", "next_obs_at"):
-        same(getattr(ref, read)(lanes, positions), getattr(buf, read)(lanes, positions), read)
+    for name in ("obs_at", "next_obs_at"):
+        same(getattr(ref, name)(lanes, positions), getattr(buf, name)(lanes, positions), name)
     for i, (x, y) in enumerate(zip(ref.transitions(lanes, positions),
                                    buf.transitions(lanes, positions), strict=True)):
         same(x, y, f"transitions()[{i}]")
     if len(ref):
         for n in (1, 3):  # n = 3: window, obs_at_flat, next_obs_at_flat
             draw = UniformSampler(n).sample(ref, 64)
-            x, y = nstep_batch(ref, *draw, n, 0.9), nstep_batch(buf, *draw, n, 0.9)
+            nstep = [NStepReturns(n, 0.9)]
+            x, y = read(ref, *draw, nstep), read(buf, *draw, nstep)
             assert x.weights is None and y.weights is None  # uniform draws carry none
             for name in x.__dataclass_fields__:
                 if name != "weights":

@@ -20,20 +20,12 @@ import dataset_envs
 from conftest import read_jsonl, run_cli, run_tool
 from rltrain import collect
 from rltrain.config import ConfigError
-from rltrain.data.dataset import (
-    ARRAYS,
-    Dataset,
-    check_spaces,
-    dataset_fingerprint,
-    describe_space,
-    from_replay_buffer,
-    load_dataset,
-    make_dataset,
-    save_dataset,
-    space_from_dict,
-    space_mismatch,
-    to_buffer,
-)
+from rltrain.data.datasets.dataset import ARRAYS, Dataset, make_dataset
+from rltrain.data.datasets.files import save_dataset
+from rltrain.data.datasets.replay import from_replay_buffer, to_buffer
+from rltrain.data.datasets.sources import dataset_fingerprint, load_dataset
+from rltrain.data.datasets.spaces import describe_space, space_from_dict, space_mismatch
+from rltrain.data.datasets.validation import check_spaces
 from rltrain.evaluate import UserError
 from rltrain.observations import DictLayout
 

@@ -39,7 +39,8 @@ def copy_with(tmp_path: Path, module: str, imported: str) -> Path:
 def test_imports_point_down_only_and_go_round_in_no_circle():
     res = lint(ROOT / "src")
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "3 kept, 0 broken" in res.stdout
+    contracts = (ROOT / ".importlinter").read_text().count("[importlinter:contract:")
+    assert f"{contracts} kept, 0 broken" in res.stdout
 
 
 def test_an_upward_import_breaks_the_contract(tmp_path):
@@ -47,6 +48,24 @@ def test_an_upward_import_breaks_the_contract(tmp_path):
     res = lint(copy_with(tmp_path, "config.py", "rltrain.cli"), cwd=tmp_path)
     assert res.returncode != 0
     assert "BROKEN" in res.stdout and "rltrain.config -> rltrain.cli" in res.stdout, res.stdout
+
+
+@pytest.mark.parametrize(("module", "imported", "named"), [
+    # the bottom of rltrain.data.datasets importing the files, above it
+    ("spaces.py", "rltrain.data.datasets.files", "spaces -> rltrain.data.datasets.files"),
+    # two modules of one layer that are kept apart ("|")
+    ("files.py", "rltrain.data.datasets.minari", "files -> rltrain.data.datasets.minari"),
+])
+def test_an_upward_import_among_the_dataset_modules_breaks_their_contract(tmp_path, module,
+                                                                          imported, named):
+    """rltrain.data.datasets has layers of its own; the package-wide contract alone would let
+    its modules import each other both ways."""
+    res = lint(copy_with(tmp_path, f"data/datasets/{module}", imported), cwd=tmp_path)
+    assert res.returncode != 0, res.stdout
+    assert "the dataset modules import down only" in res.stdout
+    reported = res.stdout[res.stdout.index("Broken contracts"):]
+    assert "the dataset modules import down only" in reported
+    assert f"rltrain.data.datasets.{named}" in reported, reported
 
 
 @pytest.mark.parametrize(("module", "imported", "package", "named"), [
@@ -69,3 +88,43 @@ def test_a_circle_within_one_layer_breaks_the_contract(tmp_path, module, importe
     assert f"No cycles are allowed in {package}." in reported
     assert (named in reported or " -> ".join(reversed(named.split(" -> "))) in reported), \
         reported
+
+
+@pytest.mark.parametrize(("module", "imported"), [
+    # the shared-study protocol reaching up into the trial-to-job translation
+    ("optuna_sweeper/shared.py", "rltrain.optuna_sweeper.trials"),
+    # the outputs and the trial-to-job translation share a layer, independent of each other
+    ("optuna_sweeper/outputs.py", "rltrain.optuna_sweeper.trials"),
+])
+def test_an_import_against_the_optuna_sweepers_order_breaks_its_contract(tmp_path, module,
+                                                                         imported):
+    """The package's modules import only those below them (rltrain.optuna_sweeper's text):
+    the rltrain-wide contracts keep such an import (one layer, no circle); the package's
+    own breaks on it and names it."""
+    res = lint(copy_with(tmp_path, module, imported), cwd=tmp_path)
+    assert res.returncode != 0, res.stdout
+    assert "rltrain's layers (DESIGN.md, \"Layers\") KEPT" in res.stdout
+    assert "no circles among rltrain's modules" in res.stdout
+    reported = res.stdout[res.stdout.index("Broken contracts"):]
+    importer = "rltrain." + module.removesuffix(".py").replace("/", ".")
+    assert f"{importer} -> {imported}" in reported, reported
+
+
+@pytest.mark.parametrize(("module", "imported"), [
+    # a job's state as its files show it reaching up into the stop file
+    ("sweeps/jobs.py", "rltrain.sweeps.stopping"),
+    # the sweep's list and the re-attempts share a layer, independent of each other
+    ("sweeps/outcome.py", "rltrain.sweeps.attempts"),
+])
+def test_an_import_against_the_sweeps_order_breaks_its_contract(tmp_path, module, imported):
+    """The sweeps package's modules import only those below them (rltrain.sweeps' docstring):
+    the rltrain-wide contracts keep such an import (one layer, no circle); the package's own
+    breaks on it and names it."""
+    res = lint(copy_with(tmp_path, module, imported), cwd=tmp_path)
+    assert res.returncode != 0, res.stdout
+    assert "rltrain's layers (DESIGN.md, \"Layers\") KEPT" in res.stdout
+    assert "no circles among rltrain's modules" in res.stdout
+    assert "the sweeps modules import only those below them" in res.stdout
+    reported = res.stdout[res.stdout.index("Broken contracts"):]
+    importer = "rltrain." + module.removesuffix(".py").replace("/", ".")
+    assert f"{importer} -> {imported}" in reported, reported

@@ -364,7 +364,7 @@ def test_restore_says_what_it_could_not_restore(tmp_path, keep_buffer):
             assert notes == ["the checkpoint holds no replay buffer (trainer.checkpoint_buffer="
                              "false): the buffer starts empty"]
             assert len(parts.storage.buffer) == 0
-        assert trainer.sampler.state_dict() == stored["sampler"]
+        assert trainer.reader.state_dict() == stored["sampler"]
         assert (trainer.epoch, trainer.env_step) == (2, point.trainer["env_step"])
         assert history["resumes"] == [{"epoch": 2, "env_step": point.trainer["env_step"],
                                        "exact": keep_buffer, "notes": notes}]

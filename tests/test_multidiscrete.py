@@ -25,7 +25,9 @@ from rltrain.collect import noisy
 from rltrain.config import ConfigError
 from rltrain.core import SpaceInfo
 from rltrain.data.buffers import Batch, Rollout
-from rltrain.data.dataset import describe_space, make_dataset, new_meta, to_buffer
+from rltrain.data.datasets.dataset import make_dataset, new_meta
+from rltrain.data.datasets.replay import to_buffer
+from rltrain.data.datasets.spaces import describe_space
 from rltrain.encoders import make_encoder
 from rltrain.envs import space_info
 from rltrain.nets import MultiCategoricalActor

@@ -15,13 +15,9 @@ from rltrain.algorithms import ALGORITHMS
 from rltrain.checkpoint import load_checkpoint
 from rltrain.config import ConfigError, ReplayBufferConfig
 from rltrain.data.buffers import ReplayBuffer
-from rltrain.data.samplers import (
-    PrioritizedSampler,
-    SumTree,
-    UniformSampler,
-    make_sampler,
-)
-from rltrain.settings import check_replay
+from rltrain.data.samplers import check_sampler, make_sampler
+from rltrain.data.samplers.prioritized import PrioritizedSampler, SumTree
+from rltrain.data.samplers.uniform import UniformSampler
 from test_lifecycle import interrupt_after_first_epoch
 
 
@@ -220,7 +216,7 @@ def test_make_sampler_follows_the_buffer_group():
 ])
 def test_replay_settings_that_cannot_work_are_refused(fields, message):
     with pytest.raises(ConfigError, match=message):
-        check_replay(ReplayBufferConfig(**fields))
+        check_sampler(ReplayBufferConfig(**fields))
 
 
 # ------------------------------------------------------------------------- through the CLI

@@ -388,7 +388,7 @@ def test_collect_threads_each_envs_state_through_its_episodes(runs, tmp_path, na
     the deployable policy, its state carried within each episode and zeroed at each start,
     gives back every action collected (GRU: Pendulum's actions to float tolerance). The same
     observations acted on from a zero state each step give other actions: the state matters."""
-    from rltrain.data.dataset import load_dataset
+    from rltrain.data.datasets.sources import load_dataset
     from rltrain.evaluate import load_run
 
     out = tmp_path / "data.h5"

@@ -1,6 +1,7 @@
 """GAE and n-step returns against plain per-transition loops and known values; n-step
-batches built from a buffer's indices against hand computations, a per-transition
-reference and the previous release's ``ReplayBuffer.sample`` maths."""
+batches read from a buffer's indices (the read path with the n-step transform) against hand
+computations, a per-transition reference and the previous release's ``ReplayBuffer.sample``
+maths."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ import numpy as np
 import pytest
 
 from rltrain.data.buffers import Batch, ReplayBuffer
-from rltrain.data.returns import gae, nstep_batch, nstep_returns
-from rltrain.data.samplers import UniformSampler
+from rltrain.data.reading import read
+from rltrain.data.returns import gae
+from rltrain.data.samplers.uniform import UniformSampler
+from rltrain.data.transforms.nstep import NStepReturns, nstep_returns
 
 
 def reference_gae(rew, values, next_values, terminated, truncated, valid, gamma, lam):
@@ -209,7 +212,7 @@ def _every_window(buf: ReplayBuffer, n: int, gamma: float) -> dict[int, tuple]:
     """The n-step batch of every stored transition of lane 0, by start (its obs):
     (return, discount, next_obs)."""
     pos = (buf.oldest()[0] + np.arange(buf.size[0])) % buf.lane_capacity
-    batch = nstep_batch(buf, np.zeros(len(pos), np.int64), pos, n, gamma)
+    batch = read(buf, np.zeros(len(pos), np.int64), pos, [NStepReturns(n, gamma)])
     assert isinstance(batch, Batch)
     np.testing.assert_array_equal(batch.positions, pos)
     return {int(o): (float(r), float(d), float(x)) for o, r, d, x in zip(
@@ -271,10 +274,9 @@ def test_nstep_window_follows_time_order_across_wrap_around():
     assert got[6] == pytest.approx((64, 0.5, 106))
 
 
-def test_nstep_batch_refuses_n_below_1():
-    buf = _single_lane([1.0], [False], [False])
+def test_nstep_returns_refuse_n_below_1():
     with pytest.raises(ValueError, match="n >= 1"):
-        nstep_batch(buf, np.zeros(1, np.int64), np.zeros(1, np.int64), 0, 0.9)
+        NStepReturns(0, 0.9)
 
 
 class Lanes:
@@ -382,7 +384,7 @@ def test_nstep_batch_matches_reference_on_random_lanes(n):
     for lane in range(3):
         for i, t in enumerate(lanes.stored(lane)):
             index[t["obs"].tobytes()] = (lane, i)
-    batch = nstep_batch(buf, *UniformSampler(3).sample(buf, 2000), n, gamma)
+    batch = read(buf, *UniformSampler(3).sample(buf, 2000), [NStepReturns(n, gamma)])
     assert {o.tobytes() for o in batch.obs} == set(index)
     for row in range(len(batch.rew)):
         lane, i = index[batch.obs[row].tobytes()]
@@ -405,7 +407,7 @@ def test_sampler_and_nstep_batch_equal_the_previous_release_sample(n, seed):
     for block in range(8):
         lanes.block(7, p_valid=[1.0, 0.8, 0.5, 0.1], p_end=0.08)
         want = lanes.previous_release_sample(seed + block, 256, n, 0.97)
-        got = nstep_batch(buf, *UniformSampler(seed + block).sample(buf, 256), n, 0.97)
+        got = read(buf, *UniformSampler(seed + block).sample(buf, 256), [NStepReturns(n, 0.97)])
         for field in dataclasses.fields(Batch):
             x, y = getattr(want, field.name), getattr(got, field.name)
             if field.name == "weights":  # uniform draws carry none

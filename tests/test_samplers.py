@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from rltrain.data.buffers import ReplayBuffer
-from rltrain.data.samplers import Sampler, UniformSampler
+from rltrain.data.samplers import Sampler
+from rltrain.data.samplers.uniform import UniformSampler
 
 
 def buffer_with(sizes: list[int], capacity: int, steps: int | None = None) -> ReplayBuffer:

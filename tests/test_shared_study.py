@@ -20,7 +20,8 @@ from optuna.trial import TrialState  # noqa: E402
 
 from conftest import RLTRAIN, cli_env, signal_when  # noqa: E402
 from rltrain.config import job_number  # noqa: E402
-from rltrain.optuna_sweeper import OptunaSweeperConf, SharedStudy  # noqa: E402
+from rltrain.optuna_sweeper.conf import OptunaSweeperConf  # noqa: E402
+from rltrain.optuna_sweeper.shared import SharedStudy  # noqa: E402
 from rltrain.tune import Heartbeats, open_storage  # noqa: E402
 
 #: a trial of a second or two: PPO on CartPole, one short epoch, one test episode

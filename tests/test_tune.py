@@ -24,7 +24,7 @@ from optuna.trial import TrialState  # noqa: E402
 from conftest import CONF as CONF_DIR  # noqa: E402
 from conftest import job_dir  # noqa: E402
 from rltrain.config import job_number  # noqa: E402
-from rltrain.optuna_sweeper import encode, search_space  # noqa: E402
+from rltrain.optuna_sweeper.space import encode, search_space  # noqa: E402
 from rltrain.tune import objective  # noqa: E402
 
 #: a short PPO CartPole budget: 4 epochs of 1,024 env steps, no early stop
@@ -76,7 +76,7 @@ def test_search_space_from_hydra_syntax_and_optuna_distributions():
 
 
 def test_a_search_space_that_does_not_parse_is_named():
-    from rltrain.optuna_sweeper import SweepError
+    from rltrain.optuna_sweeper.conf import SweepError
 
     with pytest.raises(SweepError, match=r"hydra.sweeper.params.algo.lr=interval\(1 is not a "
                                          r"search space"):
@@ -201,6 +201,22 @@ def test_invalid_and_crashing_trials_fail_and_the_study_goes_on(cli, tmp_path):
     assert "4 trials: 1 complete, 0 pruned, 3 failed" in res.stdout
 
 
+def test_a_study_without_a_complete_trial_exits_1_and_writes_no_tuned_file(cli, tmp_path):
+    """Every trial invalid (gamma above 1): the study holds them as failed, trials.csv says
+    so, and with no best trial there is no tuned file; the sweep exits 1."""
+    sweep = tmp_path / "sweep"
+    res = cli("--multirun", "hydra/sweeper=optuna", "hydra.sweeper.sampler.name=grid", "-q",
+              *SHORT, "algo.gamma=choice(1.5,2.0)", f"hydra.sweep.dir={sweep}")
+    assert res.returncode == 1, res.stderr
+    assert "Traceback" not in res.stderr
+    assert "2 trials: 0 complete, 0 pruned, 2 failed" in res.stdout
+    assert "rltrain: error: no trial completed, so there is no best one" in res.stderr
+    assert [t.state for t in study(sweep).trials] == [TrialState.FAIL] * 2
+    with open(sweep / "trials.csv", newline="") as f:
+        assert [row["state"] for row in csv.DictReader(f)] == ["fail", "fail"]
+    assert not (sweep / "conf").exists()
+
+
 def test_rerun_continues_the_study_and_a_trial_without_heartbeat_is_asked_again(cli, tmp_path):
     """A trial left running without a heartbeat (by an rltrain before heartbeats, or another
     program) is taken for stale once it started more than grace_period ago: failed
@@ -290,11 +306,11 @@ def test_bad_sweeper_settings_are_one_line(cli, tmp_path, args, message):
      "grace_period (10) must be more than hydra.sweeper.heartbeat_interval (10)"),
 ])
 def test_heartbeat_settings_are_checked(settings, message):
-    from rltrain.optuna_sweeper import OptunaSweeperConf, SweepError, _check_conf
+    from rltrain.optuna_sweeper.conf import OptunaSweeperConf, SweepError, check_conf
 
-    _check_conf(OptunaSweeperConf(heartbeat_interval=1.0, grace_period=1.5))  # fine
+    check_conf(OptunaSweeperConf(heartbeat_interval=1.0, grace_period=1.5))  # fine
     with pytest.raises(SweepError, match=re.escape(message)):
-        _check_conf(OptunaSweeperConf(**settings))
+        check_conf(OptunaSweeperConf(**settings))
 
 
 def test_hparams_search_without_multirun_says_how(cli):
@@ -464,7 +480,7 @@ def test_the_printed_command_of_every_shipped_search_trains_its_best_trial(cli, 
     from omegaconf import OmegaConf
 
     from rltrain.catalogue import register_configs
-    from rltrain.optuna_sweeper import write_tuned
+    from rltrain.optuna_sweeper.outputs import write_tuned
 
     register_configs()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):

@@ -32,6 +32,7 @@ from rltrain.collector import Collector
 from rltrain.config import ConfigError, DiscountedConfig, flow_text, wrapper_entry
 from rltrain.core import SpaceInfo
 from rltrain.data.buffers import ReplayBuffer
+from rltrain.data.reading import reach
 from rltrain.envs import (
     env_seeds,
     make_vector_env,
@@ -232,7 +233,7 @@ def replay_on_device(wanted: bool | None, algorithm: OffPolicyAlgorithm,
     if buffer.frame_stack > 1:
         why = (f"the buffer stores {buffer.frame_stack}-frame stacks frame by frame, and the "
                "copy holds whole observations (buffer.frame_stack=1 stores them whole)")
-    elif not algorithm.one_step_batches():
+    elif reach(algorithm.transforms()) > 1:
         why = (f"{algorithm.cfg.name} builds n-step batches (algo.n_step="
                f"{getattr(algorithm.cfg, 'n_step', '?')}) from the host arrays; the copy "
                "holds one-step transitions")

@@ -87,7 +87,7 @@ def collect(envs: Any, policy: Policy, *, seed: int, episodes: int | None = None
 
     from rltrain.collector import Collector, episode_quotas
     from rltrain.data.buffers import ReplayBuffer
-    from rltrain.data.dataset import ARRAYS
+    from rltrain.data.datasets.dataset import ARRAYS
     from rltrain.observations import storage_dtype, stored_shape
 
     if (episodes is None) == (steps is None):
@@ -169,7 +169,7 @@ class RoomCheck:
     Before collecting, where the size is sure: ``--steps N`` into an ``.npz`` (which holds the
     arrays as they are) needs at least N x :func:`transition_bytes`. Otherwise what a
     transition takes in the file, compressed as the file will be, is measured on what has
-    been collected (:func:`rltrain.data.dataset.encoded_size`): ``--steps N`` is estimated
+    been collected (:func:`rltrain.data.datasets.files.encoded_size`): ``--steps N`` is estimated
     from it, and ``--episodes``, whose count of transitions is not known until they end, is
     checked against what is already collected. A small sample compresses worse than the whole
     (CartPole: 39 bytes a transition over 2,000, 27 over 200,000), so an estimate over the
@@ -244,7 +244,8 @@ class RoomCheck:
     def _measure(self) -> None:
         """Measure the file's fixed bytes and bytes per transition on everything collected:
         each env's part ends where the collection's end would cut it."""
-        from rltrain.data.dataset import encoded_size, make_dataset, new_meta
+        from rltrain.data.datasets.dataset import make_dataset, new_meta
+        from rltrain.data.datasets.files import encoded_size
 
         def size(parts: list[dict[str, np.ndarray]]) -> int:
             parts = [dict(p, truncated=p["truncated"].copy()) for p in parts if len(p["rew"])]
@@ -263,7 +264,7 @@ class RoomCheck:
         self.measured.append((self.collected, one - each, each))
 
     def _free(self) -> int | None:
-        from rltrain.data.dataset import free_bytes
+        from rltrain.data.datasets.files import free_bytes
 
         return free_bytes(_existing(self.out.parent))
 
@@ -271,7 +272,7 @@ class RoomCheck:
         """UserError if ``need`` bytes do not fit in the output's folder; ``how`` says how the
         need was worked out ({size} stands for it); ``each``: bytes per transition, for the
         --steps that would fit."""
-        from rltrain.data.dataset import size_text
+        from rltrain.data.datasets.files import size_text
 
         free = self._free()
         if free is None or need <= free:
@@ -420,7 +421,8 @@ def _space_info(env_cfg: Any) -> Any:
 
 
 def _env_meta(env_cfg: Any, obs_space: Any, act_space: Any) -> dict[str, Any]:
-    from rltrain.data.dataset import describe_space, json_safe
+    from rltrain.data.datasets.dataset import json_safe
+    from rltrain.data.datasets.spaces import describe_space
     from rltrain.envs import max_episode_steps
 
     return {"env_id": env_cfg.id, "env_kwargs": json_safe(dict(env_cfg.kwargs)),
@@ -454,7 +456,7 @@ def from_policy(args: argparse.Namespace) -> tuple[Any, str]:
         raise UserError(f"--noise {args.noise} is the epsilon of epsilon-greedy for "
                         f"{info.env_id}'s discrete actions: use a value from 0 to 1")
     from rltrain.collector import random_policy
-    from rltrain.data.dataset import make_dataset, new_meta
+    from rltrain.data.datasets.dataset import make_dataset, new_meta
     from rltrain.envs import make_vector_env
 
     seed = SEED_OFFSET + run_seed if args.seed is None else args.seed
@@ -497,7 +499,8 @@ def from_policy(args: argparse.Namespace) -> tuple[Any, str]:
 def from_buffer(args: argparse.Namespace) -> tuple[Any, str]:
     """The replay buffer in the run's newest usable checkpoint."""
     from rltrain.checkpoint import CheckpointError, load_latest
-    from rltrain.data.dataset import from_replay_buffer, new_meta
+    from rltrain.data.datasets.dataset import new_meta
+    from rltrain.data.datasets.replay import from_replay_buffer
     from rltrain.settings import load_run_settings
     from rltrain.trainer import TRAINERS
 
@@ -543,13 +546,9 @@ def from_buffer(args: argparse.Namespace) -> tuple[Any, str]:
 
 def from_merge(args: argparse.Namespace) -> tuple[Any, str]:
     """The datasets one after another; their spaces must be the same."""
-    from rltrain.data.dataset import (
-        concatenate,
-        load_dataset,
-        new_meta,
-        space_mismatch,
-        space_text,
-    )
+    from rltrain.data.datasets.dataset import concatenate, new_meta
+    from rltrain.data.datasets.sources import load_dataset
+    from rltrain.data.datasets.spaces import space_mismatch, space_text
 
     parts = [load_dataset(str(spec)) for spec in args.merge]
     first = parts[0]
@@ -683,7 +682,7 @@ def check_args(p: ArgumentParser, args: argparse.Namespace) -> None:
 
 def check_paths(args: argparse.Namespace) -> None:
     """--out and RUN_DIR, checked before any work."""
-    from rltrain.data.dataset import SUFFIXES
+    from rltrain.data.datasets.files import SUFFIXES
 
     out: Path = args.out
     if out.suffix.lower() not in SUFFIXES:
@@ -704,7 +703,7 @@ def check_paths(args: argparse.Namespace) -> None:
 
 def report(ds: Any, how: str, out: Path) -> None:
     """One screen: what was collected, the returns, the file."""
-    from rltrain.data.dataset import size_text
+    from rltrain.data.datasets.files import size_text
 
     s = ds.summary()
     cut = int((ds.truncated & ~ds.terminated).sum())
@@ -718,7 +717,7 @@ def report(ds: Any, how: str, out: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from rltrain.data.dataset import save_dataset
+    from rltrain.data.datasets.files import save_dataset
     from rltrain.errors import NonFiniteError
 
     check_paths(args)

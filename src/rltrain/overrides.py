@@ -199,7 +199,7 @@ def prepare(argv: list[str], conf_root: Path) -> list[str]:
 def _sweeper_problem(key: str, value: object) -> str | None:
     """An unknown key of the Optuna sweeper's settings, or a value of the wrong type, in one
     line (Hydra's own messages span three to five lines and exit 1)."""
-    from rltrain.optuna_sweeper import OptunaSweeperConf  # only when that sweeper is chosen
+    from rltrain.optuna_sweeper.conf import OptunaSweeperConf  # only when that sweeper is chosen
 
     return schema_problem(OptunaSweeperConf, "hydra.sweeper",
                           key.removeprefix("hydra.sweeper."), value)

@@ -36,6 +36,7 @@ from rltrain.config import (
     check_positive,
     check_seed,
 )
+from rltrain.data.samplers import SAMPLERS, check_sampler
 from rltrain.encoders.registry import check_name as check_encoder_name
 from rltrain.loggers import check_loggers
 from rltrain.trainer import TRAINERS
@@ -112,7 +113,7 @@ def settings(cfg: DictConfig) -> Settings:
     if buffer.frame_stack is not None and not 1 <= buffer.frame_stack <= 255:
         raise ConfigError(f"buffer.frame_stack must be null (auto) or 1..255, got "
                           f"{buffer.frame_stack}")
-    check_replay(buffer)
+    check_sampler(buffer)
     if logger.progress_interval_s < 0:
         raise ConfigError("logger.progress_interval_s must be >= 0")
     check_loggers(logger)
@@ -140,29 +141,21 @@ def settings(cfg: DictConfig) -> Settings:
     return s
 
 
-SAMPLERS = ("uniform", "prioritized")
-
-
-def check_replay(buffer: ReplayBufferConfig) -> None:
-    """The sampler is a known one, and its settings are in range; a prioritised setting
-    given with the uniform sampler is refused (it would be ignored)."""
-    if buffer.sampler not in SAMPLERS:
-        raise ConfigError(f"buffer.sampler={buffer.sampler!r} is not a sampler; use "
-                          f"{' or '.join(SAMPLERS)} (buffer=prioritized selects the latter)")
-    defaults = ReplayBufferConfig()
-    if buffer.sampler == "uniform":
-        for key in ("priority_alpha", "priority_beta", "priority_eps"):
-            if getattr(buffer, key) != getattr(defaults, key):
-                raise ConfigError(f"buffer.{key} is for prioritised replay, and this run "
-                                  "samples uniformly: add buffer=prioritized, or drop it")
-        return
-    if not 0 <= buffer.priority_alpha <= 1:
-        raise ConfigError(f"buffer.priority_alpha must be in [0, 1], got "
-                          f"{buffer.priority_alpha}")
-    if not 0 <= buffer.priority_beta <= 1:
-        raise ConfigError(f"buffer.priority_beta must be in [0, 1], got {buffer.priority_beta}")
-    if not buffer.priority_eps > 0:
-        raise ConfigError(f"buffer.priority_eps must be > 0, got {buffer.priority_eps}")
+def check_sampler_pairing(s: Settings) -> None:
+    """A sampler other than the default chooses among what an online off-policy run stored
+    (an offline run draws its dataset uniformly, an on-policy run learns from all it
+    collected); one that weighs its draws needs an algorithm that reports priorities."""
+    spec = SAMPLERS[s.buffer.sampler]
+    chosen = spec.selected_by or f"buffer.sampler={spec.name}"
+    if spec.name != ReplayBufferConfig().sampler and s.trainer.name != "offpolicy":
+        raise ConfigError(
+            f"{chosen} replays what an online off-policy run collected, and "
+            f"algo={s.algo.name} runs with trainer={s.trainer.name}: drop {chosen}")
+    if spec.weighs and not ALGORITHMS[s.algo.name].prioritized:
+        able = sorted(n for n, a in ALGORITHMS.items() if a.prioritized)
+        raise ConfigError(
+            f"{chosen}: algo={s.algo.name} does not weight its loss by importance or report "
+            f"priorities; the algorithms that do: {', '.join(able)}")
 
 
 def check_pairing(s: Settings) -> None:
@@ -186,16 +179,7 @@ def check_pairing(s: Settings) -> None:
         raise ConfigError(
             f"dataset= is for the offline algorithms ({', '.join(names)}); algo={s.algo.name} "
             "learns online from its env: drop dataset= or choose an offline algo")
-    if s.buffer.sampler == "prioritized":
-        able = sorted(n for n, spec in ALGORITHMS.items() if spec.prioritized)
-        if name != "offpolicy":
-            raise ConfigError(
-                f"buffer=prioritized replays what an online off-policy run collected, and "
-                f"algo={s.algo.name} runs with trainer={name}: drop buffer=prioritized")
-        if not ALGORITHMS[s.algo.name].prioritized:
-            raise ConfigError(
-                f"buffer=prioritized: algo={s.algo.name} does not weight its loss by "
-                f"importance or report priorities; the algorithms that do: {', '.join(able)}")
+    check_sampler_pairing(s)
     if s.env.normalize.reward:
         if s.learns_offline:
             raise ConfigError(

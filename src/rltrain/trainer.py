@@ -49,9 +49,12 @@ from rltrain.config import (
     env_steps_per_collection,
 )
 from rltrain.core import Policy, Progress, SpaceInfo
-from rltrain.data import dataset as datasets
 from rltrain.data.buffers import ReplayBuffer
-from rltrain.data.samplers import PrioritizedSampler, UniformSampler, make_sampler
+from rltrain.data.datasets.replay import to_buffer
+from rltrain.data.datasets.sources import dataset_fingerprint, load_dataset
+from rltrain.data.datasets.validation import check_spaces
+from rltrain.data.reading import ReadPath
+from rltrain.data.samplers import make_sampler
 from rltrain.errors import NonFiniteError, TrainingError, is_env_failure
 from rltrain.loggers import Logger
 from rltrain.observations import storage_dtype
@@ -801,7 +804,9 @@ class OffPolicyTrainer(OnlineTrainer):
                  **kwargs: Any) -> None:
         """:param replay: the ``buffer`` group, which names the sampler (uniform when None)."""
         super().__init__(*args, seed=seed, **kwargs)
-        self.sampler = make_sampler(replay or ReplayBufferConfig(), seed)
+        #: sampler -> gather -> the algorithm's transforms: the batches it learns from
+        self.reader = ReadPath(make_sampler(replay or ReplayBufferConfig(), seed),
+                               self.algorithm.transforms())
         #: the random warm-up's actions: uniform in the env's own (seeded) action space
         self.random_policy = random_policy(self.train_collector.envs, seed)
 
@@ -845,7 +850,7 @@ class OffPolicyTrainer(OnlineTrainer):
             return []
         stats = []
         for _ in range(n):
-            report = learn_from_a_batch(self.algorithm, self.buffer, self.sampler,
+            report = learn_from_a_batch(self.algorithm, self.buffer, self.reader,
                                         batch_size, self.progress())
             self.gradient_step += report.gradient_steps
             stats.append(report.stats)
@@ -855,11 +860,11 @@ class OffPolicyTrainer(OnlineTrainer):
         """The replay buffer (its filled part) unless trainer.checkpoint_buffer=false, and the
         sampler's stream."""
         return {"buffer": self.buffer.state_dict() if self.params.checkpoint_buffer else None,
-                "sampler": self.sampler.state_dict()}
+                "sampler": self.reader.state_dict()}
 
     def load_storage_state(self, state: dict[str, Any] | None) -> list[str]:
         if state is not None and state.get("sampler") is not None:
-            self.sampler.load_state_dict(state["sampler"])
+            self.reader.load_state_dict(state["sampler"])
         if state is None or state.get("buffer") is None:
             return ["the checkpoint holds no replay buffer (trainer.checkpoint_buffer=false): "
                     "the buffer starts empty"]
@@ -867,21 +872,18 @@ class OffPolicyTrainer(OnlineTrainer):
         return []
 
 
-def learn_from_a_batch(algorithm: OffPolicyAlgorithm, buffer: ReplayBuffer,
-                       sampler: UniformSampler | PrioritizedSampler, batch_size: int,
-                       progress: Progress) -> UpdateReport:
-    """Sample transitions, make the algorithm's batch of them (its returns), update; a
-    prioritised sampler weighs the batch and is given the priorities the update reports."""
-    lanes, positions = sampler.sample(buffer, batch_size)
-    batch = algorithm.batch(buffer, lanes, positions)
-    weights = sampler.weights(lanes, positions, progress.fraction)
-    if weights is None:
-        return algorithm.update(batch, progress=progress)
-    report = algorithm.update(replace(batch, weights=weights), progress=progress)
-    if report.priorities is None:  # the settings refuse such a pairing before training
+def learn_from_a_batch(algorithm: OffPolicyAlgorithm, storage: ReplayBuffer, reader: ReadPath,
+                       batch_size: int, progress: Progress) -> UpdateReport:
+    """One gradient step on one batch: the read path gives the batch (sampled, gathered,
+    transformed as the algorithm declared), the algorithm learns from it, and the
+    priorities it reports go back to a sampler that weighs its draws."""
+    batch = reader.batch(storage, batch_size, progress.fraction)
+    report = algorithm.update(batch, progress=progress)
+    if batch.weights is not None and report.priorities is None:
+        # the settings refuse such a pairing before training
         raise TrainingError(f"{type(algorithm).__name__} reported no priorities for "
                             "prioritised replay")
-    sampler.update(lanes, positions, report.priorities.detach().cpu().numpy())
+    reader.learned(batch, report.priorities)
     return report
 
 
@@ -911,19 +913,18 @@ class OfflineTrainer(Trainer):
         one-lane buffer in the algorithm's action space."""
         spec, info = request.dataset, request.info
         assert spec is not None  # the settings' pairing check
-        data = datasets.load_dataset(spec, consent=request.trust)
-        datasets.check_spaces(data, info.obs_space, info.action_space, info.env_id, spec)
+        data = load_dataset(spec, consent=request.trust)
+        check_spaces(data, info.obs_space, info.action_space, info.env_id, spec)
         assert params.batch_size is not None  # check() refused None; build calls it first
         if params.batch_size > len(data):
             raise ConfigError(
                 f"trainer.batch_size={params.batch_size} is larger than the dataset "
                 f"({len(data):,} transitions in {spec}): lower trainer.batch_size or collect "
                 "more data")
-        buffer = datasets.to_buffer(data, discrete=info.discrete, action_low=info.action_low,
-                                    action_high=info.action_high,
-                                    frame_stack=request.frame_stack)
+        buffer = to_buffer(data, discrete=info.discrete, action_low=info.action_low,
+                           action_high=info.action_high, frame_stack=request.frame_stack)
         returns = np.asarray(data.episode_returns(), dtype=np.float64)
-        facts = {**datasets.dataset_fingerprint(spec), "transitions": len(data),
+        facts = {**dataset_fingerprint(spec), "transitions": len(data),
                  "episodes": int(returns.size),
                  "return_mean": float(returns.mean()) if returns.size else None,
                  "source": data.meta.get("source"), "policy": data.meta.get("policy")}
@@ -931,7 +932,9 @@ class OfflineTrainer(Trainer):
 
     def __init__(self, *args: Any, seed: int = 0, **kwargs: Any) -> None:
         super().__init__(*args, seed=seed, **kwargs)
-        self.sampler = UniformSampler(seed)
+        #: uniform draws from the dataset, then the algorithm's transforms
+        self.reader = ReadPath(make_sampler(ReplayBufferConfig(), seed),
+                               self.algorithm.transforms())
 
     def planned_steps(self) -> int:
         return self.params.max_epochs * self.params.epoch_num_steps
@@ -945,7 +948,7 @@ class OfflineTrainer(Trainer):
         t0 = time.perf_counter()
         batch_size = self.params.batch_size
         assert batch_size is not None  # check() refused None before the trainer was built
-        report = learn_from_a_batch(self.algorithm, self.buffer, self.sampler,
+        report = learn_from_a_batch(self.algorithm, self.buffer, self.reader,
                                     batch_size, self.progress())
         self.gradient_step += report.gradient_steps
         return 1, None, [report.stats], Timing(update=time.perf_counter() - t0)
@@ -953,11 +956,11 @@ class OfflineTrainer(Trainer):
     def storage_state(self) -> dict[str, Any] | None:
         """The sampler's stream; the data are the dataset's (checkpoints reference it by its
         hash)."""
-        return {"sampler": self.sampler.state_dict()}
+        return {"sampler": self.reader.state_dict()}
 
     def load_storage_state(self, state: dict[str, Any] | None) -> list[str]:
         if state is not None and state.get("sampler") is not None:
-            self.sampler.load_state_dict(state["sampler"])
+            self.reader.load_state_dict(state["sampler"])
         return []
 
 

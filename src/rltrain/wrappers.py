@@ -33,7 +33,7 @@ from typing import Any, SupportsFloat
 import gymnasium as gym
 import numpy as np
 
-from rltrain.envstate import AleStickyAction
+from rltrain.envstate.families.ale import AleStickyAction
 
 #: Atari's action 0 on every minimal and full action set
 NOOP = 0
@@ -138,12 +138,12 @@ class FireReset(gym.Wrapper):
 
 
 class RecordStickyAction(gym.Wrapper):
-    """Keeps :class:`rltrain.envstate.AleStickyAction` up to date around ALE's AtariEnv: the
-    action the emulator repeats when a frame's action sticks, which ALE's saved state leaves
-    out. Each ``step`` makes ``calls`` ``act()`` calls (the env's fixed frameskip) with the
-    action's code; each ``reset`` holds NOOP and may reseed the emulator. It changes nothing
-    the env returns. Put around the env as gymnasium makes it (its time limit included), so
-    that every step of the emulator passes through it."""
+    """Keeps :class:`rltrain.envstate.families.ale.AleStickyAction` up to date around ALE's
+    AtariEnv: the action the emulator repeats when a frame's action sticks, which ALE's saved
+    state leaves out. Each ``step`` makes ``calls`` ``act()`` calls (the env's fixed
+    frameskip) with the action's code; each ``reset`` holds NOOP and may reseed the emulator.
+    It changes nothing the env returns. Put around the env as gymnasium makes it (its time
+    limit included), so that every step of the emulator passes through it."""
 
     def __init__(self, env: gym.Env, record: AleStickyAction, calls: int) -> None:
         super().__init__(env)

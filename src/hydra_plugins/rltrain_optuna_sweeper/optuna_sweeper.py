@@ -1,7 +1,8 @@
 """The Hydra Sweeper class of ``hydra/sweeper=optuna``: Hydra accepts plugin classes only
-from the ``hydra_plugins`` package. The work, and the config this plugin registers, live in
-:mod:`rltrain.optuna_sweeper`, which imports Optuna only when a sweep starts (Hydra imports
-this module on every run while it looks for plugins)."""
+from the ``hydra_plugins`` package. The work lives in the package :mod:`rltrain.optuna_sweeper`
+(the loop in its ``sweeper`` module, the config this plugin registers in its ``conf``), which
+imports Optuna only when a sweep starts (Hydra imports this module on every run while it looks
+for plugins)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from typing import Any
 
 from hydra.plugins.sweeper import Sweeper
 
-from rltrain.optuna_sweeper import OptunaSweeperConf, OptunaSweeperImpl
+from rltrain.optuna_sweeper.conf import OptunaSweeperConf
+from rltrain.optuna_sweeper.sweeper import OptunaSweeperImpl
 
 __all__ = ["OptunaSweeper", "OptunaSweeperConf"]
 

@@ -24,8 +24,9 @@ from torch import nn
 from rltrain.actions import ActionScale
 from rltrain.config import NetworkConfig, TDConfig
 from rltrain.core import Policy, Progress, SpaceInfo
-from rltrain.data.buffers import Batch, ReplayBuffer, Rollout
-from rltrain.data.returns import nstep_batch
+from rltrain.data.buffers import Batch, Rollout
+from rltrain.data.transforms import Transform
+from rltrain.data.transforms.nstep import NStepReturns
 from rltrain.encoders import Encoder, make_encoder
 from rltrain.masking import action_mask
 from rltrain.noise import ColoredNoise
@@ -229,6 +230,9 @@ class Algorithm(nn.Module, ABC):
             act = self._tensor(batch.act, torch.long)
         else:
             act = self._tensor(batch.act).reshape(len(obs), -1)
+        if batch.discount is None:
+            raise TypeError(f"{type(self).__name__} learns from returns, and declares no "
+                            "transform that computes them (OffPolicyAlgorithm.transforms)")
         return (obs, act, self._tensor(self._rew(batch.rew)), self._tensor(batch.discount),
                 next_obs)
 
@@ -338,17 +342,15 @@ class OnPolicyAlgorithm(Algorithm):
 
 
 class OffPolicyAlgorithm(Algorithm):
-    """Learns from batches sampled from a replay buffer or a dataset."""
+    """Learns from batches sampled from a replay buffer or a dataset. It never reads the
+    storage: the trainer's read path (rltrain.data.reading) samples, gathers and applies the
+    :meth:`transforms` this algorithm declares, and hands :meth:`update` the batch."""
 
-    @abstractmethod
-    def batch(self, buffer: ReplayBuffer, lanes: np.ndarray, positions: np.ndarray) -> Batch:
-        """The batch this algorithm learns from at the sampled transitions: the returns it
-        needs are computed here (rltrain.data.returns), not by the buffer."""
-
-    def one_step_batches(self) -> bool:
-        """Whether :meth:`batch` reads one-step transitions only (what a buffer's device
-        copy holds: ``buffer.on_device``)."""
-        return False
+    def transforms(self) -> tuple[Transform, ...]:
+        """What the batches it learns from are computed with, in order (rltrain.data
+        .transforms): none, by default, for a loss that reads the stored transitions as they
+        are (BC's states and actions)."""
+        return ()
 
     @abstractmethod
     def update(self, batch: Batch, *, progress: Progress) -> UpdateReport:
@@ -360,11 +362,8 @@ class TDAlgorithm(OffPolicyAlgorithm):
 
     cfg: TDConfig
 
-    def batch(self, buffer: ReplayBuffer, lanes: np.ndarray, positions: np.ndarray) -> Batch:
-        return nstep_batch(buffer, lanes, positions, self.cfg.n_step, self.cfg.gamma)
-
-    def one_step_batches(self) -> bool:
-        return self.cfg.n_step == 1
+    def transforms(self) -> tuple[Transform, ...]:
+        return (NStepReturns(self.cfg.n_step, self.cfg.gamma),)
 
 
 def weighted_mean(x: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:

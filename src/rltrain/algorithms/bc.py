@@ -22,8 +22,7 @@ from rltrain.algorithms.base import OffPolicyAlgorithm, Stat, UpdateReport, clip
 from rltrain.algorithms.registry import CONTINUOUS, DISCRETE, MULTIDISCRETE, AlgoSpec, register
 from rltrain.config import NetworkConfig, check_positive
 from rltrain.core import Progress, SpaceInfo
-from rltrain.data.buffers import Batch, ReplayBuffer
-from rltrain.data.returns import nstep_batch
+from rltrain.data.buffers import Batch
 from rltrain.nets import CategoricalActor, DeterministicActor, MultiCategoricalActor
 from rltrain.optim import Adam
 
@@ -91,13 +90,6 @@ class BC(OffPolicyAlgorithm):
             act = self.pi(x).argmax(-1) if deterministic else self.pi.sample(x)
             return act.cpu().numpy()
         return self.pi(x).reshape(len(obs), *self.info.action_shape).cpu().numpy()
-
-    def batch(self, buffer: ReplayBuffer, lanes: np.ndarray, positions: np.ndarray) -> Batch:
-        # the loss reads states and actions only: one-step transitions, no discount to apply
-        return nstep_batch(buffer, lanes, positions, 1, 1.0)
-
-    def one_step_batches(self) -> bool:
-        return True
 
     def update(self, batch: Batch, *, progress: Progress) -> UpdateReport:
         obs = self._obs(batch.obs)

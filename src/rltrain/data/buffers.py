@@ -70,15 +70,18 @@ class BufferFullError(RuntimeError):
 
 @dataclass(frozen=True)
 class Batch:
-    """Sampled transitions with n-step returns applied: the target is
-    ``rew + discount * V(next_obs)``. Host arrays, or tensors on the device when the buffer
-    keeps a device copy (:meth:`ReplayBuffer.mirror_on`) and the batch is one-step."""
+    """Sampled transitions, as the read path (rltrain.data.reading) gives them to an update:
+    with n-step returns applied, the target is ``rew + discount * V(next_obs)``. Host
+    arrays, or tensors on the device when the buffer keeps a device copy
+    (:meth:`ReplayBuffer.mirror_on`) and the batch is one-step."""
 
     obs: np.ndarray | torch.Tensor
     act: np.ndarray | torch.Tensor
     rew: np.ndarray | torch.Tensor
     next_obs: np.ndarray | torch.Tensor
-    discount: np.ndarray | torch.Tensor
+    #: the bootstrap value's factor, from the algorithm's returns transform
+    #: (rltrain.data.transforms); None for an algorithm that declares none (BC)
+    discount: np.ndarray | torch.Tensor | None
     #: (lane, position) of each sampled transition, for priority updates
     lanes: np.ndarray
     positions: np.ndarray

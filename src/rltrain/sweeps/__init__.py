@@ -12,19 +12,21 @@
 * The same command run again into the sweep's directory finishes it: finished jobs are
   skipped, unfinished ones resume from their checkpoints.
 
-One module per concern; none imports the package (this file imports nothing, so a module of
-it costs only its own imports: :mod:`rltrain.optuna_sweeper` reaches the stop file without
-torch). Top to bottom, each importing only those below it (the acyclic contract in
-``.importlinter`` keeps it so):
+One module per concern. This file imports nothing, so a module of the package costs only its
+own imports (:mod:`rltrain.optuna_sweeper` reaches the stop file without torch). In three
+layers, top to bottom; a module imports only modules of the layers below its own, none of its
+own layer (the ``sweeps`` contract in ``.importlinter`` keeps it so):
 
 ``callback``           Hydra's callback: the checks as a run or a sweep starts, the jobs'
                        names, a warning for repeated jobs; it arms what follows
+
 ``outcome``            the sweep's list of jobs at the end, its counts, the next command
 ``attempts``           a job whose directory holds a run already: skipped or resumed
 ``workers``            a job in a worker process: its lines prefixed, its life the sweep's
 ``stopping``           the stop file and the signal passed on to the jobs
 ``submitit_launcher``  Hydra's submitit launcher, watched (its plugin classes are in
                        ``hydra_plugins.rltrain_submitit_launcher``)
+
 ``command``            what this process learns of its Hydra command (:data:`STATE`)
 ``status``             a job's summary when it did not train; the ledger of refused jobs
 ``jobs``               a job as its directory shows it (status, what finishing does with it)

@@ -1,89 +1,18 @@
-"""Samplers choose which stored transitions a batch holds; the buffer only stores them.
-
-A sampler returns ``(lanes, positions)``, the indices of transitions in a
-:class:`~rltrain.data.buffers.ReplayBuffer`; building the batch from them (n-step returns,
-:func:`rltrain.data.returns.nstep_batch`) is a separate stage. Keeping the choice apart
-from the storage is what lets a prioritised sampler (Schaul et al. 2016) or a sampler of
-sequences for recurrent networks be another class with the same interface, as the design's
-extension points ask, instead of a subclass of the buffer. Its state (the random generator,
-and for a prioritised sampler its priorities) is checkpointed on its own.
-"""
+"""Proportional prioritised replay (Schaul et al. 2016): ``buffer.sampler=prioritized``,
+selected by ``buffer=prioritized``. Transitions are drawn in proportion to their last
+reported |TD error|, through a sum tree."""
 
 from __future__ import annotations
 
 import math
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
 
-from rltrain.config import ReplayBufferConfig
+from rltrain.config import ConfigError, ReplayBufferConfig
 from rltrain.data.buffers import ReplayBuffer
-
-
-class Sampler(Protocol):
-    """What the trainer asks of any sampler."""
-
-    def sample(self, buffer: ReplayBuffer, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
-        """``batch_size`` stored transitions of ``buffer`` as ``(lanes, positions)``."""
-        ...
-
-    def weights(self, lanes: np.ndarray, positions: np.ndarray, fraction: float
-                ) -> np.ndarray | None:
-        """Importance-sampling weights of the transitions just sampled (``fraction``: of the
-        run done, for annealed schedules), or None when every transition is equally likely."""
-        ...
-
-    def update(self, lanes: np.ndarray, positions: np.ndarray, priorities: np.ndarray) -> None:
-        """Store the priorities an update reported for the transitions it learnt from."""
-        ...
-
-    def state_dict(self) -> dict[str, Any]:
-        """Plain data (no objects), so that a checkpoint loads with ``weights_only=True``."""
-        ...
-
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
-
-
-class UniformSampler:
-    """Every stored transition equally likely, whichever lane holds it and however full the
-    lanes are: one integer is drawn over all stored transitions, then mapped to its lane
-    (lanes one after another) and to its position there (counted from the lane's oldest).
-
-    :param seed: seed of the sampler's own ``np.random.default_rng``.
-    """
-
-    def __init__(self, seed: int = 0) -> None:
-        self.rng = np.random.default_rng(seed)
-
-    def sample(self, buffer: ReplayBuffer, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
-        size, cap = buffer.size, buffer.lane_capacity
-        total = int(size.sum())
-        if total == 0:
-            raise ValueError("cannot sample from an empty buffer")
-        flat = self.rng.integers(total, size=batch_size)
-        if total == buffer.num_lanes * cap:
-            # every lane full (a replay buffer once filled): the lane and the offset are the
-            # quotient and the remainder, as the search below would find them, in fewer steps
-            lanes, offsets = np.divmod(flat, cap)
-            return lanes, (buffer.ptr[lanes] + offsets) % cap
-        ends = np.cumsum(size)
-        lanes = np.searchsorted(ends, flat, side="right")
-        offsets = flat - (ends - size)[lanes]
-        return lanes, (buffer.oldest()[lanes] + offsets) % cap
-
-    def weights(self, lanes: np.ndarray, positions: np.ndarray, fraction: float) -> None:
-        return None
-
-    def update(self, lanes: np.ndarray, positions: np.ndarray, priorities: np.ndarray) -> None:
-        """Nothing to store: every transition stays equally likely."""
-
-    def state_dict(self) -> dict[str, Any]:
-        """The generator's state (a dict of ints and strings)."""
-        return {"rng": self.rng.bit_generator.state}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.rng.bit_generator.state = state["rng"]
+from rltrain.data.samplers import SamplerSpec, register
 
 
 class SumTree:
@@ -263,9 +192,20 @@ class PrioritizedSampler:
         self._cap = int(state["lane_capacity"])
 
 
-def make_sampler(cfg: ReplayBufferConfig, seed: int) -> UniformSampler | PrioritizedSampler:
-    """The sampler ``buffer.sampler`` names, seeded with the run's seed."""
-    if cfg.sampler == "prioritized":
-        return PrioritizedSampler(cfg.priority_alpha, cfg.priority_beta, cfg.priority_eps,
-                                  seed)
-    return UniformSampler(seed)
+def _check(cfg: ReplayBufferConfig) -> None:
+    if not 0 <= cfg.priority_alpha <= 1:
+        raise ConfigError(f"buffer.priority_alpha must be in [0, 1], got {cfg.priority_alpha}")
+    if not 0 <= cfg.priority_beta <= 1:
+        raise ConfigError(f"buffer.priority_beta must be in [0, 1], got {cfg.priority_beta}")
+    if not cfg.priority_eps > 0:
+        raise ConfigError(f"buffer.priority_eps must be > 0, got {cfg.priority_eps}")
+
+
+def _build(cfg: ReplayBufferConfig, seed: int) -> PrioritizedSampler:
+    return PrioritizedSampler(cfg.priority_alpha, cfg.priority_beta, cfg.priority_eps, seed)
+
+
+register(SamplerSpec(
+    name="prioritized", build=_build, check=_check, weighs=True,
+    settings=("priority_alpha", "priority_beta", "priority_eps"),
+    selected_by="buffer=prioritized", title="prioritised replay"))

@@ -1,0 +1,60 @@
+"""Uniform sampling: every stored transition equally likely (``buffer.sampler=uniform``, the
+default)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rltrain.config import ReplayBufferConfig
+from rltrain.data.buffers import ReplayBuffer
+from rltrain.data.samplers import SamplerSpec, register
+
+
+class UniformSampler:
+    """Every stored transition equally likely, whichever lane holds it and however full the
+    lanes are: one integer is drawn over all stored transitions, then mapped to its lane
+    (lanes one after another) and to its position there (counted from the lane's oldest).
+
+    :param seed: seed of the sampler's own ``np.random.default_rng``.
+    """
+
+    def __init__(self, seed: int = 0) -> None:
+        self.rng = np.random.default_rng(seed)
+
+    def sample(self, buffer: ReplayBuffer, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+        size, cap = buffer.size, buffer.lane_capacity
+        total = int(size.sum())
+        if total == 0:
+            raise ValueError("cannot sample from an empty buffer")
+        flat = self.rng.integers(total, size=batch_size)
+        if total == buffer.num_lanes * cap:
+            # every lane full (a replay buffer once filled): the lane and the offset are the
+            # quotient and the remainder, as the search below would find them, in fewer steps
+            lanes, offsets = np.divmod(flat, cap)
+            return lanes, (buffer.ptr[lanes] + offsets) % cap
+        ends = np.cumsum(size)
+        lanes = np.searchsorted(ends, flat, side="right")
+        offsets = flat - (ends - size)[lanes]
+        return lanes, (buffer.oldest()[lanes] + offsets) % cap
+
+    def weights(self, lanes: np.ndarray, positions: np.ndarray, fraction: float) -> None:
+        return None
+
+    def update(self, lanes: np.ndarray, positions: np.ndarray, priorities: np.ndarray) -> None:
+        """Nothing to store: every transition stays equally likely."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """The generator's state (a dict of ints and strings)."""
+        return {"rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.rng.bit_generator.state = state["rng"]
+
+
+def _build(cfg: ReplayBufferConfig, seed: int) -> UniformSampler:
+    return UniformSampler(seed)
+
+
+register(SamplerSpec(name="uniform", build=_build, title="uniform sampling"))

@@ -1,0 +1,58 @@
+"""Transforms: what an algorithm learns from, computed from what storage holds.
+
+The third stage of the read path (:mod:`rltrain.data.reading`). A transform takes the record
+:func:`~rltrain.data.reading.gather` read for the sampled transitions (a dict of named
+fields) and returns it with the fields the loss needs: n-step returns and their discounts
+(:mod:`.nstep`) today; hindsight relabelling (a goal replaced, the reward recomputed) and
+V-trace corrections are the same shape. A transform says how far it reads
+(:attr:`Transform.window`: consecutive transitions from each sampled one), so that the
+gather reads exactly that much; where it needs more from storage (the observation an n-step
+window bootstraps from) it is given the storage to read it.
+
+Each algorithm declares its transforms (``Algorithm.transforms()``); the trainer applies
+them, so an algorithm never reads storage itself. The transforms are a registry: every module
+of this package declares one and registers it by name (:data:`TRANSFORMS`), so a new one is
+one new module.
+
+Layer: the data path; imports storage's types, numpy and torch.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+from rltrain.modules import import_members
+
+if TYPE_CHECKING:
+    from rltrain.data.buffers import ReplayBuffer
+
+#: named fields of the B sampled transitions, ``(B, ...)`` arrays or tensors each (and the
+#: gather's ``window``, a :class:`~rltrain.data.buffers.Window`, when one was read)
+Record = dict[str, Any]
+
+
+class Transform(Protocol):
+    """What the read path asks of a transform."""
+
+    #: consecutive transitions it reads from each sampled one (1: the transition alone)
+    window: int
+
+    def __call__(self, record: Record, storage: ReplayBuffer) -> Record:
+        """The record with the fields this transform computes (it may replace fields; it
+        must not change the arrays it was given in place)."""
+        ...
+
+
+#: the transforms, by name, each a class whose instances are transforms
+TRANSFORMS: dict[str, type] = {}
+
+
+def register(name: str, cls: type) -> type:
+    """Add a transform to the registry (each module of this package calls it once)."""
+    if name in TRANSFORMS:
+        raise ValueError(f"a transform named {name!r} is registered twice")
+    TRANSFORMS[name] = cls
+    return cls
+
+
+import_members(__name__, __path__)
