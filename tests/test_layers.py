@@ -69,9 +69,10 @@ def test_an_upward_import_among_the_dataset_modules_breaks_their_contract(tmp_pa
 
 
 @pytest.mark.parametrize(("module", "imported", "package", "named"), [
-    # the circle issue 45 found: the sweep imports the submitit launchers, which imported
-    # the sweep back, both in the entry layer (where the layers contract lets them)
-    ("launchers.py", "rltrain.sweep", "rltrain", ".sweep -> .launchers"),
+    # the circle issue 45 found: the sweep's callback imports the submitit launcher, which
+    # imported the callback back, both in one layer (where the layers contract lets them)
+    ("sweeps/submitit_launcher.py", "rltrain.sweeps.callback", "rltrain.sweeps",
+     ".callback -> .submitit_launcher"),
     # a circle inside a package: storage.py is what returns.py and samplers.py import
     ("data/storage.py", "rltrain.data.samplers", "rltrain.data", ".samplers -> .storage"),
 ])
@@ -104,6 +105,26 @@ def test_an_import_against_the_optuna_sweepers_order_breaks_its_contract(tmp_pat
     assert res.returncode != 0, res.stdout
     assert "rltrain's layers (DESIGN.md, \"Layers\") KEPT" in res.stdout
     assert "no circles among rltrain's modules" in res.stdout
+    reported = res.stdout[res.stdout.index("Broken contracts"):]
+    importer = "rltrain." + module.removesuffix(".py").replace("/", ".")
+    assert f"{importer} -> {imported}" in reported, reported
+
+
+@pytest.mark.parametrize(("module", "imported"), [
+    # a job's state as its files show it reaching up into the stop file
+    ("sweeps/jobs.py", "rltrain.sweeps.stopping"),
+    # the sweep's list and the re-attempts share a layer, independent of each other
+    ("sweeps/outcome.py", "rltrain.sweeps.attempts"),
+])
+def test_an_import_against_the_sweeps_order_breaks_its_contract(tmp_path, module, imported):
+    """The sweeps package's modules import only those below them (rltrain.sweeps' docstring):
+    the rltrain-wide contracts keep such an import (one layer, no circle); the package's own
+    breaks on it and names it."""
+    res = lint(copy_with(tmp_path, module, imported), cwd=tmp_path)
+    assert res.returncode != 0, res.stdout
+    assert "rltrain's layers (DESIGN.md, \"Layers\") KEPT" in res.stdout
+    assert "no circles among rltrain's modules" in res.stdout
+    assert "the sweeps modules import only those below them" in res.stdout
     reported = res.stdout[res.stdout.index("Broken contracts"):]
     importer = "rltrain." + module.removesuffix(".py").replace("/", ".")
     assert f"{importer} -> {imported}" in reported, reported

@@ -27,8 +27,8 @@ from conftest import (
     wait_for,
 )
 from rltrain import rundir
-from rltrain import sweep as sweep_module
 from rltrain.config import job_dir_name, job_number
+from rltrain.sweeps import callback, outcome
 
 SMOKE = ["experiment=smoke", "logger.tensorboard=false"]
 
@@ -126,7 +126,7 @@ def test_the_sweep_list_rounds_scores_as_the_console_does(tmp_path, capsys):
         job.mkdir()
         (job / "summary.json").write_text(json.dumps({"status": "completed",
                                                       "best_score": best}))
-    assert sweep_module.report(tmp_path) == (0, 0, 2)
+    assert outcome.report(tmp_path) == (0, 0, 2)
     out = capsys.readouterr().out
     assert re.search(r"0\s+completed\s+.*seed=0_job0\s+best 123\.5$", out, re.M)
     assert re.search(r"1\s+completed\s+.*seed=1_job1\s+best -$", out, re.M)
@@ -176,7 +176,7 @@ def test_the_list_of_an_unfinished_sweep_says_what_each_directory_holds(tmp_path
             (job / rundir.LOCK).write_text("{}")
         if saved:
             (job / "checkpoints" / "last.pt").write_bytes(b"a checkpoint")
-    assert sweep_module.report(tmp_path) == (2, 2, 4)
+    assert outcome.report(tmp_path) == (2, 2, 4)
     err = capsys.readouterr().err
     assert "4 job(s): 2 failed, 1 interrupted, 1 stopped before their first checkpoint" in err
     assert re.search(rf"0\s+interrupted\s+.*seed=0_job0\s+resume with: rltrain "
@@ -272,7 +272,7 @@ def test_the_warning_names_every_job_that_repeats_another(capsys, task, said):
         "sweeper": {"_target_": "hydra._internal.core_plugins.basic_sweeper.BasicSweeper",
                     "params": None},
         "overrides": {"task": ["experiment=smoke", *task]}}})
-    sweep_module.warn_repeated_jobs(config)
+    callback.warn_repeated_jobs(config)
     err = capsys.readouterr().err
     if said is None:
         assert err == ""

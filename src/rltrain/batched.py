@@ -22,7 +22,7 @@ calls the members "lanes", as the docs do: ``jobs 0, 1 run as 1 batch(es) of lan
 * A job that stops early (its seed solved the task) leaves its batch; the others go on in a
   smaller batch.
 * SIGINT/SIGTERM: every member finishes its step, checkpoints and stops, as a run alone does;
-  the same command resumes every job of the sweep from its checkpoint (``rltrain.sweep``).
+  the same command resumes every job of the sweep from its checkpoint (``rltrain.sweeps``).
 * Each member's lines on the console start with ``[job N]``.
 * ``hydra.launcher.n_jobs=N`` deals a group's members into N batches, each in a worker process
   of its own (-1, the default: one per CPU); the jobs that run alone go to the workers too.
@@ -63,7 +63,8 @@ from rltrain import signals
 from rltrain.algorithms import ALGORITHMS
 from rltrain.algorithms.registry import AlgoSpec
 from rltrain.batch_scheduler import Member, RNGs, Scheduler, Swap
-from rltrain.sweep import _Prefixed, members_in_worker
+from rltrain.sweeps.prefixed import PrefixedStream as _Prefixed
+from rltrain.sweeps.workers import members_in_worker
 
 
 @dataclass
@@ -292,7 +293,7 @@ def _forked_unit(index: int) -> dict[int, JobReturn]:
 
 def _forked_worker() -> None:
     """A forked worker's signals as a fresh process's would be, but for the terminal's SIGINT
-    and SIGHUP, which the sweep's main process answers for its workers (:mod:`rltrain.sweep`):
+    and SIGHUP, which the sweep's main process answers for its workers (:mod:`rltrain.sweeps`):
     the handlers the main process had when it forked are not the worker's to run."""
     for sig in (signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)

@@ -210,15 +210,15 @@ def task(cfg: Any) -> Any:
     """One Hydra job (a single run, or one job of a sweep); returns the metric a sweeper
     optimises: the best test score, or for an Optuna trial its objective and status. A job
     in a joblib or Ray worker prefixes its lines and ends with the sweep
-    (:func:`rltrain.sweep.job_in_worker`)."""
+    (:func:`rltrain.sweeps.workers.job_in_worker`)."""
     from hydra.core.hydra_config import HydraConfig
 
-    from rltrain import sweep
+    from rltrain.sweeps.workers import job_in_worker
 
     hydra_cfg = HydraConfig.get()
     if hydra_cfg.mode is None or hydra_cfg.mode.name == "RUN":
         return _task(cfg)
-    with sweep.job_in_worker(hydra_cfg.job.num):
+    with job_in_worker(hydra_cfg.job.num):
         return _task(cfg)
 
 
@@ -226,11 +226,14 @@ def _task(cfg: Any) -> Any:
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 
-    from rltrain import batch_scheduler, rundir, sweep, trust
+    from rltrain import batch_scheduler, rundir, trust
     from rltrain.config import ConfigError, overrides_as_typed
     from rltrain.lifecycle import RunContext
     from rltrain.run import StoppedAtOnce, run
     from rltrain.settings import plain
+    from rltrain.sweeps import attempts, status, stopping, workers
+    from rltrain.sweeps.command import STATE
+    from rltrain.sweeps.jobs import JobFailed
     from rltrain.trainer import failure_text
 
     hydra_cfg = HydraConfig.get()
@@ -240,13 +243,13 @@ def _task(cfg: Any) -> Any:
     overrides = overrides_as_typed(hydra_cfg.overrides.task)
     label = "" if single else f"job {hydra_cfg.job.num}: "
     # a worker's or a batch member's lines start with the job already
-    said = "" if sweep.parallel_job() or batch_scheduler.current() is not None else label
+    said = "" if workers.parallel_job() or batch_scheduler.current() is not None else label
     if not single:
         if signals.in_sweep_worker():
             signals.quiet()
-        if sweep.stop_requested(Path(str(hydra_cfg.sweep.dir))):
-            sweep.write_status(run_dir, "not started", "the sweep was stopped before this job "
-                               "began")
+        if stopping.stop_requested(Path(str(hydra_cfg.sweep.dir))):
+            status.write_status(run_dir, "not started", "the sweep was stopped before this "
+                                "job began")
             return None
     _set_console_level(cfg)
 
@@ -274,16 +277,16 @@ def _task(cfg: Any) -> Any:
     # a sweep run again into its directory, or a job requeued after a timeout
     again = not single and bool(rundir.holds_run(run_dir))
     if again:
-        done = sweep.earlier_attempt(run_dir, overrides, said)
+        done = attempts.earlier_attempt(run_dir, overrides, said)
         if done is not None:
             return done.get("best_score")
     try:
         if again:
-            info = sweep.continue_job(run_dir, ctx, said, consent=bool(cfg.get("trust")))
+            info = attempts.continue_job(run_dir, ctx, said, consent=bool(cfg.get("trust")))
         else:
             with rundir.claim(run_dir,
-                              remove_empty=not (single and sweep.STATE.run_dir_existed),
-                              made=sweep.STATE.made if single else ()):
+                              remove_empty=not (single and STATE.run_dir_existed),
+                              made=STATE.made if single else ()):
                 info = run(cfg, ctx)
         code, message = _outcome(info, ctx, said)
     except (ConfigError, rundir.RunDirError) as e:
@@ -292,9 +295,9 @@ def _task(cfg: Any) -> Any:
         code, message = 2, f"error: {said}{clip_long_words(str(e))}"
         refused = not single and isinstance(e, rundir.RunDirError)
         if refused:  # the directory is another run's, or cannot be used
-            sweep.refuse(run_dir, clip_long_words(str(e)))
+            status.refuse(run_dir, clip_long_words(str(e)))
         if not single and isinstance(e, ConfigError):
-            sweep.write_status(run_dir, "failed", str(e))
+            status.write_status(run_dir, "failed", str(e))
             with_snapshot = run_dir / ".hydra"
             if not with_snapshot.exists():
                 rundir.write_hydra_snapshot(run_dir, OmegaConf.create(cfg),
@@ -307,7 +310,7 @@ def _task(cfg: Any) -> Any:
         code, message = 1, (f"error: {said}the run could not start: {failure_text(e)} "
                             "(HYDRA_FULL_ERROR=1 shows the traceback)")
         if not single:
-            sweep.write_status(run_dir, "failed", failure_text(e))
+            status.write_status(run_dir, "failed", failure_text(e))
     if message is not None:
         _say(message)
     signals.hand_over_preemption()  # a submitit job: requeued now, and resumed when it runs
@@ -318,9 +321,9 @@ def _task(cfg: Any) -> Any:
             print(rundir.next_step(run_dir), flush=True)
         return info.best_score
     if code in (1, 2) and refused:
-        raise sweep.JobFailed(f"rltrain: {label}not run: {run_dir} is not this job's to use")
+        raise JobFailed(f"rltrain: {label}not run: {run_dir} is not this job's to use")
     if code in (1, 2):
-        raise sweep.JobFailed(f"rltrain: {label}failed (see {run_dir}/summary.json)")
+        raise JobFailed(f"rltrain: {label}failed (see {run_dir}/summary.json)")
     if code == 0 and ctx.trial is not None:  # an Optuna trial: what the sweeper tells the study
         return {"value": ctx.trial.value(), "status": info.status, "epochs": info.epochs,
                 "run_dir": str(run_dir)}
@@ -343,14 +346,17 @@ def _hydra(argv: list[str]) -> tuple[int, bool]:
     """Run Hydra's main; returns the exit code and whether it was a sweep."""
     import hydra
 
-    from rltrain import overrides, sweep
+    from rltrain import overrides
     from rltrain.catalogue import register_configs
     from rltrain.config import ConfigError
     from rltrain.hydra_compat import brief_plugin_errors, skip_batch_validation, skip_mode_probe
+    from rltrain.sweeps import outcome
+    from rltrain.sweeps.command import STATE, judge
+    from rltrain.sweeps.jobs import JobFailed
     from rltrain.trainer import failure_text
 
     multirun = any(a in ("-m", "--multirun") for a in argv)
-    sweep.STATE.command = ["rltrain", *sys.argv[1:]]  # as typed, for the sweep's last line
+    STATE.command = ["rltrain", *sys.argv[1:]]  # as typed, for the sweep's last line
     shown = next((a for a in argv if a in ("--cfg", "-c", "--info", "-i")), None)
     if multirun and shown is not None:  # Hydra's own answer is a traceback
         return _error(f"--multirun and {shown} do not go together: {shown} prints the config "
@@ -370,13 +376,13 @@ def _hydra(argv: list[str]) -> tuple[int, bool]:
         print(_tuned_note(argv), flush=True)
     if multirun and not _full_error():
         def could_not_run(e: Exception) -> str:
-            if sweep.STATE.directory is not None and sweep.jobs_ran(sweep.STATE.directory):
+            if STATE.directory is not None and outcome.jobs_ran(STATE.directory):
                 # a launcher's error once jobs ran: a failed sweep (exit 1), listed job by job
                 return f"rltrain: error: a job of the sweep failed: {failure_text(e)}"
-            sweep.judge(2)  # the sweep could not start: no job report
+            judge(2)  # the sweep could not start: no job report
             return f"rltrain: error: the sweep could not run: {failure_text(e)}"
 
-        brief_plugin_errors(could_not_run, said=(sweep.JobFailed,))
+        brief_plugin_errors(could_not_run, said=(JobFailed,))
     if not multirun:
         skip_mode_probe(argv)
     else:
@@ -392,12 +398,12 @@ def _hydra(argv: list[str]) -> tuple[int, bool]:
         code = 128 + e.signum
         if not multirun:
             _say(signals.stopped_before_training(e.signum))
-    state = sweep.STATE
+    state = STATE
     if multirun and state.outcome == 2:  # the sweeper refused to start, and said why
         code = 2
     elif multirun and state.directory is not None:
         quiet = any(a.lower() in ("logger.quiet=true", "++logger.quiet=true") for a in argv)
-        failed, interrupted, total = sweep.report(state.directory, quiet)
+        failed, interrupted, total = outcome.report(state.directory, quiet)
         if signals.requested() is not None:
             code = 128 + (signals.requested() or 0)
         elif state.outcome is not None:

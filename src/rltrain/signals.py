@@ -20,7 +20,8 @@ its user asked it to stop.
   timeout or preemption with SIGUSR2 and, in its own handler, requeues the job and exits at
   once. During training rltrain takes that signal first: the trainer finishes its step and
   checkpoints, then :func:`hand_over_preemption` calls submitit's handler, which requeues the
-  job; the requeued job finds its checkpoint and resumes (``rltrain.sweep.continue_job``).
+  job; the requeued job finds its checkpoint and resumes
+  (``rltrain.sweeps.attempts.continue_job``).
   A job of submitit's *local* executor, whose signal always means its time ends in 30 s,
   trains on for 20 of them first (:func:`local_slot_left`): a one-minute slot trained 25 s.
 """

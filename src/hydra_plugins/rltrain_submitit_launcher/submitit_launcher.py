@@ -1,6 +1,7 @@
 """The Launcher classes rltrain runs for ``hydra/launcher=submitit_local`` and
 ``submitit_slurm``: Hydra accepts plugin classes only from the ``hydra_plugins`` package. The
-work lives in :mod:`rltrain.launchers`; :func:`rltrain.launchers.watched` selects these.
+work lives in :mod:`rltrain.sweeps.submitit_launcher`;
+:func:`rltrain.sweeps.submitit_launcher.watched` selects these.
 Without Hydra's submitit plugin (extra: cluster) this module defines nothing (Hydra imports it
 on every run while it looks for plugins)."""
 
@@ -15,7 +16,7 @@ if importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is not None
         submitit_launcher as plugin,
     )
 
-    from rltrain.launchers import Watched
+    from rltrain.sweeps.submitit_launcher import Watched
 
     class LocalLauncher(Watched, plugin.LocalLauncher):
         """``hydra/launcher=submitit_local``, watched."""

@@ -8,7 +8,7 @@ submitit, Ray: in parallel), tell the study each job's outcome, until the study 
 stop file) ends the loop after the jobs under way; the outputs are still written.
 
 Imports every other module of this package, ``rltrain.signals``, and, when a sweep starts,
-Optuna and ``rltrain.sweep`` (the sweep's stop file and exit code; torch: see the package's
+Optuna and ``rltrain.sweeps`` (the sweep's stop file and exit code: see the package's
 text)."""
 
 from __future__ import annotations
@@ -62,14 +62,14 @@ class OptunaSweeperImpl:
             hydra_context=hydra_context, task_function=task_function, config=config)
 
     def sweep(self, arguments: list[str]) -> Any:
-        from rltrain import sweep as sweep_mod  # 1.1 s (torch): see the package's text
+        from rltrain.sweeps.command import judge  # when a sweep runs: see the package's text
 
         try:
             code = self._sweep(arguments)
         except SweepError as e:
             print(f"rltrain: error: {e}", file=sys.stderr)
             code = 2
-        sweep_mod.judge(code)
+        judge(code)
         return None
 
     def _sweep(self, arguments: list[str]) -> int:
@@ -123,11 +123,11 @@ class OptunaSweeperImpl:
                     storage_url: str) -> None:
         """Ask, launch and tell until the study holds ``n_trials`` finished trials (this
         sweep's and the others'), or the sweep is asked to stop."""
-        from rltrain import sweep as sweep_mod  # 1.1 s (torch): see the package's text
+        from rltrain.sweeps.stopping import stop_requested  # when a sweep runs: the package's text
 
         c, study = self.conf, shared.study
         waiting: tuple[int, ...] = ()
-        while not sweep_mod.stop_requested(sweep_dir):
+        while not stop_requested(sweep_dir):
             with lock:  # count and ask as one step: sweeps started together ask no more
                 shared.take_stale()
                 tally = shared.tally()

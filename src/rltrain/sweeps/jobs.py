@@ -6,10 +6,11 @@ be resumed: a run stopped at once by a second signal before its first checkpoint
 ``interrupted`` and holds nothing to resume. The list once offered such a job's resume
 command, which then failed. So every launcher's jobs (basic, joblib, batched, submitit, Ray)
 are judged here, from the files: an interrupted job with a checkpoint resumes; one without is
-*stopped*, and running the sweep again starts it afresh (:func:`rltrain.sweep.continue_job`).
+*stopped*, and running the sweep again starts it afresh (:mod:`rltrain.sweeps.attempts`).
 
-This module is the sweeps' common ground: :mod:`rltrain.sweep` and :mod:`rltrain.launchers`
-both import it, and it imports neither (the layers contract forbids circles).
+This module is the sweeps' common ground: the sweep's list (:mod:`rltrain.sweeps.outcome`),
+the re-attempts and the watched submitit launcher all import it. It imports nothing of the
+package; of rltrain, :mod:`rltrain.rundir` and :mod:`rltrain.stored`.
 """
 
 from __future__ import annotations

@@ -17,12 +17,16 @@ the checkpoint that requeues it) with a wait of its own, :meth:`Watched.launch`:
 
 The classes are ``hydra_plugins.rltrain_submitit_launcher``'s (Hydra takes plugin classes
 from that package only; it imports its modules whenever it looks for plugins, so this module
-imports the run's modules only where it needs them). :class:`rltrain.sweep.HydraCallback`
-puts them in the place of the plugin's when a sweep starts (:func:`watched`), and gives the
-local executor ``max_num_timeout`` = :data:`LOCAL_MAX_NUM_TIMEOUT` unless the command sets it
-(``+hydra.launcher.max_num_timeout=N``: the plugin's local schema has no such key). What is
-read of a job: submitit's own log lines in the job's output files, and the run directory
-(``epochs.jsonl``, ``summary.json``).
+imports the run's modules only where it needs them).
+:class:`rltrain.sweeps.callback.HydraCallback` puts them in the place of the plugin's when a
+sweep starts (:func:`watched`), and gives the local executor ``max_num_timeout`` =
+:data:`LOCAL_MAX_NUM_TIMEOUT` unless the command sets it (``+hydra.launcher.max_num_timeout=N``:
+the plugin's local schema has no such key). What is read of a job: submitit's own log lines in
+the job's output files, and the run directory (``epochs.jsonl``, ``summary.json``).
+
+Imports :mod:`rltrain.sweeps.jobs` of the package (a job's state, as the sweep's list says it)
+and :mod:`rltrain.stored`; and Hydra's submitit plugin (extra: cluster), which only a submitit
+sweep imports this module with.
 
 What breaks when the plugin changes: the classes subclassed here and ``BaseQueueConf``
 (checked against hydra-submitit-launcher 1.2.0, submitit 1.5); :func:`watched` leaves a
@@ -52,8 +56,8 @@ from hydra_plugins.hydra_submitit_launcher.config import (  # type: ignore[impor
 )
 from omegaconf import OmegaConf, open_dict, read_write
 
-from rltrain.jobs import JobFailed, state
 from rltrain.stored import read_json
+from rltrain.sweeps.jobs import JobFailed, state
 
 #: requeues after a timeout, for the local executor unless the command says otherwise: one
 #: per slot, so a run of 20 slots (20 minutes with timeout_min=1) finishes
