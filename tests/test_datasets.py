@@ -472,7 +472,7 @@ def test_fingerprint(tmp_path: Path) -> None:
 def test_noise() -> None:
     """Gaussian noise of std X x half the range, clipped; epsilon-greedy with epsilon X;
     seeded."""
-    from rltrain.collect import noisy
+    from rltrain.collect.sources import noisy
 
     obs = np.zeros((20_000, 3), np.float32)
     box = noisy(lambda o: np.full((len(o), 1), 1.9, np.float32), PENDULUM_ACTIONS, 0.05, 1)

@@ -21,7 +21,7 @@ from rltrain.actions import ShiftActions, integer_start
 from rltrain.algorithms import ALGORITHMS, MULTIDISCRETE
 from rltrain.algorithms.bc import BC, BCConfig, DiscreteBCStats
 from rltrain.build import check_actions
-from rltrain.collect import noisy
+from rltrain.collect.sources import noisy
 from rltrain.config import ConfigError
 from rltrain.core import SpaceInfo
 from rltrain.data.batch import Batch, Rollout

@@ -1,0 +1,306 @@
+"""Where a collection's transitions come from: a run's trained policy (with noise), a random
+policy, a run's replay buffer, or datasets merged; the envs each is played on, and the meta
+each dataset records."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from rltrain.core import Policy
+from rltrain.evaluate import (
+    UserError,
+    short,
+)
+
+if TYPE_CHECKING:
+    from rltrain.envs import EnvFamily
+
+from rltrain.collect.recording import RoomCheck, collect, transition_bytes
+
+#: the default seed is this plus the run's seed (eval's default is 10_000 plus it)
+SEED_OFFSET = 20_000
+#: envs of a --random --env collection unless --num-envs says otherwise
+DEFAULT_NUM_ENVS = 8
+
+
+def noisy(act: Policy, space: Any, noise: float, seed: int) -> Policy:
+    """``act`` with exploration noise: Gaussian of std ``noise`` x half the action range,
+    clipped to the bounds (Box), or epsilon-greedy with epsilon ``noise`` (Discrete; each
+    action of MultiDiscrete and MultiBinary ones is replaced whole)."""
+    import gymnasium as gym
+
+    rng = np.random.default_rng(seed)
+    if isinstance(space, gym.spaces.Discrete):
+        start, n = int(space.start), int(space.n)
+
+        def epsilon_greedy(obs: np.ndarray) -> np.ndarray:
+            a = np.asarray(act(obs))
+            explore = rng.random(len(a)) < noise
+            return np.where(explore, rng.integers(start, start + n, size=len(a)), a)
+        return epsilon_greedy
+    if isinstance(space, (gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)):
+        if isinstance(space, gym.spaces.MultiDiscrete):
+            low = np.asarray(space.start, dtype=np.int64)
+            high = low + space.nvec
+        else:
+            low, high = np.zeros(space.shape, np.int64), np.full(space.shape, 2)
+
+        def epsilon_greedy_whole(obs: np.ndarray) -> np.ndarray:
+            a = np.asarray(act(obs))
+            explore = (rng.random(len(a)) < noise).reshape(-1, *[1] * (a.ndim - 1))
+            return np.where(explore, rng.integers(low, high, size=a.shape), a)
+        return epsilon_greedy_whole
+    from rltrain.actions import scaling
+
+    _, half_range, _, _ = scaling(space.low, space.high)  # 1 where a bound is infinite
+    low, high = space.low.astype(np.float32), space.high.astype(np.float32)
+    std = (noise * half_range).astype(np.float32)
+
+    def gaussian(obs: np.ndarray) -> np.ndarray:
+        a = np.asarray(act(obs), dtype=np.float32)
+        return np.clip(a + rng.standard_normal(a.shape).astype(np.float32) * std, low, high)
+    return gaussian
+
+
+def run_policy(loaded: Any, space: Any, noise: float, seed: int) -> Any:
+    """The loaded run's policy as the collector steps envs with it, with exploration ``noise``
+    (:func:`noisy`) on its actions: a plain policy, or for one with memory a
+    :class:`rltrain.recurrent.RecurrentPolicy` whose states the collector keeps per env
+    (zeros at each episode's start), as rltrain-eval threads them."""
+    perturb = noisy(np.asarray, space, noise, seed) if noise else None
+    if not loaded.recurrent:
+        def act(obs: np.ndarray) -> np.ndarray:
+            a = loaded.act(np.asarray(obs))
+            return a if perturb is None else perturb(a)
+        return act
+    from rltrain.recurrent import RecurrentPolicy
+
+    acting = loaded.acting()
+    if perturb is None:
+        return acting
+
+    def step(obs: np.ndarray, state: Any) -> tuple[np.ndarray, Any]:
+        a, after = acting.step(obs, state)
+        return perturb(a), after
+    return RecurrentPolicy(step, acting.state_size)
+
+
+# --------------------------------------------------------------------------- sources
+def _env_config(args: argparse.Namespace) -> Any:
+    """The env config of ``--env ID [--env-kwargs JSON]``."""
+    from rltrain.config import EnvConfig, check_env
+
+    kwargs = {}
+    if args.env_kwargs is not None:
+        try:
+            kwargs = json.loads(args.env_kwargs)
+        except json.JSONDecodeError as e:
+            raise UserError(f"--env-kwargs {args.env_kwargs!r} is not JSON ({e}); pass an "
+                            "object, e.g. '{\"g\": 9.81}'") from None
+        if not isinstance(kwargs, dict):
+            raise UserError(f"--env-kwargs must be a JSON object, e.g. '{{\"g\": 9.81}}', got "
+                            f"{args.env_kwargs!r}")
+    cfg = EnvConfig(name=args.env, id=args.env, kwargs=kwargs)
+    check_env(cfg)
+    import gymnasium as gym
+
+    from rltrain.envs import import_env_modules, split_id, unregistered_family
+
+    import_env_modules(cfg)  # module:Env-v0 registers its env on import
+    try:
+        gym.spec(split_id(args.env)[1])
+    except gym.error.Error as e:
+        family = unregistered_family(args.env)
+        if family is not None:
+            raise UserError(unregistered_text(args.env, family)) from None
+        own = "" if split_id(args.env)[0] else (
+            "; for your own env, pass --env mypkg.envs:MyEnv-v0 (the module is imported first)")
+        raise UserError(f"--env {args.env} is not a registered gymnasium env ({short(e)}){own}"
+                        ) from None
+    return cfg
+
+
+def unregistered_text(env_id: str, family: EnvFamily) -> str:
+    """Why ``env_id`` of a known family (:class:`rltrain.envs.EnvFamily`) is not registered,
+    and the --env that works (or, where the bare env's observations cannot be stored, the
+    run directory of its preset)."""
+    first = f"--env {env_id} is not registered yet: {family.why}"
+    if family.bare:
+        return (f"{first}; pass --env {family.module}:{env_id} (MODULE:ID imports the module "
+                "first)")
+    return (f"{first}, and their observations need env={family.preset}'s wrappers; collect on a "
+            f"run of it: rltrain env={family.preset} env.id={env_id} ..., then rltrain-collect "
+            "RUN_DIR --random --episodes N --out FILE")
+
+
+def _space_info(env_cfg: Any) -> Any:
+    from rltrain.envs import make_vector_env, max_episode_steps, space_info
+
+    envs = make_vector_env(env_cfg, 1)
+    try:
+        info = space_info(envs, env_cfg.id, max_episode_steps(env_cfg)[0],
+                          env_cfg.reward_threshold)
+        return info, envs.single_observation_space, envs.single_action_space
+    finally:
+        envs.close()
+
+
+def _env_meta(env_cfg: Any, obs_space: Any, act_space: Any) -> dict[str, Any]:
+    from rltrain.data.datasets.dataset import json_safe
+    from rltrain.data.datasets.spaces import describe_space
+    from rltrain.envs import max_episode_steps
+
+    return {"env_id": env_cfg.id, "env_kwargs": json_safe(dict(env_cfg.kwargs)),
+            "env_wrappers": json_safe(list(env_cfg.wrappers)),
+            "max_episode_steps": max_episode_steps(env_cfg)[0],
+            "observation_space": describe_space(obs_space),
+            "action_space": describe_space(act_space)}
+
+
+def from_policy(args: argparse.Namespace) -> tuple[Any, str]:
+    """A dataset collected by the run's policy, or by a random one; and a line saying how."""
+    run_seed = 0
+    if args.random:
+        if args.run_dir is not None:
+            from rltrain.settings import load_run_settings
+
+            s = load_run_settings(args.run_dir, device="cpu", consent=args.trust)
+            env_cfg, run_seed = s.env, s.seed
+        else:
+            env_cfg = _env_config(args)
+        info, obs_space, act_space = _space_info(env_cfg)
+        loaded = None
+    else:
+        from rltrain.evaluate import load_run
+
+        loaded = load_run(args.run_dir, args.weights or "best", device="cpu",
+                          consent=args.trust)
+        env_cfg, run_seed, info = loaded.settings.env, loaded.settings.seed, loaded.info
+        _, obs_space, act_space = _space_info(env_cfg)
+    if args.noise and info.discrete and args.noise > 1:
+        raise UserError(f"--noise {args.noise} is the epsilon of epsilon-greedy for "
+                        f"{info.env_id}'s discrete actions: use a value from 0 to 1")
+    from rltrain.collector import random_policy
+    from rltrain.data.datasets.dataset import make_dataset, new_meta
+    from rltrain.envs import make_vector_env
+
+    seed = SEED_OFFSET + run_seed if args.seed is None else args.seed
+    default_envs = (DEFAULT_NUM_ENVS if args.run_dir is None else env_cfg.num_train_envs)
+    num_envs = args.num_envs or default_envs
+    num_envs = min(num_envs, args.episodes if args.episodes is not None else args.steps)
+    room = RoomCheck(args.out, args.steps, args.episodes, transition_bytes(obs_space, act_space),
+                     {**_env_meta(env_cfg, obs_space, act_space), "policy": {"kind": "sample"}})
+    room.before()
+    envs = make_vector_env(env_cfg, num_envs)
+    try:
+        if loaded is None:
+            policy = random_policy(envs, seed)
+            described: dict[str, Any] = {"kind": "random"}
+            how = "a uniform random policy"
+        else:
+            policy = run_policy(loaded, act_space, args.noise, seed)
+            weights = args.weights or "best"
+            described = {
+                "kind": "policy", "run_dir": str(args.run_dir.resolve()),
+                "algo": loaded.settings.algo.name, "weights": weights,
+                "weights_path": str(loaded.weights_path.resolve()), "noise": args.noise,
+                "noise_kind": None if not args.noise else (
+                    "epsilon-greedy" if info.discrete else "gaussian, std noise x half range"),
+            }
+            how = (f"{loaded.settings.algo.name}'s {weights} policy ({loaded.weights_path})"
+                   + (f" with noise {args.noise:g}" if args.noise else ""))
+        arrays = collect(envs, policy, seed=seed, episodes=args.episodes, steps=args.steps,
+                         watch=room)
+    finally:
+        envs.close()
+    meta = new_meta(**_env_meta(env_cfg, obs_space, act_space), policy=described,
+                    source="rltrain-collect", seed=seed, num_envs=num_envs,
+                    asked={"episodes": args.episodes, "steps": args.steps})
+    ds = make_dataset(arrays["obs"], arrays["act"], arrays["rew"], arrays["next_obs"],
+                      arrays["terminated"], arrays["truncated"], meta=meta)
+    return ds, f"{how} on {num_envs} {info.env_id} env{'s' * (num_envs > 1)}, seed {seed}"
+
+
+def from_buffer(args: argparse.Namespace) -> tuple[Any, str]:
+    """The replay buffer in the run's newest usable checkpoint."""
+    from rltrain.checkpoint import CheckpointError, load_latest
+    from rltrain.data.datasets.dataset import new_meta
+    from rltrain.data.datasets.replay import from_replay_buffer
+    from rltrain.settings import load_run_settings
+    from rltrain.trainer import TRAINERS
+
+    s = load_run_settings(args.run_dir, device="cpu", consent=args.trust)
+    if not TRAINERS[s.trainer.name].keeps_replay_buffer:
+        kind = {"onpolicy": "on-policy", "offline": "offline"}.get(s.trainer.name,
+                                                                  s.trainer.name)
+        raise UserError(f"--buffer: {args.run_dir} is an {kind} run "
+                        f"(algo={s.algo.name}), which keeps no replay buffer; collect from its "
+                        "policy instead: rltrain-collect RUN_DIR --episodes N --out FILE")
+    try:
+        ckpt, used, _ = load_latest(args.run_dir / "checkpoints")
+    except CheckpointError as e:
+        raise UserError(f"--buffer: {short(e, 240)}") from None
+    from rltrain.lifecycle import ForeignFile, file_identity, not_own, own_identity
+
+    try:
+        problem = not_own(used, file_identity(ckpt), own_identity(args.run_dir))
+    except ForeignFile as e:
+        problem = str(e)
+    if problem is not None:
+        raise UserError(f"--buffer: {problem}; collect from the directory of the run that "
+                        "wrote it")
+    buffer = (ckpt["trainer"].get("storage") or {}).get("buffer")
+    if buffer is None:
+        raise UserError(f"--buffer: {used} holds no replay buffer (the run was trained with "
+                        "trainer.checkpoint_buffer=false); collect from its policy instead")
+    info, obs_space, act_space = _space_info(s.env)
+    meta = new_meta(**_env_meta(s.env, obs_space, act_space),
+                    policy={"kind": "replay buffer", "run_dir": str(args.run_dir.resolve()),
+                            "algo": s.algo.name, "checkpoint": str(used.resolve()),
+                            "env_step": int(ckpt.get("trainer", {}).get("env_step", 0))},
+                    source=f"replay buffer of {args.run_dir}")
+    try:
+        ds = from_replay_buffer(buffer, discrete=info.discrete,
+                                action_low=info.action_low, action_high=info.action_high,
+                                meta=meta)
+    except (KeyError, IndexError, ValueError, TypeError) as e:
+        raise UserError(f"--buffer: the replay buffer in {used} is damaged ({short(e)})"
+                        ) from None
+    return ds, f"the replay buffer of {s.algo.name} in {used}"
+
+
+def from_merge(args: argparse.Namespace) -> tuple[Any, str]:
+    """The datasets one after another; their spaces must be the same."""
+    from rltrain.data.datasets.dataset import concatenate, new_meta
+    from rltrain.data.datasets.sources import load_dataset
+    from rltrain.data.datasets.spaces import space_mismatch, space_text
+
+    parts = [load_dataset(str(spec)) for spec in args.merge]
+    first = parts[0]
+    for spec, part in zip(args.merge[1:], parts[1:], strict=True):
+        for key, what in (("observation_space", "observation"), ("action_space", "action")):
+            if space_mismatch(part.meta[key], first.meta[key]) is not None:
+                raise UserError(f"--merge: {spec} has {what} space "
+                                f"{space_text(part.meta[key])} but {args.merge[0]} has "
+                                f"{space_text(first.meta[key])}; merge datasets of the same "
+                                "spaces")
+    env_ids = list(dict.fromkeys(str(p.meta.get("env_id")) for p in parts))
+    meta = new_meta(
+        env_id=first.meta.get("env_id"), env_kwargs=first.meta.get("env_kwargs", {}),
+        observation_space=first.meta["observation_space"],
+        action_space=first.meta["action_space"],
+        policy={"kind": "merge", "parts": [
+            {"spec": str(spec), "source": p.meta.get("source"), "env_id": p.meta.get("env_id"),
+             "policy": p.meta.get("policy"), "transitions": len(p), "episodes": p.num_episodes}
+            for spec, p in zip(args.merge, parts, strict=True)]},
+        source="merge of " + ", ".join(map(str, args.merge)))
+    ds = concatenate(parts, meta)
+    note = f" (env ids {', '.join(env_ids)})" if len(env_ids) > 1 else ""
+    return ds, f"{len(parts)} datasets merged{note}"
+
+
+# --------------------------------------------------------------------------- the command
