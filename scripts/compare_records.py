@@ -169,12 +169,11 @@ def run(out: Path, data: Path | None, only: list[str]) -> None:
 
 def _runs(folder: Path) -> list[str]:
     """The run directories to compare, relative to ``folder``: one per entry of RUNS, and
-    one per job of each sweep (its numbered subfolders)."""
+    one per job of each sweep (its subfolders that hold records, e.g. ``seed=27_job0``)."""
     names = list(RUNS)
     for name in SWEEPS:
-        jobs = sorted((p for p in (folder / name).glob("[0-9]*") if p.is_dir()),
-                      key=lambda p: int(p.name))
-        names += [f"{name}/{p.name}" for p in jobs] or [name]
+        jobs = sorted(p.parent.name for p in (folder / name).glob("*/epochs.jsonl"))
+        names += [f"{name}/{job}" for job in jobs] or [name]
     return names
 
 
