@@ -22,7 +22,6 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
-import prewarmed
 from rltrain import collect
 from rltrain.algorithms import ALGORITHMS
 from rltrain.catalogue import register_configs
@@ -45,17 +44,12 @@ def pytest_configure(config: pytest.Config) -> None:
     """Once per suite (in the controller, before any worker starts): write the bytecode of
     rltrain's modules and of the tests' env packages. Every CLI run of the suite imports
     rltrain afresh; where bytecode writing is off (PYTHONDONTWRITEBYTECODE=1, as on this
-    project's machines) each would compile those ~100 modules again, 0.25-0.4 s a run over
-    some 450 runs. compileall writes the files whatever that setting says; they are
-    git-ignored."""
+    project's machines) each would compile those ~100 modules again, 0.25-0.4 s a run.
+    compileall writes the files whatever that setting says; they are git-ignored."""
     if not hasattr(config, "workerinput"):
         for folder in (TESTS.parent / "src", TESTS):
             compileall.compile_dir(folder, quiet=1)
 
-
-# rltrain's commands start from a pre-warmed interpreter (tests/prewarmed.py: torch imported
-# once per test process, not once per run); RLTRAIN_TEST_FRESH_PROCESSES=1 turns it off
-prewarmed.install()
 
 # what rltrain records as set up on this machine (rltrain.trust) goes to a folder of this
 # test process, in-process and in every CLI run it starts, never to the user's home

@@ -369,8 +369,7 @@ def test_a_run_or_sweep_directory_name_too_long(cli, tmp_path):
 def test_ctrl_c_in_the_first_seconds(tmp_path, delay):
     proc = subprocess.Popen([str(RLTRAIN), "experiment=smoke"], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            # a fresh interpreter: the signal lands while it imports torch
-                            env=cli_env({"RLTRAIN_TEST_FRESH_PROCESSES": "1"}))
+                            env=cli_env())
     time.sleep(delay)
     proc.send_signal(SIGINT)
     out, err = proc.communicate(timeout=60)
