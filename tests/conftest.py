@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import compileall
 import contextlib
+import io
 import json
 import os
 import queue
@@ -25,9 +26,13 @@ from omegaconf import DictConfig
 from rltrain import collect
 from rltrain.algorithms import ALGORITHMS
 from rltrain.catalogue import register_configs
+from rltrain.config import ConfigError
 from rltrain.lifecycle import RunContext
+from rltrain.overrides import prepare
+from rltrain.resume import resume
 from rltrain.run import run
 from rltrain.stats import InfoStats
+from rltrain.streams import clip_long_words
 
 BIN = Path(sys.executable).parent
 RLTRAIN = BIN / "rltrain"
@@ -215,17 +220,67 @@ SHORT_DQN = ["experiment=smoke", "algo=dqn", "logger.tensorboard=false",
 
 
 def compose_run(*overrides: str) -> DictConfig:
-    """The run config ``rltrain OVERRIDES`` composes, in-process (Hydra's compose API)."""
+    """The run config ``rltrain OVERRIDES`` composes, in-process (Hydra's compose API), the
+    command line first checked and prepared as the CLI does (:func:`rltrain.overrides.prepare`:
+    ``env.kwargs.KEY=VALUE`` needs no ``+``)."""
     register_configs()
+    prepared = prepare(list(overrides), CONF)
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose("config", overrides=list(overrides))
+        return compose("config", overrides=prepared)
 
 
 def run_in_process(run_dir: Path, *overrides: str) -> InfoStats:
     """Train ``rltrain OVERRIDES`` into ``run_dir`` in this process, through the composition
-    root the CLI calls (:func:`rltrain.run.run`); no live progress bar."""
+    root the CLI calls (:func:`rltrain.run.run`); no live progress bar. What a run logs goes
+    to pytest's ``caplog``; the CLI's own part (the run directory claimed, ``.hydra/``, the
+    exit status and its message) is not run: the tests of tests/cli/ run that."""
     run_dir.mkdir(parents=True)
     return run(compose_run(*overrides, "logger.progress_bar=false"), RunContext(run_dir))
+
+
+def refusal(run_dir: Path, *overrides: str) -> str:
+    """The message ``rltrain OVERRIDES`` refuses its input with, before training (the CLI
+    prints ``rltrain: error: `` and this, and exits 2), found in this process: the command
+    line checked (:func:`rltrain.overrides.prepare`), composed and built by
+    :func:`rltrain.run.run` into ``run_dir``, which must be left empty."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with pytest.raises(ConfigError) as refused:
+        run(compose_run(*overrides, "logger.progress_bar=false"), RunContext(run_dir))
+    assert not any(run_dir.iterdir()), f"a refused run wrote {sorted(run_dir.iterdir())}"
+    return clip_long_words(str(refused.value))
+
+
+def resume_in_process(run_dir: Path, *args: str) -> tuple[int, list[str]]:
+    """``rltrain resume=RUN_DIR ARGS`` in this process: the command's own function
+    (:func:`rltrain.resume.resume`) with the CLI's outcomes. Returns the exit status and what
+    it says on stderr (each line after ``rltrain: ``); what the run logs goes to ``caplog``."""
+    from rltrain import cli
+
+    said: list[str] = []
+    code = resume([f"resume={run_dir}", *args], say=said.append, started=time.perf_counter(),
+                  outcome=cli._outcome, stopped_at_once=cli._stopped_at_once,
+                  full_error=False)
+    return code, said
+
+
+def command(main: Callable[[list[str]], None], *args: str | Path) -> subprocess.CompletedProcess:
+    """A companion command (``rltrain-eval``'s :func:`rltrain.evaluate.main`, ``-export``'s,
+    ``-collect``'s, ``-report``'s) in this process: its exit status (0, or what it passed to
+    ``sys.exit``) and what it wrote to stdout and stderr. The signal handlers a command
+    installs for its process are put back afterwards."""
+    handlers = {sig: signal.getsignal(sig) for sig in (SIGINT, SIGTERM, signal.SIGHUP)}
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            main([str(a) for a in args])
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    return subprocess.CompletedProcess([main.__module__, *map(str, args)], code,
+                                       out.getvalue(), err.getvalue())
 
 
 def random_dataset(path: Path, env_id: str = "CartPole-v1", episodes: int = 4) -> Path:

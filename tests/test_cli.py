@@ -1,8 +1,10 @@
-"""The CLI end to end: real subprocess runs of `rltrain`, real envs, real files."""
+"""The CLI end to end: real `rltrain` processes, real envs, real files; and the same runs of
+other env kinds, and the refusals of bad input, in this process."""
 
 from __future__ import annotations
 
 import json
+import logging
 import re
 from pathlib import Path
 
@@ -11,7 +13,7 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from action_envs import MULTIBINARY_ID, MULTIDISCRETE_ID
-from conftest import BIN, cheap_smoke, read_jsonl
+from conftest import BIN, cheap_smoke, compose_run, read_jsonl, refusal, run_in_process
 from pixel_envs import DICT_ID, PIXELS_ID
 from rltrain.algorithms import ALGORITHMS, DISCRETE, MULTIDISCRETE
 
@@ -23,9 +25,10 @@ SUMMARY_KEYS = {"best_score", "best_epoch", "solved", "stopped_early", "interrup
 UPDATE_KEYS = {name: {key for key, _ in spec.console} for name, spec in ALGORITHMS.items()}
 
 
-def check_run_dir(run_dir: Path, algo: str, epochs: int) -> None:
-    """Everything the run-directory contract promises is there and consistent."""
-    assert (run_dir / ".hydra" / "config.yaml").is_file()
+def check_run_dir(run_dir: Path, algo: str, epochs: int, snapshot: bool = True) -> None:
+    """Everything the run-directory contract promises is there and consistent (``snapshot``:
+    and ``.hydra/``, which the CLI writes, not a run made in this process)."""
+    assert (run_dir / ".hydra" / "config.yaml").is_file() == snapshot
     rows = read_jsonl(run_dir / "epochs.jsonl")
     assert [r["epoch"] for r in rows] == list(range(1, epochs + 1))
     for row in rows:
@@ -59,14 +62,19 @@ def check_run_dir(run_dir: Path, algo: str, epochs: int) -> None:
         assert all(torch.isfinite(t).all() for t in policy["state_dict"].values())
 
 
-#: every registered online algorithm on an env it accepts (listed from the registry, so a new
-#: algorithm is smoke-run through the CLI without touching this file), plus a few more pairs
-SMOKE_CASES = [
+#: every registered online algorithm on an env it accepts, through the CLI: one real process
+#: each (listed from the registry, so a new algorithm is smoke-run through the CLI without
+#: touching this file); the offline ones are smoke-run from a dataset in test_offline.py
+CLI_SMOKE = [
     (name, ["env=cartpole"] if DISCRETE in spec.actions else ["env=pendulum"])
     for name, spec in sorted(ALGORITHMS.items())
-    if "offline" not in spec.trainers  # smoke-run from a dataset in test_offline.py
-] + [
-    # and on an image env and a Dict env (tests/pixel_envs.py), each algorithm on the action
+    if "offline" not in spec.trainers
+]
+
+#: and the same runs of other env kinds, in this process (the run is the same whether the CLI
+#: or a test calls it; the CLI's own part is the same for every env)
+IN_PROCESS_SMOKE = [
+    # on an image env and a Dict env (tests/pixel_envs.py), each algorithm on the action
     # space it takes: the CNN and dict encoders, uint8 and packed storage, end to end
     # a CNN's gradient steps are dear on a CPU: shorter epochs and warm-up (the pipeline is
     # what is checked here, not learning), a quarter as many gradient steps
@@ -94,8 +102,8 @@ SMOKE_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("algo", "env_args"), SMOKE_CASES,
-                         ids=[f"{a}-{'-'.join(e)}" for a, e in SMOKE_CASES])
+@pytest.mark.parametrize(("algo", "env_args"), CLI_SMOKE,
+                         ids=[f"{a}-{'-'.join(e)}" for a, e in CLI_SMOKE])
 def test_smoke_run_writes_complete_run_dir(cli, tmp_path, algo, env_args):
     run_dir = tmp_path / "run"
     res = cli("experiment=smoke", f"algo={algo}", *env_args, f"hydra.run.dir={run_dir}")
@@ -103,6 +111,17 @@ def test_smoke_run_writes_complete_run_dir(cli, tmp_path, algo, env_args):
     assert "Traceback" not in res.stderr
     assert "epoch   2/2" in res.stdout and "rltrain summary" in res.stdout
     check_run_dir(run_dir, algo, epochs=2)
+
+
+@pytest.mark.parametrize(("algo", "env_args"), IN_PROCESS_SMOKE,
+                         ids=[f"{a}-{'-'.join(e)}" for a, e in IN_PROCESS_SMOKE])
+def test_smoke_run_of_each_env_kind_writes_complete_run_dir(tmp_path, capsys, algo, env_args):
+    run_dir = tmp_path / "run"
+    info = run_in_process(run_dir, "experiment=smoke", f"algo={algo}", *env_args)
+    assert info.status == "completed" and info.epochs == 2
+    out = capsys.readouterr().out
+    assert "epoch   2/2" in out and "rltrain summary" in out
+    check_run_dir(run_dir, algo, epochs=2, snapshot=False)
 
 
 def test_default_run_dir_layout(cli, tmp_path):
@@ -134,26 +153,28 @@ def test_help_fits_80_columns(cli):
         assert env in listed  # every option, none cut
 
 
-def test_the_header_says_the_epoch_that_runs_and_the_test_cap(cli, tmp_path):
+def test_the_header_says_the_epoch_that_runs_and_the_test_cap(tmp_path, capsys, caplog):
     """Issue 45: an epoch smaller than a collection step promised "1 epoch of 512 env steps"
     and ran 2,048, its progress "2,048/512 steps ... eta -1:59:12". The header says the epoch
     that runs and why; progress counts to it; a cap on test episodes is stated, and the
     record says how many it cut."""
+    caplog.set_level(logging.INFO)
     run_dir = tmp_path / "run"
-    res = cli("experiment=smoke", "trainer.epoch_num_steps=100", "logger.progress_interval_s=0",
-              "trainer.test_step_max_episode_steps=9", f"hydra.run.dir={run_dir}")
-    assert res.returncode == 0, res.stderr
+    run_in_process(run_dir, "experiment=smoke", "trainer.epoch_num_steps=100",
+                   "logger.progress_interval_s=0", "trainer.test_step_max_episode_steps=9")
+    header = "\n".join(caplog.messages)
     assert ("up to 2 epochs of 256 env steps (trainer.epoch_num_steps=100 rounded up to 1 "
-            "whole collection step of 256)") in res.stdout
+            "whole collection step of 256)") in header
     assert ("test steps of 2 episodes, each cut at 9 steps (trainer.test_step_max_episode_steps)"
-            in res.stdout)
-    progress = [line for line in res.stdout.splitlines() if line.startswith("  epoch ")]
+            in header)
+    out = capsys.readouterr().out
+    progress = [line for line in out.splitlines() if line.startswith("  epoch ")]
     assert progress and all("/256 steps" in line for line in progress if "steps/s" in line)
-    assert not re.search(r"eta -\d", res.stdout)
+    assert not re.search(r"eta -\d", out)
     records = [json.loads(line) for line in (run_dir / "epochs.jsonl").read_text().splitlines()]
     assert [r["env_step"] for r in records] == [256, 512]
     assert all(r["test"]["n_cut"] == 2 and r["test"]["length_mean"] == 9 for r in records)
-    assert "test 9.0±0.0 (2 cut)" in res.stdout
+    assert "test 9.0±0.0 (2 cut)" in out
 
 
 def test_help_names_the_companion_commands(cli):
@@ -204,17 +225,31 @@ ERROR_CASES = {
 
 
 @pytest.mark.parametrize("case", list(ERROR_CASES))
-def test_bad_input_fails_cleanly(cli, tmp_path, case):
+def test_bad_input_is_refused_by_name(tmp_path, case):
+    """Refused before anything is written (refusal: in this process; the CLI prints the
+    message after ``rltrain: error: `` and exits 2, test_a_refusal_is_one_line_and_exit_2)."""
+    args, expected = ERROR_CASES[case]
+    message = refusal(tmp_path / "run", *args)
+    for text in expected:
+        assert text in message, f"{text!r} not in the message:\n{message}"
+    assert "Traceback" not in message
+    assert len(message.strip().splitlines()) <= 11, message
+
+
+@pytest.mark.parametrize("case", ["misspelt key", "discrete algo on continuous env"])
+def test_a_refusal_is_one_line_and_exit_2(cli, tmp_path, case):
+    """Through the CLI: a refusal of the command line (before Hydra composes it) and one of
+    the composed run (when it is built), each the message alone, nothing left behind."""
     args, expected = ERROR_CASES[case]
     res = cli(*args)
-    assert res.returncode != 0
+    assert res.returncode == 2
+    assert res.stderr.startswith("rltrain: error: ") and res.stderr.count("\n") == 1, res.stderr
     for text in expected:
         assert text in res.stderr, f"{text!r} not in stderr:\n{res.stderr}"
     assert "Traceback" not in res.stderr + res.stdout
-    assert len(res.stderr.strip().splitlines()) <= 12, res.stderr
-    # nothing trained, nothing left behind
-    assert not list(tmp_path.glob("outputs/*/*/epochs.jsonl"))
-    assert not list(tmp_path.glob("outputs/*/*"))
+    assert not any(tmp_path.iterdir())  # nothing trained, nothing left behind
+    # the message the tests in this process read
+    assert res.stderr == f"rltrain: error: {refusal(tmp_path / 'run', *args)}\n"
 
 
 WRONG_TYPES = {
@@ -229,25 +264,23 @@ WRONG_TYPES = {
 
 
 @pytest.mark.parametrize("arg", list(WRONG_TYPES))
-def test_wrong_type_is_one_line_naming_key_value_and_type(cli, tmp_path, arg):
+def test_wrong_type_is_one_line_naming_key_value_and_type(tmp_path, arg):
     """A value of the wrong type is refused before Hydra (whose message spans five lines and
     exits 1), in one line naming the key, the value and the type it takes."""
-    res = cli("algo=sac", "env=pendulum", arg)
+    message = refusal(tmp_path / "run", "algo=sac", "env=pendulum", arg)
     key, _, value = arg.partition("=")
-    assert res.returncode == 2, res.stderr
-    assert res.stderr.count("\n") == 1, res.stderr
-    assert res.stderr.startswith(f"rltrain: error: {key}=")
-    assert value.strip("[]").split(",")[0] in res.stderr and WRONG_TYPES[arg] in res.stderr
-    assert not list(tmp_path.glob("outputs/*/*"))
+    assert "\n" not in message
+    assert message.startswith(f"{key}=")
+    assert value.strip("[]").split(",")[0] in message and WRONG_TYPES[arg] in message
 
 
-def test_values_of_the_right_type_pass_the_type_check(cli):
+def test_values_of_the_right_type_pass_the_type_check():
     """null where the schema allows it, ints for floats, interpolations: not refused."""
-    res = cli("--cfg", "job", "algo=sac", "env=pendulum", "trainer.stop_score=null",
-              "env.max_episode_steps=null", "algo.actor_lr=1", "env.normalize.obs=true",
-              "algo.hidden_sizes=[32,32]", "seed=${torch_threads}")
-    assert res.returncode == 0, res.stderr
-    assert "actor_lr: 1" in res.stdout and "- 32" in res.stdout
+    cfg = compose_run("algo=sac", "env=pendulum", "trainer.stop_score=null",
+                      "env.max_episode_steps=null", "algo.actor_lr=1", "env.normalize.obs=true",
+                      "algo.hidden_sizes=[32,32]", "seed=${torch_threads}")
+    assert cfg.algo.actor_lr == 1 and list(cfg.algo.hidden_sizes) == [32, 32]
+    assert cfg.trainer.stop_score is None and cfg.seed == cfg.torch_threads
 
 
 def test_full_error_shows_traceback(cli):
@@ -258,7 +291,7 @@ def test_full_error_shows_traceback(cli):
 
 def test_existing_run_is_never_overwritten(cli, tmp_path):
     run_dir = tmp_path / "run"
-    assert cli("experiment=smoke", f"hydra.run.dir={run_dir}").returncode == 0
+    run_in_process(run_dir, "experiment=smoke")
     before = (run_dir / "epochs.jsonl").read_bytes()
     res = cli("experiment=smoke", f"hydra.run.dir={run_dir}")
     assert res.returncode != 0
