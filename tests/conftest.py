@@ -1,4 +1,6 @@
-"""Shared test helpers: run the real `rltrain` entry point in a subprocess."""
+"""Shared test helpers: a run, a refusal, a resume and the companion commands in this process
+(Hydra's compose API and rltrain's own functions, as the CLI calls them), and the real
+`rltrain` commands in fresh processes, started as a user starts them."""
 
 from __future__ import annotations
 
@@ -21,9 +23,9 @@ from pathlib import Path
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf, open_dict
 
-from rltrain import collect
+from rltrain import collect, trust
 from rltrain.algorithms import ALGORITHMS
 from rltrain.catalogue import register_configs
 from rltrain.config import ConfigError
@@ -31,6 +33,8 @@ from rltrain.lifecycle import RunContext
 from rltrain.overrides import prepare
 from rltrain.resume import resume
 from rltrain.run import run
+from rltrain.rundir import write_hydra_snapshot
+from rltrain.settings import plain
 from rltrain.stats import InfoStats
 from rltrain.streams import clip_long_words
 
@@ -219,23 +223,36 @@ SHORT_DQN = ["experiment=smoke", "algo=dqn", "logger.tensorboard=false",
              "algo.target_update_interval=16"]
 
 
-def compose_run(*overrides: str) -> DictConfig:
+def compose_run(*overrides: str, hydra: bool = False) -> DictConfig:
     """The run config ``rltrain OVERRIDES`` composes, in-process (Hydra's compose API), the
     command line first checked and prepared as the CLI does (:func:`rltrain.overrides.prepare`:
-    ``env.kwargs.KEY=VALUE`` needs no ``+``)."""
+    ``env.kwargs.KEY=VALUE`` needs no ``+``); ``hydra``: with Hydra's own config under
+    ``hydra``."""
     register_configs()
     prepared = prepare(list(overrides), CONF)
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose("config", overrides=prepared)
+        return compose("config", overrides=prepared, return_hydra_config=hydra)
 
 
 def run_in_process(run_dir: Path, *overrides: str) -> InfoStats:
     """Train ``rltrain OVERRIDES`` into ``run_dir`` in this process, through the composition
-    root the CLI calls (:func:`rltrain.run.run`); no live progress bar. What a run logs goes
-    to pytest's ``caplog``; the CLI's own part (the run directory claimed, ``.hydra/``, the
-    exit status and its message) is not run: the tests of tests/cli/ run that."""
-    run_dir.mkdir(parents=True)
-    return run(compose_run(*overrides, "logger.progress_bar=false"), RunContext(run_dir))
+    root the CLI calls (:func:`rltrain.run.run`); no live progress bar. As the CLI's job does,
+    the run, once accepted, gets its ``.hydra/`` snapshot, and the code its env config names
+    is recorded as consented to (rltrain.trust). The console's lines go to stdout (pytest's
+    ``capsys``), what the run logs to ``caplog``. The rest of the CLI's part (the run
+    directory claimed, rltrain.log, the exit status and its message) runs in the tests that
+    start ``rltrain``."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    assert not any(run_dir.iterdir()), f"{run_dir} is not empty: the CLI's tests reuse one"
+    overrides = (*overrides, "logger.progress_bar=false")
+    cfg = compose_run(*overrides, hydra=True)
+    with open_dict(cfg):
+        hydra_cfg = OmegaConf.create({"hydra": cfg.pop("hydra")})
+    command = " ".join(["rltrain", *overrides])
+    trust.record(trust.env_surface(plain(cfg.get("env"))), command)
+    ctx = RunContext(run_dir, command=command, overrides=list(overrides), on_accept=lambda:
+                     write_hydra_snapshot(run_dir, cfg, hydra_cfg, list(overrides)))
+    return run(cfg, ctx)
 
 
 def refusal(run_dir: Path, *overrides: str) -> str:
@@ -293,13 +310,10 @@ def random_dataset(path: Path, env_id: str = "CartPole-v1", episodes: int = 4) -
 
 @pytest.fixture(scope="module")
 def two_epoch_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A finished two-epoch smoke run (PPO on CartPole, through the CLI), made once per
-    test module that asks for it."""
-    cwd = tmp_path_factory.mktemp("two")
-    run_dir = cwd / "run"
-    res = subprocess.run([str(RLTRAIN), "experiment=smoke", f"hydra.run.dir={run_dir}"],
-                         cwd=cwd, capture_output=True, text=True, env=cli_env())
-    assert res.returncode == 0, res.stderr
+    """A finished two-epoch smoke run (PPO on CartPole, in this process), made once per test
+    module that asks for it."""
+    run_dir = tmp_path_factory.mktemp("two") / "run"
+    run_in_process(run_dir, "experiment=smoke")
     return run_dir
 
 

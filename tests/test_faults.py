@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -29,22 +30,30 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from conftest import (
     BIN,
+    CONF,
     RLTRAIN,
     SIGINT,
     SIGTERM,
     cli_env,
+    command,
     learning_records,
     read_jsonl,
+    refusal,
     remount,
-    run_tool,
+    resume_in_process,
+    run_in_process,
     signal_when,
     tmpfs,
 )
+from rltrain import collect, evaluate, export
 from rltrain.checkpoint import load_checkpoint
+from rltrain.config import ConfigError
 from rltrain.data.dataset import describe_space, make_dataset, new_meta, save_dataset
 from rltrain.errors import SaveError
 from rltrain.loggers.tensorboard import TensorBoardLogger
+from rltrain.overrides import prepare
 from rltrain.rundir import resume_command
+from rltrain.streams import clip_long_words
 
 DQN = ["algo=dqn", "experiment=smoke", "logger.tensorboard=false"]
 
@@ -82,17 +91,16 @@ def test_disk_full_while_checkpointing(cli, tmp_path):
     can be reused once there is room."""
     with tmpfs(tmp_path / "fs", "1m") as fs:
         run_dir = fs / "run"
-        args = [*DQN, "algo.hidden_sizes=[256,256]", f"hydra.run.dir={run_dir}"]
-        res = cli(*args)
-        assert res.returncode == 1
-        no_traceback(res)
-        assert "could not write the checkpoint" in res.stderr
-        assert "No space left on device" in res.stderr
+        args = [*DQN, "algo.hidden_sizes=[256,256]"]
+        info = run_in_process(run_dir, *args)
+        assert info.status == "failed"
+        assert "could not write the checkpoint" in info.error
+        assert "No space left on device" in info.error
         assert not list((run_dir / "checkpoints").glob(".*"))  # no half-written .tmp
         summary = json.loads((run_dir / "summary.json").read_text())
         assert summary["status"] == "failed" and "No space left" in summary["error"]
         remount(fs, "size=16m")
-        res = cli(*args)
+        res = cli(*args, f"hydra.run.dir={run_dir}")
         assert res.returncode == 0, res.stderr
         assert "replacing what an attempt without a checkpoint left" in res.stderr
 
@@ -106,7 +114,7 @@ def test_disk_full_mid_run_then_resume_is_exact(cli, tmp_path):
             "trainer.test_step_num_episodes=2", "logger.tensorboard=false",
             "logger.progress_interval_s=0"]
     full = tmp_path / "full"
-    assert cli(*args, f"hydra.run.dir={full}").returncode == 0
+    run_in_process(full, *args)
     with tmpfs(tmp_path / "fs", "8m") as fs:
         run_dir = fs / "run"
         res, filler = fill_in_epoch_2(args, run_dir, fs, tmp_path)
@@ -116,16 +124,15 @@ def test_disk_full_mid_run_then_resume_is_exact(cli, tmp_path):
         assert "the last good checkpoint is" in res.stderr
         assert not list(run_dir.rglob(".*.tmp"))
         filler[0].unlink()
-        res = cli(f"resume={run_dir}")
-        assert res.returncode == 0, res.stderr
+        assert resume_in_process(run_dir) == (0, [])
         assert learning_records(run_dir) == learning_records(full)
 
 
-def test_torn_last_record_is_dropped_and_its_epoch_redone(cli, tmp_path):
+def test_torn_last_record_is_dropped_and_its_epoch_redone(tmp_path, caplog):
     """What a full disk leaves when it cuts an epoch record short: a torn last line, and the
     checkpoint before that epoch. The resume drops the line and redoes the epoch."""
     run_dir = tmp_path / "run"
-    assert cli(*DQN, "trainer.max_epochs=3", f"hydra.run.dir={run_dir}").returncode == 0
+    run_in_process(run_dir, *DQN, "trainer.max_epochs=3")
     unbroken = learning_records(run_dir)
     ckpts = run_dir / "checkpoints"
     newest = sorted(ckpts.glob("ckpt_*.pt"))
@@ -135,9 +142,10 @@ def test_torn_last_record_is_dropped_and_its_epoch_redone(cli, tmp_path):
     text = (run_dir / "epochs.jsonl").read_text()
     (run_dir / "epochs.jsonl").write_text(text[: len(text) - len(text.splitlines()[-1]) // 2 - 1])
     (run_dir / "summary.json").unlink()
-    res = cli(f"resume={run_dir}")
-    assert res.returncode == 0, res.stderr
-    assert "warning: epochs.jsonl line 3 is a torn last record: dropped" in res.stderr
+    caplog.set_level(logging.INFO)
+    assert resume_in_process(run_dir) == (0, [])
+    assert ("rltrain", logging.WARNING, "epochs.jsonl line 3 is a torn last record: dropped"
+            ) in caplog.record_tuples
     assert learning_records(run_dir) == unbroken
 
 
@@ -169,8 +177,7 @@ def test_disk_full_with_tensorboard_after_the_first_checkpoint(cli, tmp_path):
         assert Path(summary["checkpoint"]["path"]).is_file()
         assert not list(run_dir.rglob(".*.tmp"))
         filler[0].unlink()
-        res = cli(f"resume={run_dir}")
-        assert res.returncode == 0, res.stderr
+        assert resume_in_process(run_dir) == (0, [])
         acc = EventAccumulator(str(run_dir / "tb"))
         acc.Reload()
         steps = [s.step for s in acc.Scalars("test/return_mean")]
@@ -262,8 +269,7 @@ def test_a_dataset_larger_than_the_free_space(tmp_path, small_dataset, suffix):
     with tmpfs(tmp_path / "fs", "512k") as fs:
         out = fs / f"data{suffix}"
         out.write_text("the old dataset")
-        res = run_tool("rltrain-collect", "--merge", small_dataset, "--out", out, "--force",
-                       cwd=tmp_path)
+        res = command(collect.main, "--merge", small_dataset, "--out", out, "--force")
         assert res.returncode == 2, res.stderr
         assert re.fullmatch(rf"rltrain-collect: error: could not write {re.escape(str(out))}: "
                             r"No space left on device \(the dataset needs \d\.\d MB, and "
@@ -283,8 +289,7 @@ def test_a_dataset_on_a_file_system_out_of_inodes(tmp_path, small_dataset):
             while made < 100:
                 (fs / f"f{made}").touch()
                 made += 1
-        res = run_tool("rltrain-collect", "--merge", small_dataset, "--out", out, "--force",
-                       cwd=tmp_path)
+        res = command(collect.main, "--merge", small_dataset, "--out", out, "--force")
         assert res.returncode == 2, res.stderr
         assert res.stderr == (f"rltrain-collect: error: could not write {out}: No space left "
                               "on device (the file system there holds as many files as it "
@@ -450,9 +455,8 @@ def test_env_without_a_time_limit_gets_one(cli, tmp_path):
     assert "note: replacing" not in res.stdout + res.stderr
     log = (run_dir / "rltrain.log").read_text()
     assert "registers no time limit" in log and "run directory" in log
-    res = cli("experiment=smoke", "env=gym", "env.id=fault_envs:rltrain-test/Endless-v0",
-              "env.max_episode_steps=50", f"hydra.run.dir={tmp_path / 'capped'}")
-    assert res.returncode == 0, res.stderr
+    run_in_process(tmp_path / "capped", "experiment=smoke", "env=gym",
+                   "env.id=fault_envs:rltrain-test/Endless-v0", "env.max_episode_steps=50")
     assert read_jsonl(tmp_path / "capped" / "epochs.jsonl")[0]["test"]["length_mean"] == 50
 
 
@@ -501,9 +505,7 @@ def read_only(tmp_path) -> tuple[Path, Path]:
     """A read-only file system holding a finished run, and that run."""
     with tmpfs(tmp_path / "ro", "16m") as fs:
         run_dir = fs / "run"
-        res = subprocess.run([str(RLTRAIN), "experiment=smoke", f"hydra.run.dir={run_dir}"],
-                             cwd=tmp_path, capture_output=True, text=True, env=cli_env())
-        assert res.returncode == 0, res.stderr
+        run_in_process(run_dir, "experiment=smoke")
         remount(fs, "ro")
         yield fs, run_dir
 
@@ -515,28 +517,27 @@ def test_read_only_places_are_refused_in_one_line(cli, tmp_path, read_only):
         "cwd": ([], fs, "Read-only file system"),
         "sweep dir": (["--multirun", "seed=0,1", f"hydra.sweep.dir={fs / 'sweep'}"], tmp_path,
                       "hydra.sweep.dir"),
-        "resume": ([f"resume={run_dir}"], tmp_path, "is not writable"),
     }
     for name, (args, cwd, needle) in cases.items():
         res = subprocess.run([str(RLTRAIN), "experiment=smoke", *args], cwd=cwd,
                              capture_output=True, text=True, env=cli_env())
-        if name == "resume":
-            res = subprocess.run([str(RLTRAIN), *args], cwd=cwd, capture_output=True,
-                                 text=True, env=cli_env())
         assert res.returncode == 2, (name, res.stderr)
         assert needle in res.stderr, (name, res.stderr)
         assert "Traceback" not in res.stderr, name
         assert len(res.stderr.strip().splitlines()) <= 2, (name, res.stderr)
+    # the resume command, in this process
+    code, said = resume_in_process(run_dir)
+    assert code == 2 and len(said) == 1 and "is not writable" in said[0], said
 
 
 def test_eval_and_export_of_a_read_only_run(tmp_path, read_only):
     _, run_dir = read_only
-    res = run_tool("rltrain-export", run_dir, cwd=tmp_path)
+    res = command(export.main, run_dir)
     assert res.returncode == 2 and "could not write" in res.stderr
     assert "pass --out PATH" in res.stderr and "Traceback" not in res.stderr
-    res = run_tool("rltrain-export", run_dir, "--out", tmp_path / "p.onnx", cwd=tmp_path)
+    res = command(export.main, run_dir, "--out", tmp_path / "p.onnx")
     assert res.returncode == 0, res.stderr
-    res = run_tool("rltrain-eval", run_dir, "--episodes", "2", cwd=tmp_path)
+    res = command(evaluate.main, run_dir, "--episodes", "2")
     assert res.returncode == 2 and "could not write" in res.stderr
     assert "return " in res.stdout  # the result is printed, only not saved
 
@@ -568,47 +569,46 @@ def test_a_run_dir_that_is_a_file(cli, tmp_path):
     ("# @package _global_\ntrainer:\n\tmax_epochs: 2\n", "TABs"),
     ("# @package _global_\ntrainer: {max_epochs: [2\n", "line"),
 ])
-def test_broken_yaml_in_a_config_dir_is_named_by_file_and_line(cli, tmp_path, text, needle):
+def test_broken_yaml_in_a_config_dir_is_named_by_file_and_line(tmp_path, text, needle):
+    """Refused as the command line is checked (the CLI prints the message after ``rltrain:
+    error: ``, exit 2: tests/test_cli.py)."""
     (tmp_path / "mine" / "experiment").mkdir(parents=True)
     (tmp_path / "mine" / "experiment" / "bad.yaml").write_text(text)
-    res = cli("--config-dir", str(tmp_path / "mine"), "experiment=bad")
-    assert res.returncode == 2
-    first = res.stderr.strip().splitlines()[0]
-    assert "experiment/bad.yaml, line" in first and needle in first, res.stderr
-    assert len(res.stderr.strip().splitlines()) == 1
+    with pytest.raises(ConfigError) as refused:
+        prepare(["--config-dir", str(tmp_path / "mine"), "experiment=bad"], CONF)
+    message = clip_long_words(str(refused.value))
+    assert "experiment/bad.yaml, line" in message and needle in message, message
+    assert "\n" not in message.strip()
 
 
 def test_a_damaged_stored_config(tmp_path):
     run_dir = tmp_path / "run"
-    res = subprocess.run([str(RLTRAIN), "experiment=smoke", f"hydra.run.dir={run_dir}"],
-                         cwd=tmp_path, capture_output=True, text=True, env=cli_env())
-    assert res.returncode == 0, res.stderr
+    run_in_process(run_dir, "experiment=smoke")
     (run_dir / ".hydra" / "config.yaml").write_text("algo: [unclosed\n")
-    for tool in ("rltrain-eval", "rltrain-export"):
-        res = run_tool(tool, run_dir, cwd=tmp_path)
+    for main in (evaluate.main, export.main):
+        res = command(main, run_dir)
         assert res.returncode == 2
         assert "config.yaml is damaged" in res.stderr and "Traceback" not in res.stderr
 
 
 @pytest.mark.parametrize("seed", ["-1", "99999999999", "abc"])
 def test_eval_seed_out_of_range(tmp_path, seed):
-    res = run_tool("rltrain-eval", tmp_path, "--seed", seed, cwd=tmp_path)
+    res = command(evaluate.main, tmp_path, "--seed", seed)
     assert res.returncode == 2 and "--seed: must be an integer from 0 to" in res.stderr
 
 
-def test_a_buffer_too_big_for_memory_says_how_big(cli):
-    res = cli("algo=dqn", "buffer.size=100000000000")
-    assert res.returncode == 2
+def test_a_buffer_too_big_for_memory_says_how_big(tmp_path):
+    message = refusal(tmp_path / "run", "algo=dqn", "buffer.size=100000000000")
     # 34 bytes per CartPole transition: each observation is stored once
-    assert "buffer.size needs 3.4 TB of memory" in res.stderr
-    assert "(34 bytes each)" in res.stderr
-    assert "is available; lower buffer.size" in res.stderr
+    assert "buffer.size needs 3.4 TB of memory" in message
+    assert "(34 bytes each)" in message
+    assert "is available; lower buffer.size" in message
 
 
 def test_unwritable_parent_for_export_out(tmp_path, read_only):
     fs, run_dir = read_only
     copy = tmp_path / "copy"
     shutil.copytree(run_dir, copy)
-    res = run_tool("rltrain-export", copy, "--out", fs / "x.onnx", cwd=tmp_path)
+    res = command(export.main, copy, "--out", fs / "x.onnx")
     assert res.returncode == 2 and "could not write" in res.stderr
     assert "Traceback" not in res.stderr
