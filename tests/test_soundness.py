@@ -1,10 +1,13 @@
-"""Each silent wrong answer of the "sound before broad" issue, through the real CLI: a run
-that once exited 0 with a wrong result now gives the right one or a clear message."""
+"""Each silent wrong answer of the "sound before broad" issue: a run that once exited 0 with a
+wrong result now gives the right one or a clear message. Signals, locks between processes and
+the CLI's messages through real `rltrain` processes; the runs they are compared with, and the
+resumes, in this process."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import shutil
 import signal
 import subprocess
@@ -20,12 +23,15 @@ from conftest import (
     SIGKILL,
     SIGTERM,
     cli_env,
+    command,
     learning_records,
     read_jsonl,
-    run_tool,
+    resume_in_process,
+    run_in_process,
     signal_when,
     wait_for,
 )
+from rltrain import evaluate, export
 from rltrain.checkpoint import load_checkpoint
 
 # four epochs; long test steps (30 episodes on 2 envs, about 7,500 steps each by epoch 4), so
@@ -54,12 +60,8 @@ def unbroken(tmp_path_factory) -> Callable[[str], Path]:
 
     def get(algo: str) -> Path:
         if algo not in runs:
-            cwd = tmp_path_factory.mktemp(f"unbroken-{algo}")
-            res = subprocess.run([str(RLTRAIN), *LAST_EPOCH[algo], *COMMON,
-                                  f"hydra.run.dir={cwd / 'full'}"], cwd=cwd,
-                                 capture_output=True, text=True, env=cli_env())
-            assert res.returncode == 0, res.stderr
-            runs[algo] = cwd / "full"
+            runs[algo] = tmp_path_factory.mktemp(f"unbroken-{algo}") / "full"
+            run_in_process(runs[algo], *LAST_EPOCH[algo], *COMMON)
         return runs[algo]
 
     return get
@@ -89,8 +91,7 @@ def test_sigterm_in_the_last_epoch_resumes_to_the_unbroken_run(cli, tmp_path, un
     assert steps_done == (moment == "test"), partial["steps"]
     assert len(read_jsonl(broken / "epochs.jsonl")) == 3
 
-    res = cli(f"resume={broken}")
-    assert res.returncode == 0, res.stderr
+    assert resume_in_process(broken) == (0, [])
     assert learning_records(broken) == learning_records(full)
     summary = json.loads((broken / "summary.json").read_text())
     assert summary["epochs"] == 4 and summary["status"] == "completed"
@@ -113,16 +114,19 @@ def interrupt_in_epoch_2(args: list[str], run_dir: Path, cwd: Path
     return res
 
 
-def test_custom_env_with_dict_state_resumes_exactly(cli, tmp_path):
+def test_custom_env_with_dict_state_resumes_exactly(tmp_path, caplog):
     """The state lives in a dict (the old snapshot skipped it silently): now it is saved, and
     the resumed records equal an unbroken run's."""
     args = [*CUSTOM, "env.id=state_envs:rltrain-test/DictState-v0"]
     full, broken = tmp_path / "full", tmp_path / "broken"
-    assert cli(*args, f"hydra.run.dir={full}").returncode == 0
+    run_in_process(full, *args)
     interrupt_in_epoch_2(args, broken, tmp_path)
-    res = cli(f"resume={broken}")
-    assert res.returncode == 0, res.stderr
-    assert "(exact)" in res.stdout and "inexact" not in res.stdout + res.stderr
+    caplog.clear()
+    caplog.set_level(logging.INFO)
+    assert resume_in_process(broken) == (0, [])
+    assert any(m.startswith("resumed at epoch ") and m.endswith(" (exact)")
+               for m in caplog.messages), caplog.messages
+    assert "inexact" not in caplog.text
     assert learning_records(broken) == learning_records(full)
     summary = json.loads((broken / "summary.json").read_text())
     assert summary["env_state"] == {"exact": True, "not_captured": []}
@@ -154,28 +158,28 @@ def test_env_state_that_cannot_be_saved_is_said_at_checkpoint_and_resume(cli, tm
 
 # ---------------------------------------------------------------- 3. +key=value
 # (keys added with + are checked against the schemas: tests/test_catalogue.py)
-def test_free_form_env_kwargs_need_no_plus(cli, tmp_path):
+def test_free_form_env_kwargs_need_no_plus(tmp_path):
     """``env.kwargs.KEY=VALUE`` (as the README shows) reaches the env's constructor: this
     env's reward turns NaN at its 10th step, so the run stops there."""
-    ok = cli("experiment=smoke", "env=gym", "env.id=Pendulum-v1", "env.kwargs.g=9.81",
-             f"hydra.run.dir={tmp_path / 'pendulum'}")
-    assert ok.returncode == 0, ok.stderr
+    ok = run_in_process(tmp_path / "pendulum", "experiment=smoke", "env=gym",
+                        "env.id=Pendulum-v1", "env.kwargs.g=9.81")
+    assert ok.status == "completed"
     config = (tmp_path / "pendulum" / ".hydra" / "config.yaml").read_text()
     assert "g: 9.81" in config
-    res = cli("experiment=smoke", "env=gym", "env.id=fault_envs:rltrain-test/NaNReward-v0",
-              "env.kwargs.nan_at=10", f"hydra.run.dir={tmp_path / 'nan'}")
-    assert res.returncode == 1 and "non-finite reward" in res.stderr
+    info = run_in_process(tmp_path / "nan", "experiment=smoke", "env=gym",
+                          "env.id=fault_envs:rltrain-test/NaNReward-v0", "env.kwargs.nan_at=10")
+    assert info.status == "failed" and "non-finite reward" in info.error
 
 
 # ---------------------------------------------------------------- 4. a refused run
 def test_refused_run_leaves_the_existing_run_byte_for_byte(cli, tmp_path):
     run_dir = tmp_path / "run"
-    assert cli("experiment=smoke", f"hydra.run.dir={run_dir}").returncode == 0
+    run_in_process(run_dir, "experiment=smoke")
     before = tree_digest(run_dir)
     res = cli("experiment=smoke", "seed=5", "env.num_test_envs=3", f"hydra.run.dir={run_dir}")
     assert res.returncode == 2 and "already holds a run" in res.stderr
     assert tree_digest(run_dir) == before  # same files, same bytes: .hydra/ included
-    res = run_tool("rltrain-eval", run_dir, "--episodes", "2", cwd=tmp_path)
+    res = command(evaluate.main, run_dir, "--episodes", "2")
     assert res.returncode == 0, res.stderr
     assert json.loads((run_dir / "eval.json").read_text())["seed"] == 10_000  # seed 0's
 
@@ -199,14 +203,14 @@ def test_two_runs_into_one_directory_one_is_refused(tmp_path):
 def test_two_resumes_of_one_run_one_is_refused(cli, tmp_path):
     run_dir = tmp_path / "run"
     # epochs of ~0.4 s: the first resume still trains when the second has started up
-    assert cli("experiment=smoke", "trainer.epoch_num_steps=4096",
-               f"hydra.run.dir={run_dir}").returncode == 0
+    run_in_process(run_dir, "experiment=smoke", "trainer.epoch_num_steps=4096")
     first = subprocess.Popen([str(RLTRAIN), f"resume={run_dir}", "trainer.max_epochs=12"],
                              cwd=tmp_path,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              env=cli_env())
     lock = run_dir / ".rltrain.lock"
-    wait_for(lambda: str(first.pid) in lock.read_text(), what="the first resume's lock")
+    wait_for(lambda: lock.is_file() and str(first.pid) in lock.read_text(),
+             what="the first resume's lock")
     second = subprocess.run([str(RLTRAIN), f"resume={run_dir}", "trainer.max_epochs=12"],
                             cwd=tmp_path, capture_output=True, text=True, env=cli_env())
     assert first.wait(timeout=300) == 0, first.stderr.read()
@@ -221,8 +225,7 @@ def test_a_killed_run_leaves_no_stuck_lock(cli, tmp_path):
                        f"hydra.run.dir={run_dir}"], tmp_path,
                       lambda line: line.startswith("epoch   2/6"), SIGKILL)
     assert res.returncode == -9
-    res = cli(f"resume={run_dir}")
-    assert res.returncode == 0, res.stderr
+    assert resume_in_process(run_dir) == (0, [])
     assert [r["epoch"] for r in read_jsonl(run_dir / "epochs.jsonl")] == list(range(1, 7))
 
 
@@ -233,18 +236,18 @@ def _finite(path: Path) -> bool:
     return all(bool(t.isfinite().all()) for t in state.values())
 
 
-def test_non_finite_env_reward_stops_the_run_and_keeps_the_last_good_checkpoint(cli, tmp_path):
+def test_non_finite_env_reward_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path):
     run_dir = tmp_path / "run"
-    res = cli("algo=ppo", "env=gym", "env.id=fault_envs:rltrain-test/NaNReward-v0",
-              "env.kwargs.nan_at=300", "env.num_train_envs=4", "trainer.max_epochs=5",
-              "trainer.epoch_num_steps=1024", "trainer.collection_step_num_env_steps=256",
-              f"hydra.run.dir={run_dir}")
-    assert res.returncode == 1
-    assert "the run failed in epoch 2" in res.stderr and "non-finite reward" in res.stderr
-    assert "Traceback" not in res.stderr
-    assert f"rltrain resume={run_dir}" in res.stderr
+    info = run_in_process(run_dir, "algo=ppo", "env=gym",
+                          "env.id=fault_envs:rltrain-test/NaNReward-v0", "env.kwargs.nan_at=300",
+                          "env.num_train_envs=4", "trainer.max_epochs=5",
+                          "trainer.epoch_num_steps=1024",
+                          "trainer.collection_step_num_env_steps=256")
+    assert info.status == "failed" and info.failed_at.startswith("epoch 2 ")
+    assert "non-finite reward" in info.error and "Traceback" not in info.error
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "failed" and "non-finite reward" in summary["error"]
+    assert summary["checkpoint"]["epoch"] == 1  # what the CLI's resume line points at
     assert load_checkpoint(run_dir / "checkpoints" / "last.pt")["trainer"]["epoch"] == 1
     assert _finite(run_dir / "best" / "policy.pt")
     assert not (run_dir / "final").exists()  # nothing trained on NaN is kept as a policy
@@ -252,13 +255,13 @@ def test_non_finite_env_reward_stops_the_run_and_keeps_the_last_good_checkpoint(
 
 def test_exploding_weights_stop_the_run_and_save_no_nan_policy(cli, tmp_path):
     run_dir = tmp_path / "run"
-    res = cli("experiment=smoke", "algo.lr=1e30", f"hydra.run.dir={run_dir}")
-    assert res.returncode == 1
-    assert "the run failed in epoch 1" in res.stderr and "nan" in res.stderr.lower()
+    info = run_in_process(run_dir, "experiment=smoke", "algo.lr=1e30")
+    assert info.status == "failed" and info.failed_at.startswith("epoch 1 ")
+    assert "nan" in info.error.lower()
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "failed"
     assert not (run_dir / "best").exists() and not (run_dir / "final").exists()
-    assert "the directory can be reused" in res.stderr
+    assert summary["checkpoint"] is None  # the CLI says: the directory can be reused
     res = cli("experiment=smoke", f"hydra.run.dir={run_dir}")  # and so it can
     assert res.returncode == 0, res.stderr
     assert "replacing what an attempt without a checkpoint left" in res.stderr
@@ -266,15 +269,14 @@ def test_exploding_weights_stop_the_run_and_save_no_nan_policy(cli, tmp_path):
 
 # ---------------------------------------------------------------- 7. impossible combinations
 # (settings that cannot learn are refused by the trainer kinds: tests/test_build.py)
-def test_episode_collection_fits_the_on_policy_buffer(cli, tmp_path):
+def test_episode_collection_fits_the_on_policy_buffer(tmp_path):
     """Collecting whole episodes once overflowed the rollout storage mid-run
     (BufferFullError, when buffer.size / envs was below an env's episodes): its size now
     follows from the episodes' time limit, and buffer.size (the replay size) plays no part."""
     run_dir = tmp_path / "run"
-    res = cli("experiment=smoke", "trainer.collection_step_num_env_steps=null",
-              "trainer.collection_step_num_episodes=16", "buffer.size=80",
-              f"hydra.run.dir={run_dir}")
-    assert res.returncode == 0, res.stderr
+    info = run_in_process(run_dir, "experiment=smoke", "trainer.collection_step_num_env_steps=null",
+                          "trainer.collection_step_num_episodes=16", "buffer.size=80")
+    assert info.status == "completed", info.error
     rows = read_jsonl(run_dir / "epochs.jsonl")
     assert len(rows) == 2 and all(r["train"]["n_episodes"] >= 16 for r in rows)
 
@@ -284,7 +286,7 @@ def test_episode_collection_fits_the_on_policy_buffer(cli, tmp_path):
 def test_export_refuses_to_overwrite_the_runs_weights(two_epoch_run, tmp_path):
     weights = two_epoch_run / "best" / "policy.pt"
     before = weights.read_bytes()
-    res = run_tool("rltrain-export", two_epoch_run, "--out", weights, cwd=tmp_path)
+    res = command(export.main, two_epoch_run, "--out", weights)
     assert res.returncode == 2 and "refusing to overwrite" in res.stderr
     assert weights.read_bytes() == before
 
@@ -307,9 +309,7 @@ def test_a_hang_up_saves_the_epoch_in_flight_and_says_how_to_resume(tmp_path):
     assert summary["status"] == "interrupted" and summary["interrupted"] is True
     assert summary["interrupt_signal"] == signal.SIGHUP
     assert Path(summary["checkpoint"]["path"]).is_file() and summary["checkpoint"]["epoch"] == 2
-    res = subprocess.run([str(RLTRAIN), f"resume={run_dir}"], cwd=tmp_path,
-                         capture_output=True, text=True, env=cli_env())
-    assert res.returncode == 0, res.stderr
+    assert resume_in_process(run_dir) == (0, [])
     assert [r["epoch"] for r in read_jsonl(run_dir / "epochs.jsonl")] == [1, 2, 3]
 
 
@@ -349,8 +349,6 @@ def test_a_second_signal_stops_at_once_and_says_how_to_resume(tmp_path, sig, cod
     assert json.loads((run_dir / "summary.json").read_text())["interrupted"] is True
     assert not list((run_dir / "checkpoints").glob(".*.tmp"))
     start = time.monotonic()
-    res = subprocess.run([str(RLTRAIN), f"resume={run_dir}"], cwd=tmp_path,
-                         capture_output=True, text=True, env=cli_env())
-    assert res.returncode == 0, res.stderr
+    assert resume_in_process(run_dir) == (0, [])
     assert time.monotonic() - start < 120
     assert [r["epoch"] for r in read_jsonl(run_dir / "epochs.jsonl")] == [1, 2, 3]
