@@ -1,7 +1,7 @@
-"""The run lifecycle (rltrain.lifecycle): in-process, where a resume starts, what a restore
-loads and what it says it could not, the RNG state and the grouping of what was not
-captured; through the real CLI, interruption, exact resume, reproducibility, checkpoint
-safety."""
+"""The run lifecycle (rltrain.lifecycle): where a resume starts, what a restore loads and what
+it says it could not, the RNG state and the grouping of what was not captured; exact resume,
+reproducibility, checkpoint safety; in this process but for the signals, which real `rltrain`
+processes take."""
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ from conftest import (
     mid_epoch_delay,
     random_dataset,
     read_jsonl,
+    resume_in_process,
     run_in_process,
 )
 from rltrain.algorithms import get
@@ -87,10 +88,10 @@ def interrupt_after_first_epoch(args: list[str], cwd: Path, sig: int,
 
 
 @pytest.mark.parametrize("algo", ["ppo", "dqn"])
-def test_sigterm_then_resume_equals_unbroken_run(cli, tmp_path, algo):
+def test_sigterm_then_resume_equals_unbroken_run(tmp_path, algo):
     full, broken = tmp_path / "full", tmp_path / "broken"
     args = [*RUNS[algo], *COMMON]
-    assert cli(*args, f"hydra.run.dir={full}").returncode == 0
+    run_in_process(full, *args)
 
     res = interrupt_after_first_epoch([*args, f"hydra.run.dir={broken}"], tmp_path,
                                       signal.SIGTERM)
@@ -103,8 +104,7 @@ def test_sigterm_then_resume_equals_unbroken_run(cli, tmp_path, algo):
     mid_epoch = ckpt["trainer"]["partial"] is not None
     assert len(read_jsonl(broken / "epochs.jsonl")) == ckpt["trainer"]["epoch"] - mid_epoch
 
-    res = cli(f"resume={broken}")
-    assert res.returncode == 0, res.stderr
+    assert resume_in_process(broken) == (0, [])
     assert learning_records(broken) == learning_records(full)
     assert json.loads((broken / "summary.json").read_text())["interrupted"] is False
     # TensorBoard continues at the right steps, nothing logged twice
@@ -124,12 +124,10 @@ def test_sigint_exits_130_with_checkpoint(tmp_path):
     assert (run_dir / "final" / "policy.pt").is_file()
 
 
-def test_same_seed_same_numbers_other_seed_other_numbers(cli, tmp_path):
+def test_same_seed_same_numbers_other_seed_other_numbers(tmp_path):
     runs = {}
     for name, seed in (("a", 3), ("b", 3), ("c", 4)):
-        res = cli("experiment=smoke", "algo=dqn", f"seed={seed}",
-                  f"hydra.run.dir={tmp_path / name}")
-        assert res.returncode == 0, res.stderr
+        run_in_process(tmp_path / name, "experiment=smoke", "algo=dqn", f"seed={seed}")
         runs[name] = learning_records(tmp_path / name)
     assert runs["a"] == runs["b"]
     assert runs["a"] != runs["c"]
@@ -141,11 +139,8 @@ def test_same_seed_same_numbers_other_seed_other_numbers(cli, tmp_path):
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory) -> Path:
     """A finished 3-epoch smoke run with one checkpoint per epoch."""
-    cwd = tmp_path_factory.mktemp("finished")
-    run_dir = cwd / "run"
-    res = subprocess.run([str(RLTRAIN), "experiment=smoke", "trainer.max_epochs=3",
-                          f"hydra.run.dir={run_dir}"], cwd=cwd, capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr
+    run_dir = tmp_path_factory.mktemp("finished") / "run"
+    run_in_process(run_dir, "experiment=smoke", "trainer.max_epochs=3")
     return run_dir
 
 
@@ -154,57 +149,56 @@ def copy_run(src: Path, dst: Path) -> Path:
     return dst
 
 
-def test_extend_finished_run(cli, tmp_path, finished_run):
+def test_extend_finished_run(tmp_path, finished_run):
     run_dir = copy_run(finished_run, tmp_path / "run")
-    res = cli(f"resume={run_dir}", "trainer.max_epochs=4")
-    assert res.returncode == 0, res.stderr
+    assert resume_in_process(run_dir, "trainer.max_epochs=4") == (0, [])
     assert [r["epoch"] for r in read_jsonl(run_dir / "epochs.jsonl")] == [1, 2, 3, 4]
     assert json.loads((run_dir / "summary.json").read_text())["epochs"] == 4
 
 
-def test_a_run_stopped_at_its_stop_score_goes_on_with_a_higher_one(cli, tmp_path):
+def test_a_run_stopped_at_its_stop_score_goes_on_with_a_higher_one(tmp_path, capsys):
     """A run that stopped early at its stop score, resumed with trainer.stop_score raised (or
     null), trains on to the end and its records equal an unbroken run's with that stop score;
     the same stop score leaves it complete."""
     args = ["experiment=smoke", "trainer.max_epochs=3", "trainer.test_step_num_episodes=2"]
     stopped, whole = tmp_path / "stopped", tmp_path / "whole"
-    assert cli(*args, "trainer.stop_score=0", f"hydra.run.dir={stopped}").returncode == 0
+    run_in_process(stopped, *args, "trainer.stop_score=0")
     assert [r["epoch"] for r in read_jsonl(stopped / "epochs.jsonl")] == [1]
-    res = cli(f"resume={stopped}", "trainer.stop_score=0")
-    assert res.returncode == 0 and "already complete" in res.stdout
-    res = cli(f"resume={stopped}", "trainer.stop_score=null")
-    assert res.returncode == 0, res.stderr
-    assert cli(*args, "trainer.stop_score=null", f"hydra.run.dir={whole}").returncode == 0
+    capsys.readouterr()
+    assert resume_in_process(stopped, "trainer.stop_score=0") == (0, [])
+    assert "already complete" in capsys.readouterr().out
+    assert resume_in_process(stopped, "trainer.stop_score=null") == (0, [])
+    run_in_process(whole, *args, "trainer.stop_score=null")
     assert learning_records(stopped) == learning_records(whole)
     assert json.loads((stopped / "summary.json").read_text())["stopped_early"] is False
-    res = cli(f"resume={stopped}", "trainer.stop_score=abc")
-    assert res.returncode == 2 and "trainer.stop_score='abc' is not a number" in res.stderr
+    code, said = resume_in_process(stopped, "trainer.stop_score=abc")
+    assert code == 2 and "trainer.stop_score='abc' is not a number" in said[0]
 
 
-def test_truncated_last_falls_back_to_older_checkpoint(cli, tmp_path, finished_run):
+def test_truncated_last_falls_back_to_older_checkpoint(tmp_path, finished_run):
     run_dir = copy_run(finished_run, tmp_path / "run")
     last = run_dir / "checkpoints" / "last.pt"
     data = last.read_bytes()
     # last.pt is a hard link to the newest numbered file; break the link, then truncate
     last.unlink()
     last.write_bytes(data[: len(data) // 2])
-    res = cli(f"resume={run_dir}", "trainer.max_epochs=4")
-    assert res.returncode == 0, res.stderr
-    assert "last.pt is truncated or corrupt" in res.stderr
-    assert "resuming from the older checkpoint" in res.stderr
+    code, said = resume_in_process(run_dir, "trainer.max_epochs=4")
+    assert code == 0, said
+    assert "last.pt is truncated or corrupt" in said[0]
+    assert "resuming from the older checkpoint" in said[1]
     assert [r["epoch"] for r in read_jsonl(run_dir / "epochs.jsonl")] == [1, 2, 3, 4]
 
 
-def test_truncated_only_checkpoint_is_a_clear_error(cli, tmp_path, finished_run):
+def test_truncated_only_checkpoint_is_a_clear_error(tmp_path, finished_run):
     run_dir = copy_run(finished_run, tmp_path / "run")
     for path in (run_dir / "checkpoints").glob("*.pt"):
         data = path.read_bytes()
         path.unlink()
         path.write_bytes(data[:100])
-    res = cli(f"resume={run_dir}")
-    assert res.returncode != 0
-    assert "last.pt is truncated or corrupt" in res.stderr
-    assert "Traceback" not in res.stderr
+    code, said = resume_in_process(run_dir)
+    assert code == 2 and len(said) == 1
+    assert "last.pt is truncated or corrupt" in said[0]
+    assert "Traceback" not in said[0]
 
 
 class _RunsCode:
@@ -217,34 +211,31 @@ class _RunsCode:
         return (os.system, (f"touch {self.marker}",))
 
 
-def test_checkpoint_that_runs_code_is_refused(cli, tmp_path, finished_run):
+def test_checkpoint_that_runs_code_is_refused(tmp_path, finished_run):
     run_dir = copy_run(finished_run, tmp_path / "run")
     marker = tmp_path / "pwned"
     for path in (run_dir / "checkpoints").glob("*.pt"):
         path.unlink()
         torch.save({"format": "rltrain-checkpoint", "version": 1, "x": _RunsCode(marker)}, path,
                    pickle_protocol=pickle.DEFAULT_PROTOCOL)
-    res = cli(f"resume={run_dir}")
-    assert res.returncode != 0
-    assert "refusing to load" in res.stderr
+    code, said = resume_in_process(run_dir)
+    assert code == 2 and "refusing to load" in said[0]
     assert not marker.exists()
 
 
-def test_foreign_checkpoint_is_refused(cli, tmp_path, finished_run):
+def test_foreign_checkpoint_is_refused(tmp_path, finished_run):
     run_dir = copy_run(finished_run, tmp_path / "run")
     for path in (run_dir / "checkpoints").glob("*.pt"):
         path.unlink()
         torch.save({"weights": torch.zeros(3)}, path)
-    res = cli(f"resume={run_dir}")
-    assert res.returncode != 0
-    assert "not an rltrain checkpoint" in res.stderr
+    code, said = resume_in_process(run_dir)
+    assert code == 2 and "not an rltrain checkpoint" in said[0]
 
 
-def test_checkpoint_rotation_keeps_newest(cli, tmp_path):
+def test_checkpoint_rotation_keeps_newest(tmp_path):
     run_dir = tmp_path / "run"
-    res = cli("experiment=smoke", "trainer.max_epochs=4", "trainer.keep_checkpoints=2",
-              f"hydra.run.dir={run_dir}")
-    assert res.returncode == 0, res.stderr
+    run_in_process(run_dir, "experiment=smoke", "trainer.max_epochs=4",
+                   "trainer.keep_checkpoints=2")
     numbered = sorted(p.name for p in (run_dir / "checkpoints").glob("ckpt_*.pt"))
     assert len(numbered) == 2 and numbered[-1].endswith("_00004.pt")
     assert load_checkpoint(run_dir / "checkpoints" / "last.pt")["trainer"]["epoch"] == 4
