@@ -15,8 +15,8 @@ import pytest
 import torch
 import yaml
 
-from conftest import run_cli, run_tool
-from rltrain import trust
+from conftest import command, refusal, resume_in_process, run_in_process, wait_for
+from rltrain import collect, evaluate, export, trust
 from rltrain.config import ConfigError
 
 OWN_ENV = ["env=gym", "env.id=fault_envs:rltrain-test/DictObs-v0",
@@ -76,22 +76,23 @@ def test_the_record_is_never_written_through_a_link(tmp_path, monkeypatch):
         trust.check(["import mypkg (env.imports[0])"], "R", consent=False, allow="")
 
 
-# --------------------------------------------------------------------------- through the CLI
+# --------------------------------------------------------------------------- the commands
+# (in this process: the commands' own functions; RLTRAIN_STATE_DIR, set for the test process
+# by conftest, is this machine's record)
 @pytest.fixture(scope="module")
 def own_run(tmp_path_factory) -> Path:
     """A run of this machine with its own env module and wrapper (recorded when it ran)."""
-    cwd = tmp_path_factory.mktemp("own")
-    res = run_cli("experiment=smoke", "logger.tensorboard=false", *OWN_ENV,
-                  f"hydra.run.dir={cwd / 'run'}", cwd=cwd)
-    assert res.returncode == 0, res.stderr
-    return cwd / "run"
+    run_dir = tmp_path_factory.mktemp("own") / "run"
+    run_in_process(run_dir, "experiment=smoke", "logger.tensorboard=false", *OWN_ENV)
+    return run_dir
 
 
 def test_a_run_made_here_works_as_before(own_run, tmp_path):
-    res = run_tool("rltrain-eval", own_run, "--episodes", "2", cwd=tmp_path)
+    res = command(evaluate.main, own_run, "--episodes", "2")
     assert res.returncode == 0, res.stderr
-    res = run_cli(f"resume={own_run}", "trainer.max_epochs=3", cwd=tmp_path)
-    assert res.returncode == 0, res.stderr
+    run = tmp_path / "run"
+    shutil.copytree(own_run, run)
+    assert resume_in_process(run, "trainer.max_epochs=3") == (0, [])
 
 
 def test_a_hostile_run_config_runs_nothing_without_consent(own_run, tmp_path):
@@ -102,9 +103,10 @@ def test_a_hostile_run_config_runs_nothing_without_consent(own_run, tmp_path):
     data = yaml.safe_load(config.read_text())
     data["env"]["wrappers"] = [hostile(marker)]
     config.write_text(yaml.safe_dump(data))
-    for tool, extra in (("rltrain-eval", []), ("rltrain-export", []),
-                        ("rltrain-collect", ["--episodes", "1", "--out", "x.h5"])):
-        res = run_tool(tool, run, *extra, cwd=tmp_path)
+    for tool, main, extra in (
+            ("rltrain-eval", evaluate.main, []), ("rltrain-export", export.main, []),
+            ("rltrain-collect", collect.main, ["--episodes", "1", "--out", tmp_path / "x.h5"])):
+        res = command(main, run, *extra)
         assert res.returncode == 2, (tool, res.stderr)
         assert res.stderr.startswith(f"{tool}: error: {config} would run code that was not set "
                                      "up by a command on this machine: "), res.stderr
@@ -112,8 +114,9 @@ def test_a_hostile_run_config_runs_nothing_without_consent(own_run, tmp_path):
         assert "add --trust" in res.stderr and len(res.stderr.splitlines()) == 1
         assert not marker.exists() and not (tmp_path / "x.h5").exists()
     # with consent it runs (the wrapper then fails: pipepager is no wrapper)
-    res = run_tool("rltrain-eval", run, "--trust", cwd=tmp_path)
-    assert marker.exists(), res.stderr
+    res = command(evaluate.main, run, "--trust")
+    # (pipepager starts the shell, then fails writing to it: the shell may still be running)
+    wait_for(marker.exists, timeout=30, what=f"the consented command ({res.stderr})")
     assert "Traceback" not in res.stderr
 
 
@@ -125,37 +128,38 @@ def test_a_hostile_checkpoint_config_is_refused_by_resume(own_run, tmp_path):
     state = torch.load(last, weights_only=True)
     state["config"]["env"]["wrappers"] = [hostile(marker)]
     torch.save(state, last)
-    res = run_cli(f"resume={run}", "trainer.max_epochs=5", cwd=tmp_path)
-    assert res.returncode == 2, res.stderr
-    assert f"the config in {last} would run code" in res.stderr
-    assert f"rltrain resume={run} --trust" in res.stderr and not marker.exists()
-    res = run_cli(f"resume={run}", "trainer.max_epochs=5", "--trust", cwd=tmp_path)
-    assert marker.exists(), res.stderr
+    code, said = resume_in_process(run, "trainer.max_epochs=5")
+    assert code == 2, said
+    assert f"the config in {last} would run code" in said[0]
+    assert f"rltrain resume={run} --trust" in said[0] and not marker.exists()
+    code, said = resume_in_process(run, "trainer.max_epochs=5", "--trust")
+    wait_for(marker.exists, timeout=30, what=f"the consented command ({said})")
 
 
-def test_a_run_from_another_machine_needs_consent_once(own_run, tmp_path):
+def test_a_run_from_another_machine_needs_consent_once(own_run, tmp_path, monkeypatch):
     """Another machine: its own record, empty. The run's own module and wrapper are refused,
     accepted with --trust, and from then on accepted as made here."""
-    other = {"RLTRAIN_STATE_DIR": str(tmp_path / "other-machine")}
-    res = run_tool("rltrain-eval", own_run, "--episodes", "1", cwd=tmp_path, env=other)
+    monkeypatch.setenv("RLTRAIN_STATE_DIR", str(tmp_path / "other-machine"))
+    res = command(evaluate.main, own_run, "--episodes", "1")
     assert res.returncode == 2
     assert ("import fault_envs (env.id=fault_envs:rltrain-test/DictObs-v0); call "
             "fault_envs.ScaleReward(scale=10) (env.wrappers[1])") in res.stderr
-    res = run_tool("rltrain-eval", own_run, "--episodes", "1", "--trust", cwd=tmp_path,
-                   env=other)
+    res = command(evaluate.main, own_run, "--episodes", "1", "--trust")
     assert res.returncode == 0, res.stderr
-    res = run_tool("rltrain-eval", own_run, "--episodes", "1", cwd=tmp_path, env=other)
+    res = command(evaluate.main, own_run, "--episodes", "1")
     assert res.returncode == 0, res.stderr
 
 
-def test_a_plain_gymnasium_run_needs_no_consent_anywhere(two_epoch_run, tmp_path):
-    other = {"RLTRAIN_STATE_DIR": str(tmp_path / "other-machine")}
-    res = run_tool("rltrain-eval", two_epoch_run, "--episodes", "1", cwd=tmp_path, env=other)
+def test_a_plain_gymnasium_run_needs_no_consent_anywhere(two_epoch_run, tmp_path,
+                                                         monkeypatch):
+    monkeypatch.setenv("RLTRAIN_STATE_DIR", str(tmp_path / "other-machine"))
+    res = command(evaluate.main, two_epoch_run, "--episodes", "1")
     assert res.returncode == 0, res.stderr
     assert not (tmp_path / "other-machine").exists()  # nothing to record
 
 
-def test_a_minari_dataset_that_would_build_its_env_from_its_spec_is_refused(tmp_path):
+def test_a_minari_dataset_that_would_build_its_env_from_its_spec_is_refused(tmp_path,
+                                                                           monkeypatch):
     """The metadata has no spaces, so Minari would gym.make its env_spec, whose entry point is
     any callable: refused naming it; with trust=true it is called."""
     pytest.importorskip("minari", reason="minari is not installed (extra: minari)")
@@ -171,17 +175,16 @@ def test_a_minari_dataset_that_would_build_its_env_from_its_spec_is_refused(tmp_
     (data / "metadata.json").write_text(json.dumps({
         "dataset_id": "evil/data-v0", "env_spec": json.dumps(spec), "total_episodes": 1,
         "total_steps": 1, "data_format": "hdf5", "minari_version": "0.5.4"}))
-    env = {"MINARI_DATASETS_PATH": str(store)}
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(store))
     args = ["experiment=smoke", "algo=bc", "env=cartpole", "dataset=minari:evil/data-v0"]
-    res = run_cli(*args, cwd=tmp_path, env=env)
-    assert res.returncode == 2, res.stderr
+    message = refusal(tmp_path / "run", *args)
     assert ("would run code that was not set up by a command on this machine: call "
             "fault_envs:touch_marker (the dataset's env_spec, to build its env). Run it only "
-            "if you trust where it came from: add trust=true to the command") in res.stderr
+            "if you trust where it came from: add trust=true to the command") in message
     assert not marker.exists()
-    res = run_cli(*args, "trust=true", cwd=tmp_path, env=env)
-    assert marker.exists(), res.stderr
-    assert res.returncode == 2 and "Traceback" not in res.stderr  # then Minari refuses it
+    message = refusal(tmp_path / "run", *args, "trust=true")  # then Minari refuses it
+    assert marker.exists(), message
+    assert "Traceback" not in message
 
 
 def test_trust_in_a_stored_config_is_not_consent(own_run, tmp_path):
@@ -196,5 +199,5 @@ def test_trust_in_a_stored_config_is_not_consent(own_run, tmp_path):
     state["config"]["trust"] = True
     state["config"]["env"]["wrappers"] = [hostile(marker)]
     torch.save(state, last)
-    res = run_cli(f"resume={run}", "trainer.max_epochs=5", cwd=tmp_path)
-    assert res.returncode == 2 and "would run code" in res.stderr and not marker.exists()
+    code, said = resume_in_process(run, "trainer.max_epochs=5")
+    assert code == 2 and "would run code" in said[0] and not marker.exists()
