@@ -1,6 +1,7 @@
-"""Offline runs through the real CLI: every offline algorithm from a dataset that
-rltrain-collect wrote, the run directory it leaves, exact resume, the dataset referenced by
-its hash, and the ways a user can get an offline run wrong."""
+"""Offline runs: every offline algorithm from a dataset that rltrain-collect wrote (through the
+real CLI, once per algorithm; on its other action spaces in this process), the run directory
+it leaves, exact resume, the dataset referenced by its hash, and the ways a user can get an
+offline run wrong."""
 
 from __future__ import annotations
 
@@ -12,7 +13,17 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from conftest import SIGTERM, learning_records, read_jsonl, run_cli, run_tool, signal_when
+from conftest import (
+    SIGTERM,
+    command,
+    learning_records,
+    read_jsonl,
+    refusal,
+    resume_in_process,
+    run_in_process,
+    signal_when,
+)
+from rltrain import collect, evaluate
 from rltrain.algorithms import ALGORITHMS, DISCRETE
 
 OFFLINE = sorted(name for name, spec in ALGORITHMS.items() if "offline" in spec.trainers)
@@ -21,6 +32,8 @@ OFFLINE = sorted(name for name, spec in ALGORITHMS.items() if "offline" in spec.
 SMOKE_CASES = [(name, env) for name in OFFLINE
                for env in (["cartpole"] if DISCRETE in ALGORITHMS[name].actions else [])
                + (["pendulum"] if "continuous" in ALGORITHMS[name].actions else [])]
+#: through the CLI: each algorithm's first case (one real process per algorithm)
+CLI_CASES = {name: env for name, env in reversed(SMOKE_CASES)}
 SMALL = ["experiment=smoke", "trainer.epoch_num_steps=200", "trainer.batch_size=32",
          "logger.progress_bar=false"]
 
@@ -32,7 +45,7 @@ def datasets(tmp_path_factory) -> dict[str, Path]:
     out = {"cartpole": where / "cartpole.h5", "pendulum": where / "pendulum.npz"}
     for args in (["--env", "CartPole-v1", "--episodes", "20", "--out", out["cartpole"]],
                  ["--env", "Pendulum-v1", "--steps", "2000", "--out", out["pendulum"]]):
-        res = run_tool("rltrain-collect", "--random", *args, cwd=where)
+        res = command(collect.main, "--random", *args)
         assert res.returncode == 0, res.stderr
     return out
 
@@ -42,13 +55,18 @@ def test_offline_algorithms_are_registered():
 
 
 @pytest.mark.parametrize(("algo", "env"), SMOKE_CASES, ids=[f"{a}-{e}" for a, e in SMOKE_CASES])
-def test_offline_smoke_run_writes_complete_run_dir(cli, tmp_path, datasets, algo, env):
+def test_offline_smoke_run_writes_complete_run_dir(cli, tmp_path, capsys, datasets, algo, env):
     run_dir = tmp_path / "run"
-    res = cli(*SMALL, f"algo={algo}", f"env={env}", f"dataset={datasets[env]}",
-              f"hydra.run.dir={run_dir}")
-    assert res.returncode == 0, res.stderr
-    assert "Traceback" not in res.stderr
-    assert "epoch   2/2" in res.stdout and "updates" in res.stdout
+    args = [*SMALL, f"algo={algo}", f"env={env}", f"dataset={datasets[env]}"]
+    if CLI_CASES[algo] == env:
+        res = cli(*args, f"hydra.run.dir={run_dir}")
+        assert res.returncode == 0, res.stderr
+        assert "Traceback" not in res.stderr
+        out = res.stdout
+    else:
+        assert run_in_process(run_dir, *args).status == "completed"
+        out = capsys.readouterr().out
+    assert "epoch   2/2" in out and "updates" in out
     rows = read_jsonl(run_dir / "epochs.jsonl")
     assert [r["epoch"] for r in rows] == [1, 2]
     # an epoch is epoch_num_steps gradient steps, then a test on the live env; no env step
@@ -74,17 +92,17 @@ def test_offline_smoke_run_writes_complete_run_dir(cli, tmp_path, datasets, algo
         policy = torch.load(run_dir / name / "policy.pt", weights_only=True)
         assert policy["meta"]["algo"] == algo
     # the saved policy evaluates like any other
-    res = run_tool("rltrain-eval", run_dir, "--episodes", "2", cwd=tmp_path)
+    res = command(evaluate.main, run_dir, "--episodes", "2")
     assert res.returncode == 0, res.stderr
 
 
 # IQL with the slow checks: the offline trainer's resume is the same for both
 @pytest.mark.parametrize("algo", ["cql", pytest.param("iql", marks=pytest.mark.slow)])
-def test_offline_sigterm_and_resume_equal_an_unbroken_run(cli, tmp_path, datasets, algo):
+def test_offline_sigterm_and_resume_equal_an_unbroken_run(tmp_path, datasets, algo):
     args = [*SMALL, f"algo={algo}", "env=pendulum", f"dataset={datasets['pendulum']}",
             "trainer.max_epochs=4", "logger.tensorboard=false"]
     full, broken = tmp_path / "full", tmp_path / "broken"
-    assert cli(*args, f"hydra.run.dir={full}").returncode == 0
+    run_in_process(full, *args)
     seen = []
 
     def mid_epoch_3(line: str) -> bool:  # the end of epoch 2's line: epoch 3 is under way
@@ -94,14 +112,14 @@ def test_offline_sigterm_and_resume_equal_an_unbroken_run(cli, tmp_path, dataset
     res = signal_when([*args, f"hydra.run.dir={broken}"], tmp_path, mid_epoch_3, SIGTERM)
     assert res.returncode == 143, res.stderr
     assert json.loads((broken / "summary.json").read_text())["interrupted"] is True
-    res = cli(f"resume={broken}")
-    assert res.returncode == 0, res.stderr
+    assert resume_in_process(broken) == (0, [])
     summary = json.loads((broken / "summary.json").read_text())
     assert summary["resumes"] and all(r["exact"] for r in summary["resumes"])
     assert learning_records(broken) == learning_records(full)
 
 
-def test_resume_from_another_directory_finds_a_relative_dataset(tmp_path, datasets):
+def test_resume_from_another_directory_finds_a_relative_dataset(tmp_path, datasets,
+                                                                monkeypatch):
     """dataset=data.h5, relative to where the run began; resumed from elsewhere, the run
     finds the file it began with (the checkpoint holds its absolute path and hash)."""
     start, elsewhere = tmp_path / "start", tmp_path / "elsewhere"
@@ -113,12 +131,12 @@ def test_resume_from_another_directory_finds_a_relative_dataset(tmp_path, datase
                        "trainer.max_epochs=4", f"hydra.run.dir={run_dir}"], start,
                       lambda line: line.startswith("epoch   1/4"), SIGTERM)
     assert res.returncode == 143, res.stderr
-    res = run_cli(f"resume={run_dir}", cwd=elsewhere)
-    assert res.returncode == 0, res.stderr
+    monkeypatch.chdir(elsewhere)
+    assert resume_in_process(run_dir) == (0, [])
     assert [r["epoch"] for r in read_jsonl(run_dir / "epochs.jsonl")] == [1, 2, 3, 4]
 
 
-def test_resume_refuses_a_dataset_whose_content_changed(cli, tmp_path, datasets):
+def test_resume_refuses_a_dataset_whose_content_changed(tmp_path, datasets):
     data = tmp_path / "data.h5"
     shutil.copy(datasets["cartpole"], data)
     run_dir = tmp_path / "run"
@@ -128,13 +146,13 @@ def test_resume_refuses_a_dataset_whose_content_changed(cli, tmp_path, datasets)
     assert res.returncode == 143, res.stderr
     before = (run_dir / "epochs.jsonl").read_bytes()
     other = tmp_path / "other.h5"
-    res = run_tool("rltrain-collect", "--random", "--env", "CartPole-v1", "--episodes", "3",
-                   "--seed", "7", "--out", other, cwd=tmp_path)
+    res = command(collect.main, "--random", "--env", "CartPole-v1", "--episodes", "3",
+                  "--seed", "7", "--out", other)
     assert res.returncode == 0, res.stderr
     shutil.copy(other, data)
-    res = cli(f"resume={run_dir}")
-    assert res.returncode == 2
-    assert "is not the one this run began with" in res.stderr and "Traceback" not in res.stderr
+    code, said = resume_in_process(run_dir)
+    assert code == 2 and len(said) == 1
+    assert "is not the one this run began with" in said[0] and "Traceback" not in said[0]
     assert (run_dir / "epochs.jsonl").read_bytes() == before  # nothing touched
 
 
@@ -169,21 +187,22 @@ BAD = {
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
-def test_bad_offline_input_is_one_clear_line(cli, tmp_path, datasets, case):
+def test_bad_offline_input_is_one_clear_line(tmp_path, datasets, case, monkeypatch):
+    """Refused before anything is written (the CLI prints the message after ``rltrain:
+    error: ``, exit 2: tests/test_cli.py)."""
     args, needles = BAD[case]
     args = [a.format(**{k: str(v) for k, v in datasets.items()}) for a in args]
-    res = cli(*SMALL, *args, f"hydra.run.dir={tmp_path / 'run'}",
-              env={"MINARI_DATASETS_PATH": str(tmp_path / "minari")})
-    assert res.returncode == 2, (res.stdout, res.stderr)
-    assert "Traceback" not in res.stderr
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    message = refusal(tmp_path / "run", *SMALL, *args)
+    assert "Traceback" not in message
     for needle in needles:
-        assert needle in res.stderr, res.stderr
-    assert not (tmp_path / "run" / "epochs.jsonl").exists()
+        assert needle in message, message
 
 
-def test_a_minari_dataset_from_minaris_own_collector_trains_through_the_cli(cli, tmp_path):
+def test_a_minari_dataset_from_minaris_own_collector_trains(tmp_path, monkeypatch):
     """Minari's DataCollector records a random CartPole policy into a local dataset (its
-    ``create_dataset``); ``dataset=minari:ID`` trains BC on it through the CLI."""
+    ``create_dataset``); ``dataset=minari:ID`` trains BC on it."""
     minari = pytest.importorskip("minari", reason="minari is not installed (extra: minari)")
     pytest.importorskip("jax", reason="jax is not installed: Minari's DataCollector needs it "
                         "(pip install 'minari[create]')")
@@ -215,9 +234,10 @@ def test_a_minari_dataset_from_minaris_own_collector_trains_through_the_cli(cli,
         else:
             os.environ["MINARI_DATASETS_PATH"] = old
     run_dir = tmp_path / "run"
-    res = cli(*SMALL, "algo=bc", "env=cartpole", "dataset=minari:rltrain/cartpole-random-v0",
-              f"hydra.run.dir={run_dir}", env={"MINARI_DATASETS_PATH": str(store)})
-    assert res.returncode == 0, res.stderr
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(store))
+    info = run_in_process(run_dir, *SMALL, "algo=bc", "env=cartpole",
+                          "dataset=minari:rltrain/cartpole-random-v0")
+    assert info.status == "completed", info.error
     data = json.loads((run_dir / "summary.json").read_text())["dataset"]
     assert data["spec"] == "minari:rltrain/cartpole-random-v0"
     assert data["episodes"] == len(returns) == 30
