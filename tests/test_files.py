@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from conftest import run_cli, run_tool, signal_when, tmpfs
-from rltrain import rundir, stored, tune
+from conftest import command, resume_in_process, run_cli, signal_when, tmpfs
+from rltrain import evaluate, rundir, stored, tune
 from rltrain.files import (
     LinkError,
     NoFollowFileHandler,
@@ -90,11 +90,11 @@ def test_resume_refuses_a_run_directory_with_a_planted_link(two_epoch_run, tmp_p
     shutil.copytree(two_epoch_run, run, symlinks=True)
     (run / name).unlink(missing_ok=True)
     (run / name).symlink_to(victim)
-    res = run_cli(f"resume={run}", "trainer.max_epochs=3", cwd=tmp_path)
-    assert res.returncode == 2, res.stderr
+    code, said = resume_in_process(run, "trainer.max_epochs=3")
+    assert code == 2 and len(said) == 1, said
     assert (f"has symbolic links where rltrain writes ({name} -> {victim}); rltrain never "
-            "writes through a link") in res.stderr
-    assert victim.read_text() == "untouched\n" and "Traceback" not in res.stderr
+            "writes through a link") in said[0]
+    assert victim.read_text() == "untouched\n" and "Traceback" not in said[0]
 
 
 def test_a_new_run_refuses_a_directory_with_a_planted_link(tmp_path, victim):
@@ -110,7 +110,7 @@ def test_eval_replaces_a_linked_result_file_not_its_target(two_epoch_run, tmp_pa
     run = tmp_path / "run"
     shutil.copytree(two_epoch_run, run, symlinks=True)
     (run / "eval.json").symlink_to(victim)
-    res = run_tool("rltrain-eval", run, "--episodes", "1", cwd=tmp_path)
+    res = command(evaluate.main, run, "--episodes", "1")
     assert res.returncode == 0, res.stderr
     assert not (run / "eval.json").is_symlink() and victim.read_text() == "untouched\n"
 
