@@ -1,5 +1,7 @@
-"""`rltrain-eval` and `rltrain-export` as a user runs them: the installed console scripts in
-real subprocesses, on smoke runs made once by the real `rltrain` CLI.
+"""`rltrain-eval` and `rltrain-export`: the installed console scripts in real processes where
+a process shows what is checked (an export as a user runs it, the one-line error and exit
+status, a missing extra, what a video's encoder prints), their own functions in this process
+for the rest; on smoke runs made once, in this process.
 
 The 'export' and 'video' extras are part of the 'test' extra, so a missing onnx,
 onnxruntime, moviepy or pygame makes these tests fail, never skip.
@@ -13,13 +15,13 @@ import re
 import shutil
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import run_cli, tmpfs
+from conftest import command, run_in_process, tmpfs
+from rltrain import evaluate, export
 
 BIN = Path(sys.executable).parent
 EVAL = BIN / "rltrain-eval"
@@ -43,15 +45,9 @@ def tool(script: Path, *args: str | Path, cwd: Path, env: dict | None = None
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("runs")
-
-    def train(name: str) -> Path:
-        result = run_cli("experiment=smoke", *RUNS[name], f"hydra.run.dir={root / name}",
-                         "logger.tensorboard=false", cwd=root)
-        assert result.returncode == 0, result.stderr
-        return root / name
-
-    with ThreadPoolExecutor(len(RUNS)) as pool:
-        return dict(zip(RUNS, pool.map(train, RUNS), strict=True))
+    for name, args in RUNS.items():
+        run_in_process(root / name, "experiment=smoke", *args, "logger.tensorboard=false")
+    return {name: root / name for name in RUNS}
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess, prog: str, *needles: str) -> None:
@@ -71,7 +67,7 @@ def test_eval_best_final_last(runs: dict[str, Path], tmp_path: Path) -> None:
     run = runs["cartpole"]
     reports = {}
     for weights in ("best", "final", "last"):
-        result = tool(EVAL, run, "--weights", weights, "--episodes", "3", cwd=tmp_path)
+        result = command(evaluate.main, run, "--weights", weights, "--episodes", "3")
         assert result.returncode == 0, result.stderr
         match = SUMMARY.search(result.stdout)
         assert match, result.stdout
@@ -93,7 +89,7 @@ def test_eval_best_final_last(runs: dict[str, Path], tmp_path: Path) -> None:
 
 def test_eval_continuous_seed(runs: dict[str, Path], tmp_path: Path) -> None:
     run = runs["pendulum"]
-    result = tool(EVAL, run, "--weights", "last", "--episodes", "2", "--seed", "7", cwd=tmp_path)
+    result = command(evaluate.main, run, "--weights", "last", "--episodes", "2", "--seed", "7")
     assert result.returncode == 0, result.stderr
     assert SUMMARY.search(result.stdout), result.stdout
     report = json.loads((run / "eval.json").read_text())
@@ -103,6 +99,7 @@ def test_eval_continuous_seed(runs: dict[str, Path], tmp_path: Path) -> None:
 
 
 def test_eval_video(runs: dict[str, Path], tmp_path: Path) -> None:
+    """A process of its own: the video encoder's output would reach its stderr."""
     videos = tmp_path / "videos"
     result = tool(EVAL, runs["cartpole"], "--episodes", "3", "--video", videos, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -121,13 +118,13 @@ def test_export(runs: dict[str, Path], tmp_path: Path, name: str) -> None:
     import onnxruntime as ort  # part of the test extra: missing means failing, not skipping
 
     run = runs[name]
-    if name == "cartpole":  # the default output path: next to the (best) weights
+    if name == "cartpole":  # the default output path: next to the (best) weights; a process
         result = tool(EXPORT, run, cwd=tmp_path)
         out = run / "best" / "policy.onnx"
         assert not (run / "final" / "policy.onnx").exists()  # best weights were once put there
     else:
         out = tmp_path / "sub" / "pendulum.onnx"
-        result = tool(EXPORT, run, "--weights", "final", "--out", out, cwd=tmp_path)
+        result = command(export.main, run, "--weights", "final", "--out", out)
     assert result.returncode == 0, result.stderr
     assert out.is_file()
     assert "ONNX matches torch" in result.stdout
@@ -151,8 +148,12 @@ def test_export(runs: dict[str, Path], tmp_path: Path, name: str) -> None:
 
 @pytest.mark.parametrize("script", [EVAL, EXPORT], ids=["eval", "export"])
 def test_missing_run_dir(tmp_path: Path, script: Path) -> None:
+    """In a process of its own: the message alone on stderr, a non-zero exit."""
     missing = tmp_path / "no-such-run"
     assert_one_line_error(tool(script, missing, cwd=tmp_path), script.name, str(missing))
+
+
+MAINS = {EVAL: evaluate.main, EXPORT: export.main}
 
 
 @pytest.mark.parametrize("script", [EVAL, EXPORT], ids=["eval", "export"])
@@ -162,7 +163,7 @@ def test_truncated_weights(runs: dict[str, Path], tmp_path: Path, script: Path) 
     weights = run / "best" / "policy.pt"
     data = weights.read_bytes()
     weights.write_bytes(data[: len(data) // 2])
-    result = tool(script, run, cwd=tmp_path)
+    result = command(MAINS[script], run)
     assert_one_line_error(result, script.name, str(weights), "truncated or corrupt")
     assert not (run / "eval.json").exists()
 
@@ -170,7 +171,7 @@ def test_truncated_weights(runs: dict[str, Path], tmp_path: Path, script: Path) 
 def test_missing_weights_file(runs: dict[str, Path], tmp_path: Path) -> None:
     run = shutil.copytree(runs["cartpole"], tmp_path / "run")
     (run / "final" / "policy.pt").unlink()
-    result = tool(EVAL, run, "--weights", "final", cwd=tmp_path)
+    result = command(evaluate.main, run, "--weights", "final")
     assert_one_line_error(result, "rltrain-eval", str(run / "final" / "policy.pt"), "best, last")
 
 
@@ -184,7 +185,7 @@ def test_missing_weights_file(runs: dict[str, Path], tmp_path: Path) -> None:
     ids=["eval-weights", "export-weights", "eval-episodes"],
 )
 def test_bad_flag(tmp_path: Path, script: Path, args: tuple[str, ...], flag: str) -> None:
-    result = tool(script, tmp_path, *args, cwd=tmp_path)
+    result = command(MAINS[script], tmp_path, *args)
     assert result.returncode == 2
     assert_one_line_error(result, script.name, flag)
 
@@ -196,7 +197,8 @@ def test_bad_flag(tmp_path: Path, script: Path, args: tuple[str, ...], flag: str
 )
 def test_missing_extra(runs: dict[str, Path], tmp_path: Path, script: Path,
                        args: tuple[str, ...], module: str, extra: str) -> None:
-    """Without the extra's packages: a one-line error naming the extra, before any work."""
+    """Without the extra's packages: a one-line error naming the extra, before any work (in
+    a process whose path hides them)."""
     shadow = tmp_path / "shadow" / module
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("raise ImportError('hidden by the test')\n")
@@ -214,11 +216,11 @@ def test_export_onto_a_full_disk_leaves_nothing_partial(runs: dict[str, Path],
     with tmpfs(tmp_path / "fs", "16k") as fs:
         earlier = fs / "policy.onnx"
         earlier.write_bytes(b"an earlier export\n")
-        result = tool(EXPORT, runs["cartpole"], "--out", earlier, cwd=tmp_path)
+        result = command(export.main, runs["cartpole"], "--out", earlier)
         assert result.returncode == 2, result.stdout + result.stderr
         assert_one_line_error(result, "rltrain-export", "No space left on device")
         assert sorted(p.name for p in fs.iterdir()) == ["policy.onnx"]
         assert earlier.read_bytes() == b"an earlier export\n"
     out = tmp_path / "policy.onnx"  # with room, the same command writes it
-    assert tool(EXPORT, runs["cartpole"], "--out", out, cwd=tmp_path).returncode == 0
+    assert command(export.main, runs["cartpole"], "--out", out).returncode == 0
     assert out.stat().st_size > 16 * 1024 and not list(tmp_path.glob(".*.tmp"))
