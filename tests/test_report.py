@@ -1,4 +1,6 @@
-"""rltrain-report: real sweeps through the real command, and hand-made runs for exact numbers.
+"""rltrain-report: a real sweep through the real command, and hand-made runs for exact numbers
+(the command's own function in this process, but where a process shows what is checked: the
+whole command on the sweep, a missing or broken extra, a signal).
 
 The sweep is made once by the real CLI (3 seeds x 2 learning rates, 3 smoke epochs each, in
 one multirun process). Hand-made runs copy one of its runs and rewrite ``epochs.jsonl``,
@@ -23,7 +25,7 @@ import numpy as np
 import pytest
 import yaml
 
-from conftest import job_dir, run_cli, run_tool, tmpfs, wait_for
+from conftest import command, job_dir, run_cli, run_tool, tmpfs, wait_for
 from rltrain.report import cli, compose, stats
 from rltrain.report.runs import group_runs, load_run
 
@@ -116,7 +118,7 @@ def test_sweep_report(sweep: Path) -> None:
         assert text in md, text
     assert "early stop" not in res.stderr  # no run stopped early (smoke: stop_score null)
     # never over an earlier report without --force; told in one line, before any work
-    assert_one_line_error(run_tool(TOOL, sweep, cwd=sweep.parent), "not empty", "--force")
+    assert_one_line_error(command(cli.main, sweep), "not empty", "--force")
 
 
 def test_iqm_and_metrics_against_hand_computation(sweep: Path, tmp_path: Path) -> None:
@@ -196,7 +198,7 @@ def test_runs_stopped_early_are_said_not_to_compare(sweep: Path, tmp_path: Path)
     plain = make_run(job_dir(sweep, 0), tmp_path / "plain", [1, 2], seed=9,
                      config={"env.id": "Acrobot-v1"}, overrides=["seed=9"])
     out = tmp_path / "out"
-    res = run_tool(TOOL, tmp_path / "runs", plain, "--out", out, *REPS, cwd=tmp_path)
+    res = command(cli.main, tmp_path / "runs", plain, "--out", out, *REPS)
     assert res.returncode == 0, res.stderr
     warnings = [line for line in res.stderr.splitlines() if "early stop" in line]
     assert warnings == [
@@ -287,7 +289,7 @@ def test_offline_runs_are_plotted_by_gradient_step(sweep: Path, tmp_path: Path) 
             for i in range(2)]
     assert load_run(runs[0]).steps == [1000, 2000, 3000]  # env_step is 0 in every record
     out = tmp_path / "report"
-    res = run_tool(TOOL, *runs, "--out", out, cwd=tmp_path)
+    res = command(cli.main, *runs, "--out", out)
     assert res.returncode == 0, res.stderr
     assert "by gradient step, 95% CI band" in (out / "report.md").read_text()
 
@@ -328,7 +330,7 @@ def test_damaged_failed_and_torn_runs(sweep: Path, tmp_path: Path) -> None:
     torn = make_run(job_dir(sweep, 1), extra / "torn", [1, 2], seed=8)
     with (torn / "epochs.jsonl").open("a") as f:
         f.write('{"epoch": 3, "env_st')
-    res = run_tool(TOOL, sweep, extra, "--out", tmp_path / "out", *REPS, cwd=tmp_path)
+    res = command(cli.main, sweep, extra, "--out", tmp_path / "out", *REPS)
     assert res.returncode == 0, res.stdout + res.stderr
     assert f"skipping {damaged}: epochs.jsonl line 2 is not an epoch record" in res.stderr
     assert "ignoring its torn last line 3" in res.stderr and "Traceback" not in res.stderr
@@ -344,22 +346,22 @@ def test_damaged_failed_and_torn_runs(sweep: Path, tmp_path: Path) -> None:
 
 
 def test_bad_inputs(sweep: Path, tmp_path: Path) -> None:
-    assert_one_line_error(run_tool(TOOL, tmp_path / "nowhere", cwd=tmp_path),
+    assert_one_line_error(command(cli.main, tmp_path / "nowhere"),
                           "nowhere does not exist")
     (tmp_path / "empty").mkdir()
-    assert_one_line_error(run_tool(TOOL, tmp_path / "empty", cwd=tmp_path), "no runs under")
+    assert_one_line_error(command(cli.main, tmp_path / "empty"), "no runs under")
     bad = make_run(job_dir(sweep, 0), tmp_path / "bad" / "empty-epochs", [1])
     (bad / "epochs.jsonl").write_text("")
     failed = make_run(job_dir(sweep, 0), tmp_path / "bad" / "failed", [1],
                       summary={"status": "failed"})
-    res = run_tool(TOOL, tmp_path / "bad", cwd=tmp_path)
+    res = command(cli.main, tmp_path / "bad")
     assert f"warning: skipping {bad}: epochs.jsonl is empty" in res.stderr
     res.stderr = res.stderr.split("\n", 1)[1]
     assert_one_line_error(res, "no usable runs", "1 cannot be read and 1 failed")
     assert not (tmp_path / "bad" / "report").exists() and failed.exists()
-    assert_one_line_error(run_tool(TOOL, sweep, "--reference", "Nope-v0=1", "--out",
-                                   tmp_path / "out", cwd=tmp_path), "--reference names Nope-v0")
-    res = run_tool(TOOL, sweep, "--reference", "CartPole-v1", cwd=tmp_path)
+    assert_one_line_error(command(cli.main, sweep, "--reference", "Nope-v0=1", "--out",
+                                   tmp_path / "out"), "--reference names Nope-v0")
+    res = command(cli.main, sweep, "--reference", "CartPole-v1")
     assert res.returncode == 2 and "expected ENV_ID=SCORE" in res.stderr
 
 
@@ -445,7 +447,7 @@ def test_one_seed_gives_no_interval(sweep: Path, tmp_path: Path) -> None:
             make_run(job_dir(sweep, 0), tmp_path / "c", [30, 40], seed=1,
                      config={"algo.lr": 0.01})]
     out = tmp_path / "out"
-    res = run_tool(TOOL, *runs, "--out", out, "--last", "1", *REPS, cwd=tmp_path)
+    res = command(cli.main, *runs, "--out", out, "--last", "1", *REPS)
     assert res.returncode == 0, res.stderr
     md = (out / "report.md").read_text()
     assert not re.search(r"(\d[\d,.]*) \[\1, \1\]", md), md
@@ -463,7 +465,7 @@ def test_a_full_disk_leaves_no_partial_report(sweep: Path, tmp_path: Path) -> No
     """A real full disk: one line saying so and how to go on, no report directory (it was
     left half-written), and an earlier report that --force would replace left as it was."""
     with tmpfs(tmp_path / "fs", "64k") as fs:
-        res = run_tool(TOOL, job_dir(sweep, 0), "--out", fs / "report", *REPS, cwd=tmp_path)
+        res = command(cli.main, job_dir(sweep, 0), "--out", fs / "report", *REPS)
         assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
         assert res.stderr == (f"{TOOL}: error: could not write the report in {fs / 'report'}: "
                               "No space left on device; nothing was left behind (free space "
@@ -472,8 +474,7 @@ def test_a_full_disk_leaves_no_partial_report(sweep: Path, tmp_path: Path) -> No
         (fs / "report").mkdir()
         for name in ("report.md", "runs.csv"):
             (fs / "report" / name).write_text(f"an earlier {name}")
-        res = run_tool(TOOL, job_dir(sweep, 0), "--out", fs / "report", "--force", *REPS,
-                       cwd=tmp_path)
+        res = command(cli.main, job_dir(sweep, 0), "--out", fs / "report", "--force", *REPS)
         assert res.returncode == 1 and f"{fs / 'report'} is as it was" in res.stderr
         assert {p.name: p.read_text() for p in (fs / "report").iterdir()} == {
             "report.md": "an earlier report.md", "runs.csv": "an earlier runs.csv"}
@@ -513,7 +514,7 @@ def test_report_renders_in_headless_chromium(sweep: Path, tmp_path: Path) -> Non
     if browser is None:
         pytest.skip("no Chromium (Debian: apt-get install chromium)")
     out = tmp_path / "report"
-    res = run_tool(TOOL, sweep, "--out", out, *REPS, cwd=tmp_path)
+    res = command(cli.main, sweep, "--out", out, *REPS)
     assert res.returncode == 0, res.stderr
     flags = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
              "--allow-file-access-from-files", f"--user-data-dir={tmp_path / 'profile'}"]
