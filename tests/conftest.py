@@ -226,12 +226,20 @@ SHORT_DQN = ["experiment=smoke", "algo=dqn", "logger.tensorboard=false",
 def compose_run(*overrides: str, hydra: bool = False) -> DictConfig:
     """The run config ``rltrain OVERRIDES`` composes, in-process (Hydra's compose API), the
     command line first checked and prepared as the CLI does (:func:`rltrain.overrides.prepare`:
-    ``env.kwargs.KEY=VALUE`` needs no ``+``); ``hydra``: with Hydra's own config under
-    ``hydra``."""
+    ``env.kwargs.KEY=VALUE`` needs no ``+``); ``--config-dir DIR`` adds DIR to the search
+    path, as Hydra's main does. ``hydra``: with Hydra's own config under ``hydra``."""
     register_configs()
-    prepared = prepare(list(overrides), CONF)
+    composed: list[str] = []
+    prepared = iter(prepare(list(overrides), CONF))
+    for arg in prepared:
+        if arg in ("--config-dir", "-cd"):
+            composed.append(f"hydra.searchpath=[file://{Path(next(prepared)).absolute()}]")
+        elif arg.startswith("-"):
+            raise ValueError(f"compose_run takes overrides and --config-dir, not {arg}")
+        else:
+            composed.append(arg)
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose("config", overrides=prepared, return_hydra_config=hydra)
+        return compose("config", overrides=composed, return_hydra_config=hydra)
 
 
 def run_in_process(run_dir: Path, *overrides: str) -> InfoStats:

@@ -13,7 +13,7 @@ import pytest
 
 optuna = pytest.importorskip("optuna", reason="the tune extra (optuna) is not installed")
 
-from omegaconf import open_dict  # noqa: E402
+from omegaconf import OmegaConf, open_dict  # noqa: E402
 from optuna.distributions import (  # noqa: E402
     CategoricalDistribution,
     FloatDistribution,
@@ -22,7 +22,7 @@ from optuna.distributions import (  # noqa: E402
 from optuna.trial import TrialState  # noqa: E402
 
 from conftest import CONF as CONF_DIR  # noqa: E402
-from conftest import job_dir  # noqa: E402
+from conftest import compose_run, job_dir, run_in_process  # noqa: E402
 from rltrain.config import job_number  # noqa: E402
 from rltrain.optuna_sweeper import encode, search_space  # noqa: E402
 from rltrain.tune import objective  # noqa: E402
@@ -129,17 +129,13 @@ def test_study_prunes_writes_its_results_and_the_tuned_file_trains(cli, tmp_path
     tuned = sweep / "conf" / "tuned" / "ppo_cartpole.yaml"
     assert tuned.read_text().startswith("# @package _global_")
     said = res.stdout
-    res = cli("--config-dir", str(sweep / "conf"), "experiment=tuned_ppo_cartpole",
-              "--cfg", "job")
-    assert res.returncode == 0, res.stderr
-    import yaml
-
-    composed = yaml.safe_load(res.stdout)
+    # the command it prints, composed in this process
+    composed = compose_run("--config-dir", str(sweep / "conf"), "experiment=tuned_ppo_cartpole")
     assert composed["algo"]["lr"] == pytest.approx(best.params["algo.lr"])
     assert composed["algo"]["clip_ratio"] == pytest.approx(best.params["algo.clip_ratio"])
     # the budget to train with is the one rltrain algo=ppo env=cartpole has (the shipped
     # tuned file's), not the trials' short one (issue 45 §5: it kept max_epochs=4)
-    plain = yaml.safe_load(cli("algo=ppo", "env=cartpole", "--cfg", "job").stdout)["trainer"]
+    plain = compose_run("algo=ppo", "env=cartpole")["trainer"]
     budget = ("max_epochs", "epoch_num_steps", "stop_score", "test_step_num_episodes")
     assert {k: composed["trainer"][k] for k in budget} == {k: plain[k] for k in budget}
     assert plain["max_epochs"] != 4
@@ -167,7 +163,7 @@ def test_a_searched_budget_key_stays_the_best_trials_and_the_rest_are_the_defaul
     import yaml
 
     best = study(sweep).best_trial
-    plain = yaml.safe_load(cli("algo=ppo", "env=acrobot", "--cfg", "job").stdout)["trainer"]
+    plain = compose_run("algo=ppo", "env=acrobot")["trainer"]
     written = yaml.safe_load((sweep / "conf" / "experiment" / "tuned_ppo_acrobot.yaml")
                              .read_text())["trainer"]
     assert written["max_epochs"] == best.params["trainer.max_epochs"]
@@ -312,14 +308,10 @@ def test_multirun_with_cfg_is_one_line(cli):
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in (
     Path(__file__).resolve().parents[1] / "conf" / "hparams_search").glob("*.yaml")))
-def test_every_search_space_composes_with_known_keys(cli, name):
+def test_every_search_space_composes_with_known_keys(name):
     from rltrain.catalogue import key_problem
 
-    res = cli(f"hparams_search={name}", "--cfg", "hydra")
-    assert res.returncode == 0, res.stderr
-    import yaml
-
-    hydra_cfg = yaml.safe_load(res.stdout)["hydra"]
+    hydra_cfg = OmegaConf.to_container(compose_run(f"hparams_search={name}", hydra=True).hydra)
     assert hydra_cfg["sweeper"]["_target_"].endswith("OptunaSweeper")
     params = hydra_cfg["sweeper"]["params"]
     algo = name.split("_")[0]
@@ -456,7 +448,7 @@ def test_the_study_opens_in_optuna_dashboard(cli, tmp_path):
 
 
 @pytest.mark.parametrize("space", sorted(p.stem for p in CONF_DIR.glob("hparams_search/*.yaml")))
-def test_the_printed_command_of_every_shipped_search_trains_its_best_trial(cli, tmp_path, space):
+def test_the_printed_command_of_every_shipped_search_trains_its_best_trial(tmp_path, space):
     """The experiment file a search writes picks its algorithm and env, so the command the
     sweeper prints (``--config-dir SWEEP/conf experiment=tuned_ALGO_ENV``) composes and
     trains: a best trial is made from the search's own composed config, as a sweep's is."""
@@ -480,11 +472,10 @@ def test_the_printed_command_of_every_shipped_search_trains_its_best_trial(cli, 
     algo, env = str(cfg.algo.name), str(cfg.env.name)
     _, experiment = write_tuned(tmp_path / "sweep", trial, algo, env, space)
     assert experiment.name == f"tuned_{algo}_{env}.yaml"
-    res = cli("--config-dir", str(tmp_path / "sweep" / "conf"), f"experiment={experiment.stem}",
-              "trainer.max_epochs=1", "trainer.epoch_num_steps=256", "trainer.stop_score=null",
-              *([] if algo == "ppo" else ["trainer.random_warmup_env_steps=128"]),
-              f"hydra.run.dir={tmp_path / 'run'}")
-    assert res.returncode == 0, res.stderr
+    run_in_process(tmp_path / "run", "--config-dir", str(tmp_path / "sweep" / "conf"),
+                   f"experiment={experiment.stem}", "trainer.max_epochs=1",
+                   "trainer.epoch_num_steps=256", "trainer.stop_score=null",
+                   *([] if algo == "ppo" else ["trainer.random_warmup_env_steps=128"]))
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["epochs"] == 1
     stored = OmegaConf.load(tmp_path / "run" / ".hydra" / "config.yaml")
