@@ -20,6 +20,7 @@ from conftest import (
     SIGINT,
     SIGTERM,
     cli_env,
+    compose_run,
     job_dir,
     learning_records,
     read_jsonl,
@@ -697,14 +698,11 @@ def test_a_submitit_job_past_its_timeout_is_requeued_and_resumes_exactly(cli, tm
     assert all(running for _, running in said)
 
 
-def test_the_slurm_example_composes_with_requeueing_on(cli):
+def test_the_slurm_example_composes_with_requeueing_on():
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher",
                         reason="hydra-submitit-launcher (extra: cluster) is not installed")
-    res = cli("--cfg", "hydra", "hydra/launcher=slurm", "hydra.launcher.partition=cpu")
-    assert res.returncode == 0, res.stderr
-    import yaml
-
-    launcher = yaml.safe_load(res.stdout)["hydra"]["launcher"]
+    launcher = compose_run("hydra/launcher=slurm", "hydra.launcher.partition=cpu",
+                           hydra=True).hydra.launcher
     assert launcher["_target_"].endswith("SlurmLauncher")
     assert launcher["partition"] == "cpu"
     assert launcher["max_num_timeout"] > 0 and launcher["signal_delay_s"] > 0
