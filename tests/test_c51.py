@@ -15,7 +15,15 @@ import pytest
 import torch
 
 from algo_helpers import CPU, DISC, SMALL, progress, random_batch
-from conftest import learning_records, run_tool, signal_when
+from conftest import (
+    command,
+    compose_run,
+    learning_records,
+    resume_in_process,
+    run_in_process,
+    signal_when,
+)
+from rltrain import export
 from rltrain.algorithms import ALGORITHMS
 from rltrain.algorithms.c51 import (
     C51,
@@ -184,13 +192,10 @@ def test_rainbow_is_c51_with_every_option_on():
     assert cfg.double_q and cfg.dueling and cfg.noisy and cfg.n_step == 3
 
 
-def test_rainbow_composes_with_the_prioritized_buffer(cli):
-    shown = cli("--cfg", "job", "algo=rainbow")
-    assert shown.returncode == 0, shown.stderr
-    assert "sampler: prioritized" in shown.stdout and "dueling: true" in shown.stdout
-    uniform = cli("--cfg", "job", "algo=rainbow", "buffer=replay")
-    assert uniform.returncode == 0, uniform.stderr
-    assert "sampler: uniform" in uniform.stdout
+def test_rainbow_composes_with_the_prioritized_buffer():
+    shown = compose_run("algo=rainbow")
+    assert shown.buffer.sampler == "prioritized" and shown.algo.dueling is True
+    assert compose_run("algo=rainbow", "buffer=replay").buffer.sampler == "uniform"
 
 
 def test_a_noisy_network_acts_greedily_with_its_mean_weights_and_explores_with_noise():
@@ -227,16 +232,15 @@ SMOKE = ["experiment=smoke", "logger.tensorboard=false", "trainer.epoch_num_step
 
 
 @pytest.mark.parametrize("algo", ["c51", "rainbow"])
-def test_the_exported_policy_argmaxes_the_expected_values(cli, tmp_path, algo):
+def test_the_exported_policy_argmaxes_the_expected_values(tmp_path, algo):
     """rltrain-export writes the deployable policy; its ONNX actions are the argmax of the
     expected values sum_j p_j z_j computed here from the loaded network (mean weights)."""
     import onnxruntime as ort
 
     run = tmp_path / "run"
-    res = cli(*SMOKE, f"algo={algo}", f"hydra.run.dir={run}")
-    assert res.returncode == 0, res.stderr
+    run_in_process(run, *SMOKE, f"algo={algo}")
     out = tmp_path / "policy.onnx"
-    res = run_tool("rltrain-export", run, "--out", out, cwd=tmp_path)
+    res = command(export.main, run, "--out", out)
     assert res.returncode == 0, res.stderr
     assert "identical on 256/256" in res.stdout
     loaded = load_run(run, "best")
@@ -250,7 +254,7 @@ def test_the_exported_policy_argmaxes_the_expected_values(cli, tmp_path, algo):
     np.testing.assert_array_equal(act, expected.argmax(-1).numpy())
 
 
-def test_sigterm_then_resume_of_a_noisy_c51_equals_the_unbroken_run(cli, tmp_path):
+def test_sigterm_then_resume_of_a_noisy_c51_equals_the_unbroken_run(tmp_path):
     """Weight noise, epsilon's stream, priorities and the buffer resume bit for bit: Rainbow
     (noisy, prioritized) interrupted mid-epoch 2 and resumed writes the unbroken run's
     records."""
@@ -261,12 +265,11 @@ def test_sigterm_then_resume_of_a_noisy_c51_equals_the_unbroken_run(cli, tmp_pat
             "env.num_test_envs=2", "trainer.test_step_num_episodes=2",
             "logger.tensorboard=false", "trainer.batch_size=32"]
     full, broken = tmp_path / "full", tmp_path / "broken"
-    assert cli(*args, f"hydra.run.dir={full}").returncode == 0
+    run_in_process(full, *args)
     res = signal_when([*args, f"hydra.run.dir={broken}"], tmp_path,
                       lambda line: line.startswith("epoch   1/"), signal.SIGTERM)
     assert res.returncode == 143, res.stderr
     summary = json.loads((broken / "summary.json").read_text())
     assert summary["interrupted"] is True and summary["env_step"] < 256 + 3 * 1024
-    res = cli(f"resume={broken}")
-    assert res.returncode == 0, res.stderr
+    assert resume_in_process(broken) == (0, [])
     assert learning_records(broken) == learning_records(full)

@@ -7,6 +7,7 @@ rltrain-eval, rltrain-export, rltrain-collect and behaviour cloning from what it
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import gymnasium as gym
@@ -16,7 +17,8 @@ import torch
 
 from action_envs import MULTIBINARY_ID, MULTIDISCRETE_ID, MultiDiscreteEnv
 from algo_helpers import CPU, progress
-from conftest import run_tool
+from conftest import command, run_in_process
+from rltrain import collect, evaluate, export
 from rltrain.actions import ShiftActions, integer_start
 from rltrain.algorithms import ALGORITHMS, MULTIDISCRETE
 from rltrain.algorithms.bc import BC, BCConfig, DiscreteBCStats
@@ -253,24 +255,24 @@ def test_collect_noise_keeps_multidiscrete_actions_in_their_space():
 
 
 # --------------------------------------------------------------------------- end to end
-def test_train_eval_export_collect_and_clone_through_the_cli(cli, tmp_path):
+def test_train_eval_export_collect_and_clone(tmp_path, caplog):
     """A2C trained on the MultiDiscrete env (its start: the env raises on an unshifted
     action), its policy evaluated and exported (the ONNX graph gives the env's actions), a
     dataset collected from it with noise, and BC trained on that dataset."""
     env = ["env=gym", f"env.id=action_envs:{MULTIDISCRETE_ID}"]
     run = tmp_path / "a2c"
-    res = cli("algo=a2c", *env, "trainer.max_epochs=2", "trainer.epoch_num_steps=4000",
-              "trainer.stop_score=null", "logger.tensorboard=false", f"hydra.run.dir={run}")
-    assert res.returncode == 0, res.stderr
-    assert "actions MultiDiscrete([3 2], start=[ 1 -1])" in (run / "rltrain.log").read_text()
+    caplog.set_level(logging.INFO)
+    run_in_process(run, "algo=a2c", *env, "trainer.max_epochs=2", "trainer.epoch_num_steps=4000",
+                   "trainer.stop_score=null", "logger.tensorboard=false")
+    assert "actions MultiDiscrete([3 2], start=[ 1 -1])" in caplog.text
     best = json.loads((run / "summary.json").read_text())["best_score"]
     assert best >= 15  # of 20: the policy reads its observation
 
-    res = run_tool("rltrain-eval", run, "--episodes", "4", cwd=tmp_path)
+    res = command(evaluate.main, run, "--episodes", "4")
     assert res.returncode == 0, res.stderr
     assert np.mean(json.loads((run / "eval.json").read_text())["returns"]) >= 15
 
-    res = run_tool("rltrain-export", run, cwd=tmp_path)
+    res = command(export.main, run)
     assert res.returncode == 0, res.stderr
     assert "action int64[batch, 2]" in res.stdout and "identical on 256/256" in res.stdout
     import onnxruntime as ort
@@ -283,13 +285,11 @@ def test_train_eval_export_collect_and_clone_through_the_cli(cli, tmp_path):
     assert all(gym.spaces.MultiDiscrete([3, 2], start=[1, -1]).contains(a) for a in act)
 
     data = tmp_path / "data.npz"
-    res = run_tool("rltrain-collect", run, "--episodes", "20", "--noise", "0.2", "--out", data,
-                   cwd=tmp_path)
+    res = command(collect.main, run, "--episodes", "20", "--noise", "0.2", "--out", data)
     assert res.returncode == 0, res.stderr
     clone = tmp_path / "bc"
-    res = cli("algo=bc", *env, f"dataset={data}", "experiment=smoke", "trainer.batch_size=64",
-              "trainer.epoch_num_steps=300", f"hydra.run.dir={clone}")
-    assert res.returncode == 0, res.stderr
+    run_in_process(clone, "algo=bc", *env, f"dataset={data}", "experiment=smoke",
+                   "trainer.batch_size=64", "trainer.epoch_num_steps=300")
     assert json.loads((clone / "summary.json").read_text())["best_score"] >= 15
 
 

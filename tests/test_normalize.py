@@ -6,6 +6,7 @@ alike by eval and the ONNX graph)."""
 from __future__ import annotations
 
 import json
+import logging
 import signal
 
 import numpy as np
@@ -14,7 +15,16 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from algo_helpers import BOX, DISC, build
-from conftest import TESTS, learning_records, read_jsonl, run_cli, run_tool, signal_when
+from conftest import (
+    TESTS,
+    command,
+    learning_records,
+    read_jsonl,
+    resume_in_process,
+    run_in_process,
+    signal_when,
+)
+from rltrain import evaluate, export
 from rltrain.build import build_parts
 from rltrain.catalogue import register_configs
 from rltrain.core import Progress
@@ -153,7 +163,7 @@ NORM = ["env=pendulum", "env.normalize.obs=true", "env.normalize.reward=true",
         "env.num_test_envs=2", "trainer.stop_score=null"]
 
 
-def test_normalisers_frozen_in_tests_saved_with_the_policy_and_exported(cli, tmp_path):
+def test_normalisers_frozen_in_tests_saved_with_the_policy_and_exported(tmp_path):
     """With observation normalisation on: the statistics count exactly the training env steps
     (warm-up included, no test step), the saved policy carries them, and rltrain-eval and the
     ONNX graph apply them: the exported graph matches torch (export's own check) and a
@@ -163,8 +173,7 @@ def test_normalisers_frozen_in_tests_saved_with_the_policy_and_exported(cli, tmp
     from rltrain.evaluate import load_run
 
     run_dir = tmp_path / "run"
-    res = cli("algo=td3", *NORM, "trainer.max_epochs=2", f"hydra.run.dir={run_dir}")
-    assert res.returncode == 0, res.stderr
+    run_in_process(run_dir, "algo=td3", *NORM, "trainer.max_epochs=2")
     summary = json.loads((run_dir / "summary.json").read_text())
     ckpt = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
     modules = ckpt["algorithm"]["modules"]
@@ -176,8 +185,7 @@ def test_normalisers_frozen_in_tests_saved_with_the_policy_and_exported(cli, tmp
     assert float(policy["obs_norm.shift"].abs().sum()) > 0  # statistics were learnt
     assert "reward_scaler.returns" not in policy  # training only
 
-    res = run_tool("rltrain-export", run_dir, "--weights", "final", "--out",
-                   tmp_path / "p.onnx", cwd=tmp_path)
+    res = command(export.main, run_dir, "--weights", "final", "--out", tmp_path / "p.onnx")
     assert res.returncode == 0, res.stderr
     assert "ONNX matches torch" in res.stdout
 
@@ -191,25 +199,23 @@ def test_normalisers_frozen_in_tests_saved_with_the_policy_and_exported(cli, tmp
         loaded.policy.obs_norm.scale.fill_(1.0)
     assert not np.allclose(loaded.act(obs), onnx_act, atol=1e-3)
 
-    res = run_tool("rltrain-eval", run_dir, "--weights", "final", "--episodes", "2",
-                   cwd=tmp_path)
+    res = command(evaluate.main, run_dir, "--weights", "final", "--episodes", "2")
     assert res.returncode == 0, res.stderr
     assert json.loads((run_dir / "eval.json").read_text())["episodes"] == 2
 
 
-def test_eval_reproduces_the_test_step_with_normalised_observations(cli, tmp_path):
+def test_eval_reproduces_the_test_step_with_normalised_observations(tmp_path):
     """rltrain-eval with the run's test seed and the final weights plays exactly the episodes
     of the last test step (same normalised observations, same action scaling)."""
     from rltrain.trainer import derived_seed
 
     run_dir = tmp_path / "run"
-    res = cli("algo=sac", *NORM, "trainer.max_epochs=1", "trainer.test_step_num_episodes=4",
-              "env.num_test_envs=4", f"hydra.run.dir={run_dir}")
-    assert res.returncode == 0, res.stderr
+    run_in_process(run_dir, "algo=sac", *NORM, "trainer.max_epochs=1",
+                   "trainer.test_step_num_episodes=4", "env.num_test_envs=4")
     last = read_jsonl(run_dir / "epochs.jsonl")[-1]
     test_seed = derived_seed(0 + 1, 0)  # env_seeds(seed=0, 1 train env): test base = 1
-    res = run_tool("rltrain-eval", run_dir, "--weights", "final", "--episodes", "4",
-                   "--seed", str(test_seed), cwd=tmp_path)
+    res = command(evaluate.main, run_dir, "--weights", "final", "--episodes", "4",
+                  "--seed", str(test_seed))
     assert res.returncode == 0, res.stderr
     report = json.loads((run_dir / "eval.json").read_text())
     assert report["return_mean"] == pytest.approx(last["test"]["return_mean"], rel=1e-9)
@@ -217,21 +223,20 @@ def test_eval_reproduces_the_test_step_with_normalised_observations(cli, tmp_pat
 
 # the normalisers are the same parts for every off-policy algorithm: TD3 with the slow checks
 @pytest.mark.parametrize("algo", ["sac", pytest.param("td3", marks=pytest.mark.slow)])
-def test_exact_resume_with_normalisation(tmp_path, algo):
+def test_exact_resume_with_normalisation(tmp_path, caplog, algo):
     """SIGTERM mid-epoch, resume: the records equal an unbroken run's, observation and reward
     statistics included (time fields aside)."""
     args = [f"algo={algo}", *NORM, "trainer.max_epochs=3", "trainer.checkpoint_every=1",
             "trainer.batch_size=64"]  # small batches: the resume is what is tested
     whole = tmp_path / "whole"
-    res = run_cli(*args, f"hydra.run.dir={whole}", cwd=tmp_path)
-    assert res.returncode == 0, res.stderr
+    run_in_process(whole, *args)
     broken = tmp_path / "broken"
     res = signal_when([*args, f"hydra.run.dir={broken}"], tmp_path,
                       lambda line: line.startswith("epoch   2/3"), signal.SIGTERM)
     assert res.returncode == 128 + signal.SIGTERM, res.stdout + res.stderr
-    res = run_cli(f"resume={broken}", cwd=tmp_path)
-    assert res.returncode == 0, res.stderr
-    assert "(exact)" in res.stdout + res.stderr
+    caplog.set_level(logging.INFO)
+    assert resume_in_process(broken) == (0, [])
+    assert any(m.endswith(" (exact)") for m in caplog.messages), caplog.messages
     assert learning_records(broken) == learning_records(whole)
     a = torch.load(whole / "checkpoints" / "last.pt", weights_only=True)["algorithm"]["modules"]
     b = torch.load(broken / "checkpoints" / "last.pt", weights_only=True)["algorithm"]["modules"]

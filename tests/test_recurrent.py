@@ -18,7 +18,16 @@ import torch
 from gymnasium.vector import AutoresetMode
 
 import toy_envs  # noqa: F401 - registers the toy envs
-from conftest import learning_records, mid_epoch_delay, run_tool, signal_when
+from conftest import (
+    command,
+    learning_records,
+    mid_epoch_delay,
+    refusal,
+    resume_in_process,
+    run_in_process,
+    signal_when,
+)
+from rltrain import collect, evaluate, export
 from rltrain.algorithms.ppo_lstm import PPOLSTM, PPOLSTMConfig
 from rltrain.checkpoint import load_checkpoint
 from rltrain.collector import Collector
@@ -270,12 +279,10 @@ def test_settings_that_cannot_work_are_refused_by_name():
     OnPolicyTrainer.check(OnPolicyTrainer.params_type(batch_size=None), PPOLSTMConfig(), 8, 100)
 
 
-def test_the_cli_refuses_a_minibatch_smaller_than_a_sequence(cli, tmp_path):
-    res = cli("algo=ppo_lstm", "trainer.batch_size=16", f"hydra.run.dir={tmp_path / 'run'}")
-    assert res.returncode != 0
-    assert "Traceback" not in res.stderr
-    assert "trainer.batch_size=16 is smaller than algo.seq_len=32" in res.stderr
-    assert not (tmp_path / "run").exists()
+def test_the_command_refuses_a_minibatch_smaller_than_a_sequence(tmp_path):
+    message = refusal(tmp_path / "run", "algo=ppo_lstm", "trainer.batch_size=16")
+    assert "Traceback" not in message
+    assert "trainer.batch_size=16 is smaller than algo.seq_len=32" in message
 
 
 # --------------------------------------------------------------------------- envs
@@ -305,7 +312,7 @@ def test_mask_velocity_refuses_what_it_cannot_mask(env_id, indices, message):
         MaskVelocity(gym.make(env_id), indices=indices)
 
 
-# --------------------------------------------------------------------------- through the CLI
+# --------------------------------------------------------------------------- the commands
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Tiny trained runs: an LSTM on CartPole without velocities (discrete), a GRU on
@@ -315,18 +322,15 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
              "gru": ["env=pendulum_novel", "algo.rnn=gru", "env.normalize.obs=true"]}
     out = {}
     for name, args in cases.items():
-        from conftest import run_cli
-
-        res = run_cli("experiment=smoke", *TINY, *args, "trainer.epoch_num_steps=256",
-                      "trainer.max_epochs=1", f"hydra.run.dir={root / name}", cwd=root)
-        assert res.returncode == 0, res.stderr
+        run_in_process(root / name, "experiment=smoke", *TINY, *args,
+                       "trainer.epoch_num_steps=256", "trainer.max_epochs=1")
         out[name] = root / name
     return out
 
 
 @pytest.mark.parametrize("name", ["lstm", "gru"])
 def test_eval_threads_the_state_through_its_episodes(runs, tmp_path, name):
-    res = run_tool("rltrain-eval", runs[name], "--episodes", "3", cwd=tmp_path)
+    res = command(evaluate.main, runs[name], "--episodes", "3")
     assert res.returncode == 0, res.stderr
     report = json.loads((runs[name] / "eval.json").read_text())
     assert report["algo"] == "ppo_lstm" and report["episodes"] == 3
@@ -347,7 +351,7 @@ def test_export_takes_and_returns_the_state_and_matches_torch_over_episodes(runs
     from rltrain.evaluate import load_run
 
     out = tmp_path / "policy.onnx"
-    res = run_tool("rltrain-export", runs[name], "--out", out, cwd=tmp_path)
+    res = command(export.main, runs[name], "--out", out)
     assert res.returncode == 0, res.stderr
     assert "onnxruntime check over whole episodes: ONNX matches torch" in res.stdout
     state_names = ["h", "c"] if name == "lstm" else ["h"]
@@ -392,7 +396,7 @@ def test_collect_threads_each_envs_state_through_its_episodes(runs, tmp_path, na
     from rltrain.evaluate import load_run
 
     out = tmp_path / "data.h5"
-    res = run_tool("rltrain-collect", runs[name], "--episodes", "4", "--out", out, cwd=tmp_path)
+    res = command(collect.main, runs[name], "--episodes", "4", "--out", out)
     assert res.returncode == 0, res.stderr
     ds = load_dataset(str(out))
     assert ds.num_episodes == 4
@@ -412,13 +416,12 @@ def test_collect_threads_each_envs_state_through_its_episodes(runs, tmp_path, na
         np.testing.assert_allclose(np.array(replayed), ds.act, rtol=1e-5, atol=1e-5)
     assert not np.allclose(np.array(stateless), ds.act)
     noisy = tmp_path / "noisy.h5"
-    res = run_tool("rltrain-collect", runs[name], "--episodes", "2", "--noise", "0.3",
-                   "--out", noisy, cwd=tmp_path)
+    res = command(collect.main, runs[name], "--episodes", "2", "--noise", "0.3", "--out", noisy)
     assert res.returncode == 0, res.stderr
     assert load_dataset(str(noisy)).meta["policy"]["noise"] == 0.3
 
 
-def test_sigterm_then_resume_equals_unbroken_run_with_the_states_in_flight(cli, tmp_path):
+def test_sigterm_then_resume_equals_unbroken_run_with_the_states_in_flight(tmp_path):
     """The train envs' states are in the checkpoint: a run stopped mid-epoch and resumed
     writes the records of an unbroken run (with a zeroed memory the resumed episodes would be
     acted on differently)."""
@@ -426,7 +429,7 @@ def test_sigterm_then_resume_equals_unbroken_run_with_the_states_in_flight(cli, 
     args = [*TINY, "env=cartpole_novel", "trainer.max_epochs=3", "trainer.epoch_num_steps=3072",
             "trainer.stop_score=null", "seed=1", "env.num_test_envs=5",
             "trainer.test_step_num_episodes=5"]
-    assert cli(*args, f"hydra.run.dir={full}").returncode == 0
+    run_in_process(full, *args)
 
     delay = mid_epoch_delay(full)
 
@@ -446,6 +449,5 @@ def test_sigterm_then_resume_equals_unbroken_run_with_the_states_in_flight(cli, 
     assert memory.shape == (8, 2 * 2 * 16)  # actor's and critic's h and c, per train env
     assert memory.abs().sum() > 0
 
-    res = cli(f"resume={broken}")
-    assert res.returncode == 0, res.stderr
+    assert resume_in_process(broken) == (0, [])
     assert learning_records(broken) == learning_records(full)
