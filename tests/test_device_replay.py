@@ -6,13 +6,21 @@ torch tensors on the CPU: the same code as on an accelerator."""
 
 from __future__ import annotations
 
+import logging
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from conftest import learning_records, random_dataset
+from conftest import (
+    learning_records,
+    random_dataset,
+    refusal,
+    resume_in_process,
+    run_in_process,
+)
 from rltrain.data.buffers import ReplayBuffer
 from rltrain.data.returns import nstep_batch
 from test_buffers import episodes
@@ -102,48 +110,49 @@ RUNS = {
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", list(RUNS))
-def test_a_run_learns_the_same_with_the_replay_on_the_device(cli, tmp_path, name, device):
-    """Through the CLI: every learning record with the device copy (``buffer.on_device=true``)
+def test_a_run_learns_the_same_with_the_replay_on_the_device(tmp_path, caplog, name, device):
+    """Every learning record with the device copy (``buffer.on_device=true``)
     is the run's without, which an online run's default (null) is (continuous actions;
     discrete ones with prioritised replay, its importance weights and priority updates, and
     scaled rewards)."""
-    same_with_and_without(cli, tmp_path, [*RUNS[name], "seed=2"], device, ("true", "null"))
+    same_with_and_without(tmp_path, caplog, [*RUNS[name], "seed=2"], device, ("true", "null"))
 
 
-def same_with_and_without(cli, tmp_path, args: list[str], device: str,
-                          settings: tuple[str, str]) -> None:
+def same_with_and_without(tmp_path: Path, caplog: pytest.LogCaptureFixture, args: list[str],
+                          device: str, settings: tuple[str, str]) -> None:
     """Runs ``args`` with the first ``buffer.on_device`` setting (which must keep a copy)
     and the second (which must not): the same learning records."""
-    runs = []
+    caplog.set_level(logging.INFO)
+    runs, logged = [], []
     for on in settings:
+        caplog.clear()
         runs.append(tmp_path / on)
-        res = cli(*args, f"device={device}", f"buffer.on_device={on}",
-                  "logger.tensorboard=false", f"hydra.run.dir={runs[-1]}")
-        assert res.returncode == 0, res.stderr
+        run_in_process(runs[-1], *args, f"device={device}", f"buffer.on_device={on}",
+                       "logger.tensorboard=false")
+        logged.append(caplog.text)
     copied, host = runs
-    assert f"replay buffer: a copy on {device}" in (copied / "rltrain.log").read_text()
-    assert "replay buffer: a copy" not in (host / "rltrain.log").read_text()
+    assert f"replay buffer: a copy on {device}" in logged[0]
+    assert "replay buffer: a copy" not in logged[1]
     assert learning_records(copied) == learning_records(host)
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_an_offline_run_learns_the_same_from_a_dataset_on_the_device(cli, tmp_path, device):
+def test_an_offline_run_learns_the_same_from_a_dataset_on_the_device(tmp_path, caplog, device):
     """The dataset, loaded, copied to the device whole; BC's batches gathered there: by
     default (null) on CUDA, asked for (true) on a CPU, where the default keeps none."""
     data = random_dataset(tmp_path / "random.npz", episodes=6)
-    same_with_and_without(cli, tmp_path, ["algo=bc", "env=cartpole", f"dataset={data}",
+    same_with_and_without(tmp_path, caplog, ["algo=bc", "env=cartpole", f"dataset={data}",
                                           "trainer.max_epochs=2", "trainer.epoch_num_steps=200"],
                           device, ("true", "null") if device == "cpu" else ("null", "false"))
 
 
-def test_a_run_with_the_replay_on_the_device_resumes_exactly(cli, tmp_path):
+def test_a_run_with_the_replay_on_the_device_resumes_exactly(tmp_path, caplog):
     """Resumed from its epoch-1 checkpoint, the device copy is made again from the restored
     buffer: the records are the unbroken run's."""
     full, resumed = tmp_path / "full", tmp_path / "resumed"
-    res = cli(*RUNS["sac"][:2], "trainer.max_epochs=3", "trainer.epoch_num_steps=400",
-              "trainer.random_warmup_env_steps=200", "buffer.on_device=true", "seed=4",
-              "logger.tensorboard=false", f"hydra.run.dir={full}")
-    assert res.returncode == 0, res.stderr
+    run_in_process(full, *RUNS["sac"][:2], "trainer.max_epochs=3", "trainer.epoch_num_steps=400",
+                   "trainer.random_warmup_env_steps=200", "buffer.on_device=true", "seed=4",
+                   "logger.tensorboard=false")
     shutil.copytree(full, resumed)
     checkpoints = resumed / "checkpoints"
     (first,) = checkpoints.glob("ckpt_*_00001.pt")
@@ -151,9 +160,10 @@ def test_a_run_with_the_replay_on_the_device_resumes_exactly(cli, tmp_path):
     for path in checkpoints.glob("*.pt"):
         path.unlink()
     (checkpoints / "last.pt").write_bytes(first_bytes)
-    res = cli(f"resume={resumed}")
-    assert res.returncode == 0, res.stderr
-    assert "resumed at epoch 1" in res.stdout and "(exact)" in res.stdout
+    caplog.set_level(logging.INFO)
+    assert resume_in_process(resumed) == (0, [])
+    assert any(m.startswith("resumed at epoch 1") and m.endswith("(exact)")
+               for m in caplog.messages), caplog.messages
     assert learning_records(resumed) == learning_records(full)
 
 
@@ -161,16 +171,14 @@ def test_a_run_with_the_replay_on_the_device_resumes_exactly(cli, tmp_path):
     (["algo=dqn", "env=cartpole", "algo.n_step=3"], "builds n-step batches (algo.n_step=3)"),
     (["algo=ppo", "env=cartpole"], None),  # on-policy: no replay buffer, nothing to copy
 ])
-def test_what_cannot_have_the_replay_on_the_device_is_refused_by_name(cli, tmp_path, args,
-                                                                        why):
-    res = cli(*args, "buffer.on_device=true", "trainer.max_epochs=1",
-              "trainer.epoch_num_steps=300", *(["trainer.random_warmup_env_steps=100"]
-                                                 if "algo=dqn" in args else []),
-              f"hydra.run.dir={tmp_path / 'run'}")
+def test_what_cannot_have_the_replay_on_the_device_is_refused_by_name(tmp_path, args, why):
+    args = [*args, "buffer.on_device=true", "trainer.max_epochs=1",
+            "trainer.epoch_num_steps=300", *(["trainer.random_warmup_env_steps=100"]
+                                               if "algo=dqn" in args else [])]
     if why is None:
-        assert res.returncode == 0, res.stderr
+        assert run_in_process(tmp_path / "run", *args).status == "completed"
         return
-    assert res.returncode == 2, res.stderr
-    assert res.stderr.count("\n") == 1, res.stderr
-    assert "buffer.on_device=true: no copy of the replay buffer on cpu" in res.stderr
-    assert why in res.stderr and "buffer.on_device=null" in res.stderr
+    message = refusal(tmp_path / "run", *args)
+    assert "\n" not in message, message
+    assert "buffer.on_device=true: no copy of the replay buffer on cpu" in message
+    assert why in message and "buffer.on_device=null" in message

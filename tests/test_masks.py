@@ -4,7 +4,6 @@ random warm-up, the deployable policy and the ONNX graph; and refused where they
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,7 +13,8 @@ import pytest
 import torch
 
 import mask_envs
-from conftest import cheap_smoke, cli_env
+from conftest import cheap_smoke, command, refusal, run_in_process
+from rltrain import evaluate, export
 from rltrain.algorithms import ALGORITHMS
 from rltrain.encoders import make_encoder
 from rltrain.envs import space_info
@@ -132,41 +132,35 @@ MASKING = sorted(name for name, spec in ALGORITHMS.items()
 
 
 @pytest.mark.parametrize("algo", MASKING)
-def test_masked_env_trains_evaluates_and_exports_without_a_disallowed_action(cli, tmp_path,
-                                                                             algo):
+def test_masked_env_trains_evaluates_and_exports_without_a_disallowed_action(tmp_path, algo):
     """The env raises on a disallowed action: the training (random warm-up included), test,
     eval and ONNX check all run through it."""
     run = tmp_path / "run"
     # short epochs and few gradient steps: what is checked is every action taken, not learning
-    res = cli("experiment=smoke", f"algo={algo}", "env=gym", f"env.id={MASKED}",
-              "trainer.epoch_num_steps=256", *cheap_smoke(algo), f"hydra.run.dir={run}")
-    assert res.returncode == 0, res.stderr
-    assert "DisallowedAction" not in res.stderr
+    info = run_in_process(run, "experiment=smoke", f"algo={algo}", "env=gym", f"env.id={MASKED}",
+                          "trainer.epoch_num_steps=256", *cheap_smoke(algo))
+    assert info.status == "completed", info.error  # a disallowed action fails the run
     if algo not in ("ppo", "c51"):  # a policy and a distributional Q head: eval and export
         return
-    # the run imports mask_envs (a module named by env.id): the tools ask for --trust
-    for script, *args in (("rltrain-eval", "--episodes", "3"),
-                          ("rltrain-export", "--out", str(tmp_path / "policy.onnx"))):
-        res = subprocess.run([str(BIN / script), str(run), "--trust", *args], cwd=tmp_path,
-                             capture_output=True, text=True, timeout=300, env=cli_env())
+    for main, *args in ((evaluate.main, "--episodes", "3"),
+                        (export.main, "--out", str(tmp_path / "policy.onnx"))):
+        res = command(main, run, *args)
         assert res.returncode == 0, res.stderr
 
 
-def test_info_masks_work_through_the_wrapper_and_fail_loudly_without(cli, tmp_path):
-    res = cli("experiment=smoke", "algo=ppo", "env=gym", f"env.id={INFO_MASKED}",
-              "env.wrappers=[rltrain.masking.InfoActionMask]",
-              f"hydra.run.dir={tmp_path / 'run'}")
-    assert res.returncode == 0, res.stderr
+def test_info_masks_work_through_the_wrapper_and_fail_loudly_without(tmp_path):
+    info = run_in_process(tmp_path / "run", "experiment=smoke", "algo=ppo", "env=gym",
+                          f"env.id={INFO_MASKED}", "env.wrappers=[rltrain.masking.InfoActionMask]")
+    assert info.status == "completed", info.error
 
 
-def test_an_algorithm_that_ignores_masks_is_refused_on_a_masked_env(cli, tmp_path):
+def test_an_algorithm_that_ignores_masks_is_refused_on_a_masked_env(tmp_path):
     ignoring = sorted(name for name, spec in ALGORITHMS.items()
                       if not spec.masks and "offline" not in spec.trainers
                       and "discrete" in spec.actions)
     if not ignoring:
         pytest.skip("every online discrete algorithm applies masks")
-    res = cli("experiment=smoke", f"algo={ignoring[0]}", "env=gym", f"env.id={MASKED}",
-              f"hydra.run.dir={tmp_path / 'run'}")
-    assert res.returncode == 2
-    assert "carry an action mask" in res.stderr and "algo=ppo" in res.stderr
-    assert "Traceback" not in res.stderr
+    message = refusal(tmp_path / "run", "experiment=smoke", f"algo={ignoring[0]}", "env=gym",
+                      f"env.id={MASKED}")
+    assert "carry an action mask" in message and "algo=ppo" in message
+    assert "Traceback" not in message
