@@ -288,20 +288,25 @@ def resume_in_process(run_dir: Path, *args: str) -> tuple[int, list[str]]:
     return code, said
 
 
-def command(main: Callable[[list[str]], None], *args: str | Path) -> subprocess.CompletedProcess:
+def command(main: Callable[[list[str]], None], *args: str | Path,
+            cwd: Path | None = None) -> subprocess.CompletedProcess:
     """A companion command (``rltrain-eval``'s :func:`rltrain.evaluate.main`, ``-export``'s,
-    ``-collect``'s, ``-report``'s) in this process: its exit status (0, or what it passed to
-    ``sys.exit``) and what it wrote to stdout and stderr. The signal handlers a command
-    installs for its process are put back afterwards."""
+    ``-collect``'s, ``-report``'s) in this process, in ``cwd`` if given: its exit status (0,
+    or what it passed to ``sys.exit``) and what it wrote to stdout and stderr. The signal
+    handlers a command installs for its process are put back afterwards."""
     handlers = {sig: signal.getsignal(sig) for sig in (SIGINT, SIGTERM, signal.SIGHUP)}
     out, err = io.StringIO(), io.StringIO()
     code = 0
+    here = Path.cwd()
     try:
+        if cwd is not None:
+            os.chdir(cwd)
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             main([str(a) for a in args])
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     finally:
+        os.chdir(here)
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
     return subprocess.CompletedProcess([main.__module__, *map(str, args)], code,
