@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -16,7 +17,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from conftest import SHORT_DQN, learning_records, random_dataset, run_in_process
+from conftest import SHORT_DQN, learning_records, random_dataset, resume_in_process, run_in_process
 from rltrain.build import build_parts, build_trainer
 from rltrain.catalogue import typed_run_config
 from rltrain.checkpoint import (
@@ -152,13 +153,12 @@ def test_an_unknown_version_is_refused_naming_the_versions_read(tmp_path, versio
     assert READS == (3, 4)
 
 
-def test_resume_from_a_version_3_checkpoint_equals_an_unbroken_run(cli, tmp_path):
-    """A DQN run resumed through the CLI from its epoch-1 checkpoint rewritten by hand in
-    version 3's layout: exact, and its records are the unbroken run's."""
+def test_resume_from_a_version_3_checkpoint_equals_an_unbroken_run(tmp_path, caplog):
+    """A DQN run resumed by the resume command from its epoch-1 checkpoint rewritten by hand
+    in version 3's layout: exact, and its records are the unbroken run's."""
     full, resumed = tmp_path / "full", tmp_path / "resumed"
-    res = cli("experiment=smoke", "algo=dqn", "trainer.max_epochs=3", "seed=1",
-              "logger.tensorboard=false", f"hydra.run.dir={full}")
-    assert res.returncode == 0, res.stderr
+    run_in_process(full, "experiment=smoke", "algo=dqn", "trainer.max_epochs=3", "seed=1",
+                   "logger.tensorboard=false")
     shutil.copytree(full, resumed)
     checkpoints = resumed / "checkpoints"
     (first,) = checkpoints.glob("ckpt_*_00001.pt")
@@ -169,10 +169,11 @@ def test_resume_from_a_version_3_checkpoint_equals_an_unbroken_run(cli, tmp_path
         path.unlink()
     written(as_version_3(state), checkpoints / "last.pt")
 
-    res = cli(f"resume={resumed}")
-    assert res.returncode == 0, res.stderr
-    assert "resumed at epoch 1" in res.stdout and "(exact)" in res.stdout
-    assert "inexact" not in res.stdout + res.stderr
+    caplog.set_level(logging.INFO)
+    assert resume_in_process(resumed) == (0, [])
+    assert any(m.startswith("resumed at epoch 1") and m.endswith("(exact)")
+               for m in caplog.messages), caplog.messages
+    assert "inexact" not in caplog.text
     assert learning_records(resumed) == learning_records(full)
     summary = json.loads((resumed / "summary.json").read_text())
     assert summary["resumes"][-1]["exact"] is True and summary["epochs"] == 3

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from algo_helpers import CPU, DISC, SMALL, progress, random_batch
-from conftest import learning_records
+from conftest import learning_records, resume_in_process, run_in_process
 from rltrain.algorithms.discrete_sac import DiscreteSAC, DiscreteSACConfig
 from rltrain.checkpoint import load_checkpoint
 from rltrain.config import ConfigError
@@ -219,7 +219,7 @@ def test_a_target_that_would_never_update_is_refused():
         DiscreteSACConfig(target_update_interval=1000).check_plan(500)
 
 
-def test_sigterm_then_resume_with_prioritized_replay_equals_unbroken_run(cli, tmp_path):
+def test_sigterm_then_resume_with_prioritized_replay_equals_unbroken_run(tmp_path):
     """Through the CLI on CartPole with buffer=prioritized: a run stopped by SIGTERM mid-epoch
     and resumed logs the same epochs as an unbroken one (the networks, optimisers, torch's
     random state for the sampled actions, and the sampler's priorities all resume)."""
@@ -228,11 +228,10 @@ def test_sigterm_then_resume_with_prioritized_replay_equals_unbroken_run(cli, tm
             "trainer.epoch_num_steps=512", "buffer.size=20000", "trainer.stop_score=null",
             "seed=1", "logger.progress_bar=false", "env.num_test_envs=5",
             "trainer.test_step_num_episodes=5", "trainer.batch_size=64"]
-    assert cli(*args, f"hydra.run.dir={full}").returncode == 0
+    run_in_process(full, *args)
     res = interrupt_after_first_epoch([*args, f"hydra.run.dir={broken}"], tmp_path,
                                       signal.SIGTERM, unbroken=full)
     assert res.returncode == 143, res.stderr
     assert load_checkpoint(broken / "checkpoints" / "last.pt")["trainer"]["partial"] is not None
-    res = cli(f"resume={broken}")
-    assert res.returncode == 0, res.stderr
+    assert resume_in_process(broken) == (0, [])
     assert learning_records(broken) == learning_records(full)

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 import dataset_envs
-from conftest import run_tool
+from conftest import command
+from rltrain import collect
 from rltrain.config import ConfigError
 from rltrain.data.dataset import (
     FRAME_ARRAYS,
@@ -32,8 +33,7 @@ def stacked(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Random episodes of the frame-stacked env, written by the real rltrain-collect."""
     where = tmp_path_factory.mktemp("stacked")
     out = where / "stacked.h5"
-    res = run_tool("rltrain-collect", "--random", "--env", STACKED, "--episodes", "40",
-                   "--out", out, cwd=where)
+    res = command(collect.main, "--random", "--env", STACKED, "--episodes", "40", "--out", out)
     assert res.returncode == 0, res.stderr
     return out
 

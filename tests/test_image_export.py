@@ -12,8 +12,9 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from conftest import run_tool
+from conftest import command, run_in_process
 from pixel_envs import DICT_ID, PIXELS_ID
+from rltrain import evaluate, export
 
 CASES = {
     "image": (PIXELS_ID, "dqn", [("obs", onnx.TensorProto.UINT8, ["batch", 12, 12, 2])]),
@@ -24,23 +25,22 @@ CASES = {
 
 
 @pytest.mark.parametrize("kind", sorted(CASES))
-def test_eval_and_export_take_the_envs_own_observations(cli, tmp_path, kind):
+def test_eval_and_export_take_the_envs_own_observations(tmp_path, kind):
     env_id, algo, inputs = CASES[kind]
     run_dir = tmp_path / "run"
     # SAC's per-key encoders cost 15 ms a gradient step here: a quarter of them will do
     extra = [] if algo == "dqn" else ["env.kwargs.continuous=true",
                                       "trainer.update_step_num_gradient_steps_per_sample=0.25"]
-    res = cli("experiment=smoke", f"algo={algo}", "env=gym", f"env.id=pixel_envs:{env_id}",
-              *extra, f"hydra.run.dir={run_dir}")
-    assert res.returncode == 0, res.stderr
+    run_in_process(run_dir, "experiment=smoke", f"algo={algo}", "env=gym",
+                   f"env.id=pixel_envs:{env_id}", *extra)
 
-    res = run_tool("rltrain-eval", run_dir, "--episodes", "2", cwd=tmp_path)
+    res = command(evaluate.main, run_dir, "--episodes", "2")
     assert res.returncode == 0, res.stderr
     returns = json.loads((run_dir / "eval.json").read_text())["returns"]
     assert len(returns) == 2 and all(0 <= r <= 20 for r in returns)
 
     out = tmp_path / "policy.onnx"
-    res = run_tool("rltrain-export", run_dir, "--out", out, cwd=tmp_path)
+    res = command(export.main, run_dir, "--out", out)
     assert res.returncode == 0, res.stderr
     assert "onnxruntime check on 256 random observations: ONNX matches torch" in res.stdout
     graph = onnx.load(str(out)).graph

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import read_jsonl, run_tool
+from conftest import command, read_jsonl, run_in_process
 from pixel_envs import DICT_ID, PIXELS_ID
+from rltrain import collect
 from rltrain.algorithms import ALGORITHMS, DISCRETE
 
 ALGOS = sorted(n for n, s in ALGORITHMS.items()
@@ -16,19 +17,17 @@ ALGOS = sorted(n for n, s in ALGORITHMS.items()
 
 
 @pytest.mark.parametrize("env_id", [PIXELS_ID, DICT_ID], ids=["image", "dict"])
-def test_continuous_offline_algorithms_train_on_image_and_dict_datasets(cli, tmp_path, env_id):
+def test_continuous_offline_algorithms_train_on_image_and_dict_datasets(tmp_path, env_id):
     assert ALGOS  # iql and td3bc today
     data = tmp_path / "data.h5"
-    res = run_tool("rltrain-collect", "--random", "--env", f"pixel_envs:{env_id}",
-                   "--env-kwargs", '{"continuous": true}', "--steps", "1000", "--out", data,
-                   cwd=tmp_path)
+    res = command(collect.main, "--random", "--env", f"pixel_envs:{env_id}",
+                  "--env-kwargs", '{"continuous": true}', "--steps", "1000", "--out", data)
     assert res.returncode == 0, res.stderr
     for algo in ALGOS:
         run_dir = tmp_path / algo
-        res = cli("experiment=smoke", f"algo={algo}", "env=gym", f"env.id=pixel_envs:{env_id}",
-                  "env.kwargs.continuous=true", f"dataset={data}", "trainer.batch_size=32",
-                  "trainer.epoch_num_steps=50", f"hydra.run.dir={run_dir}")
-        assert res.returncode == 0, res.stderr
+        run_in_process(run_dir, "experiment=smoke", f"algo={algo}", "env=gym",
+                       f"env.id=pixel_envs:{env_id}", "env.kwargs.continuous=true",
+                       f"dataset={data}", "trainer.batch_size=32", "trainer.epoch_num_steps=50")
         rows = read_jsonl(run_dir / "epochs.jsonl")
         assert [r["epoch"] for r in rows] == [1, 2]
         assert 0 <= rows[-1]["test"]["return_mean"] <= 20

@@ -13,7 +13,7 @@ import signal
 
 import pytest
 
-from conftest import learning_records, read_jsonl
+from conftest import learning_records, read_jsonl, resume_in_process, run_in_process
 from rltrain.checkpoint import load_checkpoint
 from test_lifecycle import interrupt_after_first_epoch
 
@@ -53,11 +53,10 @@ def case(name: str):
 
 
 @pytest.mark.parametrize("name", [case(n) for n in RUNS])
-def test_sigterm_then_resume_equals_unbroken_run(cli, tmp_path, name):
+def test_sigterm_then_resume_equals_unbroken_run(tmp_path, caplog, name):
     full, broken = tmp_path / "full", tmp_path / "broken"
     args = [*RUNS[name], *COMMON]
-    res = cli(*args, f"hydra.run.dir={full}")
-    assert res.returncode == 0, res.stderr
+    run_in_process(full, *args)
     assert json.loads((full / "summary.json").read_text())["env_state"] == {
         "exact": True, "not_captured": []}
 
@@ -68,21 +67,18 @@ def test_sigterm_then_resume_equals_unbroken_run(cli, tmp_path, name):
     assert ckpt["trainer"]["partial"] is not None, "the signal did not land mid-epoch"
     assert len(read_jsonl(broken / "epochs.jsonl")) == ckpt["trainer"]["epoch"] - 1
 
-    res = cli(f"resume={broken}")
-    assert res.returncode == 0, res.stderr
-    assert "inexact" not in res.stderr
+    assert resume_in_process(broken) == (0, [])
+    assert "inexact" not in caplog.text
     assert learning_records(broken) == learning_records(full)
 
 
 @pytest.mark.slow
-def test_carracing_says_its_resume_is_not_exact(cli, tmp_path):
+def test_carracing_says_its_resume_is_not_exact(tmp_path, caplog):
     run_dir = tmp_path / "run"
-    res = cli("algo=ppo", "env=carracing_discrete", "trainer.max_epochs=1",
-              "trainer.epoch_num_steps=256", "trainer.collection_step_num_env_steps=128",
-              "env.num_train_envs=2", "env.max_episode_steps=100", *COMMON,
-              f"hydra.run.dir={run_dir}")
-    assert res.returncode == 0, res.stderr
-    assert "cannot be saved exactly" in res.stderr
+    run_in_process(run_dir, "algo=ppo", "env=carracing_discrete", "trainer.max_epochs=1",
+                   "trainer.epoch_num_steps=256", "trainer.collection_step_num_env_steps=128",
+                   "env.num_train_envs=2", "env.max_episode_steps=100", *COMMON)
+    assert "cannot be saved exactly" in caplog.text
     state = json.loads((run_dir / "summary.json").read_text())["env_state"]
     assert state["exact"] is False
     assert any("Box2D" in item or "b2" in item for item in state["not_captured"]), state

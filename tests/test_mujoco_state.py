@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import pytest
 import torch
 from gymnasium.vector import AutoresetMode
 
-from conftest import SIGTERM, learning_records, run_cli, signal_when
+from conftest import SIGTERM, learning_records, resume_in_process, run_in_process, signal_when
 from rltrain.envstate import Snapshot, restore, snapshot
 
 pytest.importorskip("mujoco", reason="needs the mujoco extra: pip install -e '.[mujoco]'")
@@ -130,18 +131,18 @@ SAC_HOPPER = ["algo=sac", "env=hopper", "algo.hidden_sizes=[32,32]", "buffer.siz
               "env.max_episode_steps=100", "trainer.stop_score=null", "logger.tensorboard=false"]
 
 
-def test_sac_on_hopper_resumes_exactly(tmp_path: Path) -> None:
+def test_sac_on_hopper_resumes_exactly(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """SIGTERM mid-epoch, resume: the records equal an unbroken run's."""
     whole, broken = tmp_path / "whole", tmp_path / "broken"
-    res = run_cli(*SAC_HOPPER, f"hydra.run.dir={whole}", cwd=tmp_path)
-    assert res.returncode == 0, res.stderr
+    run_in_process(whole, *SAC_HOPPER)
     res = signal_when([*SAC_HOPPER, f"hydra.run.dir={broken}"], tmp_path,
                       lambda line: line.startswith("epoch   1/2"), SIGTERM)
     assert res.returncode == 128 + SIGTERM, res.stdout + res.stderr
     assert "cannot be saved exactly" not in res.stdout + res.stderr
-    res = run_cli(f"resume={broken}", cwd=tmp_path)
-    assert res.returncode == 0, res.stderr
-    assert "(exact)" in res.stdout and "inexact" not in res.stdout + res.stderr
+    caplog.clear()
+    caplog.set_level(logging.INFO)
+    assert resume_in_process(broken) == (0, [])
+    assert any(m.endswith("(exact)") for m in caplog.messages) and "inexact" not in caplog.text
     assert learning_records(broken) == learning_records(whole)
     summary = json.loads((broken / "summary.json").read_text())
     assert summary["env_state"] == {"exact": True, "not_captured": []}

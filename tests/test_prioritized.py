@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import learning_records
+from conftest import learning_records, refusal, resume_in_process, run_in_process
 from rltrain.algorithms import ALGORITHMS
 from rltrain.checkpoint import load_checkpoint
 from rltrain.config import ConfigError, ReplayBufferConfig
@@ -231,7 +231,7 @@ def test_prioritized_replay_is_offered_by_the_off_policy_family():
     assert {"dqn", "sac", "td3", "ddpg"} <= set(PRIORITIZED)
 
 
-def test_sigterm_then_resume_with_prioritized_replay_equals_unbroken_run(cli, tmp_path):
+def test_sigterm_then_resume_with_prioritized_replay_equals_unbroken_run(tmp_path):
     """The priorities, the largest priority and the counts the sampler has seen are in the
     checkpoint: a resumed run draws the same batches as an unbroken one."""
     full, broken = tmp_path / "full", tmp_path / "broken"
@@ -239,15 +239,14 @@ def test_sigterm_then_resume_with_prioritized_replay_equals_unbroken_run(cli, tm
             "trainer.epoch_num_steps=1024", "buffer.size=20000", "trainer.stop_score=null",
             "seed=1", "logger.progress_bar=false", "env.num_test_envs=5",
             "trainer.test_step_num_episodes=5"]
-    assert cli(*args, f"hydra.run.dir={full}").returncode == 0
+    run_in_process(full, *args)
     res = interrupt_after_first_epoch([*args, f"hydra.run.dir={broken}"], tmp_path,
                                       signal.SIGTERM, unbroken=full)
     assert res.returncode == 143, res.stderr
     ckpt = load_checkpoint(broken / "checkpoints" / "last.pt")
     assert ckpt["trainer"]["partial"] is not None, "the signal did not land mid-epoch"
     assert "leaves" in ckpt["trainer"]["storage"]["sampler"]
-    res = cli(f"resume={broken}")
-    assert res.returncode == 0, res.stderr
+    assert resume_in_process(broken) == (0, [])
     assert learning_records(broken) == learning_records(full)
 
 
@@ -255,8 +254,6 @@ def test_sigterm_then_resume_with_prioritized_replay_equals_unbroken_run(cli, tm
     (["algo=ppo", "buffer=prioritized"], "algo=ppo runs with trainer=onpolicy"),
     (["algo=dqn", "buffer.priority_alpha=0.5"], "add buffer=prioritized, or drop it"),
 ])
-def test_the_cli_refuses_prioritized_replay_where_it_cannot_work(cli, tmp_path, args, message):
-    res = cli("experiment=smoke", *args, f"hydra.run.dir={tmp_path / 'run'}")
-    assert res.returncode == 2 and message in res.stderr, res.stderr
-    assert "Traceback" not in res.stderr
-    assert not (tmp_path / "run").exists()
+def test_prioritized_replay_is_refused_where_it_cannot_work(tmp_path, args, message):
+    refused = refusal(tmp_path / "run", "experiment=smoke", *args)
+    assert message in refused and "Traceback" not in refused

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from algo_helpers import CPU, DISC, SMALL, progress, random_batch
-from conftest import run_tool
+from conftest import command, run_in_process
+from rltrain import export
 from rltrain.algorithms.qrdqn import QRDQN, QRDQNConfig, quantile_huber_loss, quantile_midpoints
 from rltrain.config import ConfigError
 from rltrain.evaluate import load_run
@@ -150,15 +151,13 @@ def test_bad_settings_are_refused_by_name():
         QRDQNConfig(kappa=0.0).check()
 
 
-def test_the_exported_policy_argmaxes_the_quantiles_mean(cli, tmp_path):
+def test_the_exported_policy_argmaxes_the_quantiles_mean(tmp_path):
     import onnxruntime as ort
 
     run = tmp_path / "run"
-    res = cli("experiment=smoke", "logger.tensorboard=false", "algo=qrdqn",
-              f"hydra.run.dir={run}")
-    assert res.returncode == 0, res.stderr
+    run_in_process(run, "experiment=smoke", "logger.tensorboard=false", "algo=qrdqn")
     out = tmp_path / "policy.onnx"
-    res = run_tool("rltrain-export", run, "--out", out, cwd=tmp_path)
+    res = command(export.main, run, "--out", out)
     assert res.returncode == 0, res.stderr
     assert "identical on 256/256" in res.stdout
     algorithm = load_run(run, "best").algorithm

@@ -15,7 +15,7 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from algo_helpers import BOX, CPU, DISC, progress, random_rollout
-from conftest import TESTS, learning_records, signal_when
+from conftest import TESTS, learning_records, resume_in_process, run_in_process, signal_when
 from rltrain.algorithms.reinforce import Reinforce, ReinforceConfig, ReinforceStats, finished
 from rltrain.build import build_parts, build_trainer
 from rltrain.catalogue import register_configs
@@ -144,7 +144,7 @@ def test_one_env_learns_from_every_transition_and_the_trainer_counts_the_steps(m
     assert info.env_step >= 300
 
 
-def test_sigterm_then_resume_equals_unbroken_run(cli, tmp_path):
+def test_sigterm_then_resume_equals_unbroken_run(tmp_path):
     """Episodes span the collection steps (the running ones are in the checkpoint's collector
     state): a run stopped mid-epoch and resumed writes the unbroken run's records."""
     full, broken = tmp_path / "full", tmp_path / "broken"
@@ -152,10 +152,9 @@ def test_sigterm_then_resume_equals_unbroken_run(cli, tmp_path):
             "trainer.epoch_num_steps=6000", "trainer.stop_score=null", "seed=1",
             "logger.progress_bar=false", "env.num_test_envs=5",
             "trainer.test_step_num_episodes=5", "logger.tensorboard=false"]
-    assert cli(*args, f"hydra.run.dir={full}").returncode == 0
+    run_in_process(full, *args)
     res = signal_when([*args, f"hydra.run.dir={broken}"], tmp_path,
                       lambda line: line.startswith("epoch   1/"), signal.SIGTERM)
     assert res.returncode == 143, res.stderr
-    res = cli(f"resume={broken}")
-    assert res.returncode == 0, res.stderr
+    assert resume_in_process(broken) == (0, [])
     assert learning_records(broken) == learning_records(full)

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 import space_envs
-from conftest import compose_run, run_in_process, run_tool
+from conftest import command, compose_run, run_in_process
+from rltrain import evaluate, export
 from rltrain.build import build_parts, build_trainer
 from rltrain.config import ConfigError
 from rltrain.core import SpaceInfo
@@ -101,13 +102,12 @@ def test_an_image_too_small_to_convolve_is_flattened_scaled_by_its_bounds(
     assert torch.equal(encoder(obs), torch.full((2, int(np.prod(shape))), 0.5))
 
 
-def test_a_run_on_a_tiny_image_trains_evaluates_and_exports(cli, tmp_path: Path) -> None:
+def test_a_run_on_a_tiny_image_trains_evaluates_and_exports(tmp_path: Path) -> None:
     run = tmp_path / "run"
-    res = cli(*CLI_ENV, "experiment=smoke", "env.kwargs.obs=[2,2,3]", "env.kwargs.dtype=uint8",
-              f"hydra.run.dir={run}")
-    assert res.returncode == 0, res.stderr
-    for tool in ("rltrain-eval", "rltrain-export"):
-        done = run_tool(tool, run, cwd=tmp_path)
+    run_in_process(run, *CLI_ENV, "experiment=smoke", "env.kwargs.obs=[2,2,3]",
+                   "env.kwargs.dtype=uint8")
+    for main in (evaluate.main, export.main):
+        done = command(main, run)
         assert done.returncode == 0, done.stderr
 
 
