@@ -17,7 +17,7 @@ import pytest
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
-from conftest import run_cli
+from conftest import run_in_process
 from rltrain.catalogue import typed_run_config
 from rltrain.config import ConfigError, LoggerConfig
 from rltrain.loggers import (
@@ -208,9 +208,7 @@ def test_a_stored_run_config_reads_back_with_the_logger_schema():
 
 def test_tensorboard_false_writes_no_tb(tmp_path):
     run_dir = tmp_path / "run"
-    res = run_cli("experiment=smoke", "logger.tensorboard=false", f"hydra.run.dir={run_dir}",
-                  cwd=tmp_path)
-    assert res.returncode == 0, res.stderr
+    run_in_process(run_dir, "experiment=smoke", "logger.tensorboard=false")
     assert (run_dir / "epochs.jsonl").is_file()
     assert json.loads((run_dir / "summary.json").read_text())["interrupted"] is False
     assert not (run_dir / "tb").exists()

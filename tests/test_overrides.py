@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import CONF
+from conftest import refusal as run_refusal
 from rltrain.config import ConfigError
 from rltrain.overrides import prepare
 
@@ -73,12 +74,9 @@ def test_an_override_hydra_cannot_lex_is_named_with_its_quoted_form(arg):
      "algo.lr: the value does not resolve (KeyError raised while resolving interpolation: "
      "\"Environment variable 'RLTRAIN_TEST_NO_SUCH_VAR' not found\")"),
 ])
-def test_an_interpolation_that_does_not_resolve_is_one_line(cli, tmp_path, arg, message):
-    res = cli("experiment=smoke", arg)
-    assert res.returncode == 2, res.stderr
-    assert res.stderr == f"rltrain: error: {message}; give a plain value or an interpolation " \
-                         "that resolves\n"
-    assert not list(tmp_path.glob("outputs/*/*"))
+def test_an_interpolation_that_does_not_resolve_is_one_line(tmp_path, arg, message):
+    assert run_refusal(tmp_path / "run", "experiment=smoke", arg) == (
+        f"{message}; give a plain value or an interpolation that resolves")
 
 
 @pytest.mark.parametrize(("arg", "message"), [
