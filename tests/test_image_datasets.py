@@ -7,7 +7,6 @@ train on them through the CLI. The envs are tests/dataset_envs.py's, found by th
 from __future__ import annotations
 
 import json
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import gymnasium as gym
@@ -17,7 +16,7 @@ import pytest
 import torch
 
 import dataset_envs
-from conftest import read_jsonl, run_cli, run_tool
+from conftest import command, read_jsonl, run_in_process
 from rltrain import collect
 from rltrain.config import ConfigError
 from rltrain.data.dataset import (
@@ -47,23 +46,15 @@ SMALL = ["experiment=smoke", "trainer.epoch_num_steps=100", "trainer.batch_size=
 RUNS = [(algo, env) for algo in ("bc", "cql") for env in ENVS]
 
 
-def parallel(calls: list) -> list:
-    """Run the CLI calls two at a time (each is a process waiting on itself)."""
-    with ThreadPoolExecutor(2) as pool:
-        return list(pool.map(lambda call: call(), calls))
-
-
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A random dataset of each env, written by the real rltrain-collect (HDF5)."""
+    """A random dataset of each env, written by rltrain-collect (HDF5)."""
     where = tmp_path_factory.mktemp("data")
     out = {name: where / f"{name}.h5" for name in ENVS}
     sizes = {"stripes": ["--episodes", "30"], "beacon": ["--steps", "240"]}
-    results = parallel([
-        lambda name=name: run_tool("rltrain-collect", "--random", "--env", CLI_IDS[name],
-                                   *sizes[name], "--out", out[name], cwd=where)
-        for name in ENVS])
-    for res in results:
+    for name in ENVS:
+        res = command(collect.main, "--random", "--env", CLI_IDS[name], *sizes[name],
+                      "--out", out[name])
         assert res.returncode == 0, res.stderr
     return out
 
@@ -377,20 +368,19 @@ def test_merge_keeps_bytes_and_refuses_other_spaces(data: dict[str, Path],
 # --------------------------------------------------------------------------- training
 def test_bc_and_cql_train_on_each_dataset_and_their_policies_collect(
         data: dict[str, Path], tmp_path: Path) -> None:
-    """BC and discrete CQL, offline through the CLI on the image and the Dict dataset; then
-    rltrain-collect RUN_DIR, whose trained policy takes the observations as the collector
-    stores them (image bytes; Dict rows, unpacked per key) and writes uint8 again. One test,
-    the runs two at a time: the runs are most of this file's time, and a module fixture
-    would run them again in each pytest-xdist worker."""
-    def train(algo: str, env: str) -> tuple:
+    """BC and discrete CQL, offline on the image and the Dict dataset; then rltrain-collect
+    RUN_DIR, whose trained policy takes the observations as the collector stores them (image
+    bytes; Dict rows, unpacked per key) and writes uint8 again. One test: the runs are most of
+    this file's time, and a module fixture would run them again in each pytest-xdist
+    worker."""
+    runs = {}
+    for algo, env in RUNS:
         run_dir = tmp_path / f"{algo}-{env}"
-        return run_cli(*SMALL, f"algo={algo}", "env=gym", f"env.id={CLI_IDS[env]}",
-                       f"dataset={data[env]}", f"hydra.run.dir={run_dir}", cwd=tmp_path), run_dir
-    runs = dict(zip(RUNS, parallel([lambda a=algo, e=env: train(a, e) for algo, env in RUNS]),
-                    strict=True))
-    for (algo, env), (res, run_dir) in runs.items():
-        assert res.returncode == 0, (algo, env, res.stderr)
-        assert "Traceback" not in res.stderr
+        info = run_in_process(run_dir, *SMALL, f"algo={algo}", "env=gym",
+                              f"env.id={CLI_IDS[env]}", f"dataset={data[env]}")
+        assert info.status == "completed", (algo, env, info.error)
+        runs[algo, env] = run_dir
+    for (algo, env), run_dir in runs.items():
         rows = read_jsonl(run_dir / "epochs.jsonl")
         assert [r["gradient_step"] for r in rows] == [100, 200], (algo, env)
         assert all(r["env_step"] == 0 and r["test"]["n_episodes"] == 2 for r in rows)
@@ -401,12 +391,9 @@ def test_bc_and_cql_train_on_each_dataset_and_their_policies_collect(
         assert set(ckpt["trainer"]["storage"]) == {"sampler"}  # the data referenced by hash
 
     cases = [("bc", "beacon", []), ("cql", "stripes", ["--noise", "0.3"])]
-    results = parallel([
-        lambda algo=algo, env=env, extra=extra: run_tool(
-            "rltrain-collect", runs[algo, env][1], "--episodes", "4", *extra,
-            "--out", tmp_path / f"{algo}-{env}.h5", cwd=tmp_path)
-        for algo, env, extra in cases])
-    for (algo, env, _), res in zip(cases, results, strict=True):
+    for algo, env, extra in cases:
+        res = command(collect.main, runs[algo, env], "--episodes", "4", *extra,
+                      "--out", tmp_path / f"{algo}-{env}.h5")
         assert res.returncode == 0, res.stderr
         ds = load_dataset(str(tmp_path / f"{algo}-{env}.h5"))
         assert ds.obs.dtype == np.uint8 and ds.num_episodes == 4
