@@ -1,10 +1,11 @@
 """Run directories from elsewhere, crafted to hurt: every reader of a stored config refuses
 them by name, in one line, and rltrain-report skips them and reports the other runs.
 
-One real run is made by the real CLI; each crafted run is a copy of it with one file altered
-the way someone would alter it by hand. A YAML alias bomb is read only in a subprocess with a
-memory limit (RLIMIT_AS) and a timeout, so that a regression fails the test instead of
-eating the machine's memory.
+One real run is made (in this process); each crafted run is a copy of it with one file altered
+the way someone would alter it by hand. A YAML alias bomb, or anything nested deep, is read
+only by a command in a process of its own with a memory limit (RLIMIT_AS) and a timeout, so
+that a regression fails the test instead of eating the machine's memory; the rest is read by
+the commands' own functions in this process.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from typing import Any
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import BIN, cli_env, compose_run, run_cli
-from rltrain import stored
+from conftest import BIN, cli_env, command, compose_run, run_in_process
+from rltrain import evaluate, report, stored
 from rltrain.report.runs import DamagedRun, load_run
 
 TOOL = "rltrain-report"
@@ -40,11 +41,9 @@ BOMB_LIST = "".join([f"- &l0 [{', '.join(['lol'] * 10)}]\n"] + [
 
 @pytest.fixture(scope="module")
 def real(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A run of two smoke epochs, made by the real command."""
+    """A run of two smoke epochs."""
     root = tmp_path_factory.mktemp("crafted")
-    res = run_cli("-q", "experiment=smoke", "logger.tensorboard=false",
-                  f"hydra.run.dir={root / 'real'}", cwd=root)
-    assert res.returncode == 0, res.stdout + res.stderr
+    run_in_process(root / "real", "experiment=smoke", "logger.tensorboard=false")
     return root / "real"
 
 
@@ -365,7 +364,7 @@ def test_nothing_reportable_is_an_error(real: Path, tmp_path: Path) -> None:
     root = tmp_path / "runs"
     for name in ("seed-set", "env-step-nan"):
         craft(real, root / name, **HOSTILE[name][0])
-    res = bounded([BIN / TOOL, root], cwd=tmp_path)
+    res = command(report.main, root)
     lines = res.stderr.strip().splitlines()
     assert [line.split(":")[1] for line in lines[:2]] == [" warning"] * 2, res.stderr
     res.stderr = "\n".join(lines[2:])
@@ -377,6 +376,6 @@ def test_a_hostile_config_through_rltrain_eval(real: Path, tmp_path: Path) -> No
     """The readers that rebuild a run (eval, export, collect: load_run_settings) name the
     file and field in one line (a set was a traceback, exit 1)."""
     run = craft(real, tmp_path / "set", **HOSTILE["seed-set"][0])
-    res = bounded([BIN / "rltrain-eval", run, "--episodes", "1"], cwd=tmp_path)
+    res = command(evaluate.main, run, "--episodes", "1")
     one_line(res, "rltrain-eval", f"{run}/.hydra/config.yaml is damaged (seed is a set ({{1}})",
              "the run cannot be rebuilt from it")
