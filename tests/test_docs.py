@@ -18,7 +18,7 @@ import pytest
 import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from conftest import BIN, TESTS, cli_env, compose_run
+from conftest import BIN, TESTS, cli_env, compose_run, refusal
 from rltrain.algorithms import ALGORITHMS
 from rltrain.cli import conf_dir
 from rltrain.overrides import prepare
@@ -151,14 +151,25 @@ def error_examples() -> list:
     return [pytest.param(*case, id=case[1]) for case in found.values()]
 
 
+#: what the CLI refuses itself, before Hydra composes a run: said by a real process
+BEFORE_COMPOSING = ("-", "hparams_search=")
+
+
 @pytest.mark.parametrize("page, command, expected", error_examples())
 def test_error_examples_are_what_rltrain_prints(tmp_path: Path, page: str, command: str,
                                                 expected: list[str]) -> None:
+    """A refusal of a run's config is found in this process (the CLI prints ``rltrain:
+    error: `` and the message, exit 2: tests/test_cli.py); what the CLI refuses before
+    composing, by a real ``rltrain``."""
     words = shlex.split(command)
-    # PYTHONPATH=tests: cli_env puts the tests' env package on the path already
+    # PYTHONPATH=tests: cli_env, and this process, have the tests' env package on the path
     if words[0] == "PYTHONPATH=tests":
         words = words[1:]
     assert words[0] == "rltrain", f"{page}: {command}"
+    if not any(w.startswith(BEFORE_COMPOSING) for w in words[1:]):
+        said = [f"rltrain: error: {refusal(tmp_path / 'run', *words[1:])}"]
+        assert said == expected, f"{page} shows another message for {command}"
+        return
     res = subprocess.run([str(BIN / "rltrain"), *words[1:]], cwd=tmp_path, capture_output=True,
                          text=True, env=cli_env(), timeout=300)
     assert res.returncode == 2, res.stdout + res.stderr
