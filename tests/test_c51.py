@@ -2,7 +2,7 @@
 transition, targets beyond the support), the cross-entropy loss, importance weights and
 priorities, double-Q selection, Rainbow as C51 with other defaults (and the prioritized buffer
 from its YAML), the deployable and exported policies' expected values, and an exact resume of a
-noisy network through the CLI."""
+noisy network (a signal through a real `rltrain`, the resume in this process)."""
 
 from __future__ import annotations
 

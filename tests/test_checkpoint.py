@@ -1,7 +1,7 @@
 """Checkpoint files (rltrain.checkpoint): atomic writes and rotation, loading that refuses what
 is not a checkpoint this rltrain reads, and the upgrade of version 3 (the replay buffer and the
 sampling stream at the top level) to version 4 (both in the trainer's storage), down to an
-exact resume through the CLI from a version-3 checkpoint made by hand."""
+exact resume from a version-3 checkpoint made by hand."""
 
 from __future__ import annotations
 

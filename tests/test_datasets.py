@@ -1,6 +1,6 @@
 """Offline-RL datasets: files (.h5, .hdf5, .npz), Minari's local storage, space checks, the
-replay buffers they fill and come from, and `rltrain-collect` run as a user runs it (the
-installed console script in a subprocess, on a tiny run trained by the real `rltrain` CLI).
+replay buffers they fill and come from, and `rltrain-collect` (its own function, in this
+process, on tiny runs trained here).
 """
 
 from __future__ import annotations

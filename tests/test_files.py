@@ -1,5 +1,5 @@
 """Writing without following links (rltrain.files): a link planted where rltrain writes never
-has its target written; through the CLI, a run directory with such links is refused by name.
+has its target written; a run directory with such links is refused by name.
 
 Writing whole or not at all (:func:`rltrain.files.replacing`), on real full disks; and reading
 a run's records bounded (:mod:`rltrain.stored`): every reader of ``epochs.jsonl`` and

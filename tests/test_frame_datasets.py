@@ -30,7 +30,7 @@ STACKED = f"dataset_envs:{dataset_envs.STACKED_ID}"
 
 @pytest.fixture(scope="module")
 def stacked(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Random episodes of the frame-stacked env, written by the real rltrain-collect."""
+    """Random episodes of the frame-stacked env, written by rltrain-collect."""
     where = tmp_path_factory.mktemp("stacked")
     out = where / "stacked.h5"
     res = command(collect.main, "--random", "--env", STACKED, "--episodes", "40", "--out", out)

@@ -1,8 +1,8 @@
 """Offline datasets of image and Dict observations: rltrain-collect writes them (uint8 in the
 HDF5 file), their spaces come back exactly from the file's meta, the SHA-256 sees every byte,
 a file whose observations do not fit its space is refused by name, and BC and discrete CQL
-train on them through the CLI. The envs are tests/dataset_envs.py's, found by the CLI as
-``dataset_envs:ID`` (tests/ is on its PYTHONPATH)."""
+train on them. The envs are tests/dataset_envs.py's, found as ``dataset_envs:ID`` (tests/ is on
+the path)."""
 
 from __future__ import annotations
 

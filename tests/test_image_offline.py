@@ -1,5 +1,5 @@
 """The offline algorithms that take only continuous actions (IQL, TD3+BC; listed from the
-registry) trained through the CLI on datasets of image and Dict observations that
+registry) trained on datasets of image and Dict observations that
 rltrain-collect wrote from the continuous pixel envs (BC and CQL run on discrete ones in
 test_image_datasets.py)."""
 

@@ -1,5 +1,5 @@
-"""Exact resume on the image and Dict envs, through the real CLI: SIGTERM mid-epoch, then
-``rltrain resume=DIR``, equal to an unbroken run (epochs.jsonl, time fields aside). MiniGrid
+"""Exact resume on the image and Dict envs: SIGTERM mid-epoch (a real `rltrain`), then the
+resume (in this process), equal to an unbroken run (epochs.jsonl, time fields aside). MiniGrid
 (a Dict observation, PPO) in the default suite; MinAtar (an image, PPO and DQN), Atari with
 env/atari.yaml's sticky actions (PPO on Pong, DQN on Breakout with frame-stacked storage; the
 emulator's state through ALE's cloneState, its held action through rltrain's record) and

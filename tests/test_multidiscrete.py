@@ -1,7 +1,7 @@
 """MultiDiscrete and MultiBinary actions: what SpaceInfo learns of them, the per-entry
 categorical policy (against independent torch Categorical distributions), the ``start`` of a
 MultiDiscrete honoured on the way to the env (train and test envs, the deployable policy, the
-datasets), the algorithms that refuse them by name, and a run end to end through the CLI,
+datasets), the algorithms that refuse them by name, and a run end to end: training,
 rltrain-eval, rltrain-export, rltrain-collect and behaviour cloning from what it collected."""
 
 from __future__ import annotations

@@ -156,7 +156,7 @@ def test_the_build_makes_the_training_collector_update_the_statistics():
         parts.close()
 
 
-# --------------------------------------------------------------------------- through the CLI
+# --------------------------------------------------------------------------- runs
 NORM = ["env=pendulum", "env.normalize.obs=true", "env.normalize.reward=true",
         "algo.hidden_sizes=[32,32]", "trainer.epoch_num_steps=600",
         "trainer.random_warmup_env_steps=300", "trainer.test_step_num_episodes=2",

@@ -223,7 +223,7 @@ def test_replay_settings_that_cannot_work_are_refused(fields, message):
         check_replay(ReplayBufferConfig(**fields))
 
 
-# ------------------------------------------------------------------------- through the CLI
+# ------------------------------------------------------------------------- runs
 PRIORITIZED = sorted(name for name, spec in ALGORITHMS.items() if spec.prioritized)
 
 

@@ -48,7 +48,7 @@ from toy_envs import COUNTER_ID, COUNTER_T
 
 MODES = [AutoresetMode.SAME_STEP, AutoresetMode.NEXT_STEP]
 CPU = torch.device("cpu")
-#: a small, quick ppo_lstm for runs through the CLI
+#: a small, quick ppo_lstm for whole runs
 TINY = ["algo=ppo_lstm", "algo.rnn_hidden_size=16", "algo.hidden_sizes=[16]",
         "trainer.collection_step_num_env_steps=128", "trainer.batch_size=64",
         "trainer.update_step_num_repetitions=2", "logger.tensorboard=false",

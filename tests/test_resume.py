@@ -1,6 +1,6 @@
 """``rltrain resume=RUN_DIR`` (rltrain.resume): what a resume accepts (extending the run: more
 epochs, another stop score), what it refuses by name, and when a run is already complete;
-in-process on the command's own functions, and through the CLI."""
+in-process on the command's own functions, and through a real `rltrain`."""
 
 from __future__ import annotations
 

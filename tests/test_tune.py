@@ -94,7 +94,7 @@ def test_encoded_values_parse_back_to_themselves(value):
     assert parsed == ([64, 64] if value == "[64,64]" else value)
 
 
-# ---------------------------------------------------------------------- through the CLI
+# ---------------------------------------------------------------------- studies
 def test_study_prunes_writes_its_results_and_the_tuned_file_trains(cli, tmp_path):
     sweep = tmp_path / "sweep"
     res = cli("--multirun", "hydra/sweeper=optuna", "-q", *SHORT,
