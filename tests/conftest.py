@@ -142,6 +142,26 @@ def signal_when(args: list[str], cwd: Path, when: Callable[[str], bool],
     return subprocess.CompletedProcess(proc.args, proc.returncode, "".join(out), "".join(err))
 
 
+def interrupt_after_first_epoch(args: list[str], cwd: Path, sig: int,
+                                unbroken: Path | None = None) -> subprocess.CompletedProcess:
+    """Start a run, send ``sig`` once epoch 1 is logged, wait for the exit. Given
+    ``unbroken`` (the same run, finished), the signal lands mid-epoch 2
+    (:func:`conftest.mid_epoch_delay`); else 0.2 s after epoch 1's line."""
+    delay = 0.2 if unbroken is None else mid_epoch_delay(unbroken)
+    proc = subprocess.Popen([str(RLTRAIN), *args], cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith("epoch   1/"):
+            time.sleep(delay)
+            proc.send_signal(sig)
+            break
+    out, err = proc.communicate(timeout=120)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, "".join(lines) + out, err)
+
+
 def _pump(pipe, lines: queue.Queue) -> None:  # noqa: ANN001 - a text pipe
     """Read a pipe line by line into a queue; None marks its end."""
     for line in pipe:

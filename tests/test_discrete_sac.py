@@ -15,13 +15,17 @@ import pytest
 import torch
 
 from algo_helpers import CPU, DISC, SMALL, progress, random_batch
-from conftest import learning_records, resume_in_process, run_in_process
+from conftest import (
+    interrupt_after_first_epoch,
+    learning_records,
+    resume_in_process,
+    run_in_process,
+)
 from rltrain.algorithms.discrete_sac import DiscreteSAC, DiscreteSACConfig
 from rltrain.checkpoint import load_checkpoint
 from rltrain.config import ConfigError
 from rltrain.core import SpaceInfo
 from rltrain.data.buffers import Batch
-from test_lifecycle import interrupt_after_first_epoch
 
 
 def make(seed: int = 0, **fields) -> DiscreteSAC:

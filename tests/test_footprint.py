@@ -21,7 +21,7 @@ import pytest
 import torch
 
 import space_envs
-from conftest import RLTRAIN, cli_env, compose_run
+from conftest import RLTRAIN, TESTS, cli_env, compose_run
 from rltrain.algorithms import ALGORITHMS, Algorithm
 from rltrain.build import frame_stack
 from rltrain.config import ConfigError
@@ -106,7 +106,7 @@ def test_sizing_the_networks_imports_nothing_heavy_and_takes_milliseconds() -> N
     algorithm."""
     code = (
         "import sys, time, torch\n"
-        "sys.path.insert(0, 'tests')\n"
+        f"sys.path[:0] = [{str(Path(__file__).parent)!r}, {str(TESTS)!r}]\n"
         "import test_footprint as t\n"
         "from rltrain.footprint import networks_need\n"
         "cases = t.combos(per_algorithm=1)\n"
@@ -118,7 +118,7 @@ def test_sizing_the_networks_imports_nothing_heavy_and_takes_milliseconds() -> N
         "    networks_need(s, info)\n"
         "print(len(cases), 'torch._dynamo' in sys.modules, 'sympy' in sys.modules)\n")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=Path(__file__).parent.parent, env=cli_env(), timeout=300)
+                         cwd=TESTS.parent, env=cli_env(), timeout=300)
     assert res.returncode == 0, res.stderr
     count, dynamo, sympy = res.stdout.split()
     assert int(count) == len(ALGORITHMS) and (dynamo, sympy) == ("False", "False"), res.stdout

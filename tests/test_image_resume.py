@@ -13,9 +13,14 @@ import signal
 
 import pytest
 
-from conftest import learning_records, read_jsonl, resume_in_process, run_in_process
+from conftest import (
+    interrupt_after_first_epoch,
+    learning_records,
+    read_jsonl,
+    resume_in_process,
+    run_in_process,
+)
 from rltrain.checkpoint import load_checkpoint
-from test_lifecycle import interrupt_after_first_epoch
 
 COMMON = ["trainer.stop_score=null", "seed=2", "logger.progress_bar=false",
           "env.num_test_envs=2", "trainer.test_step_num_episodes=2"]

@@ -11,7 +11,6 @@ import pickle
 import random
 import signal
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +22,10 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from algo_helpers import CPU, DISC, progress, random_batch
 from conftest import (
-    RLTRAIN,
     SHORT_DQN,
     compose_run,
+    interrupt_after_first_epoch,
     learning_records,
-    mid_epoch_delay,
     random_dataset,
     read_jsonl,
     resume_in_process,
@@ -65,26 +63,6 @@ RUNS = {
 }
 COMMON = ["trainer.stop_score=null", "seed=1", "logger.progress_bar=false",
           "env.num_test_envs=5", "trainer.test_step_num_episodes=5"]
-
-
-def interrupt_after_first_epoch(args: list[str], cwd: Path, sig: int,
-                                unbroken: Path | None = None) -> subprocess.CompletedProcess:
-    """Start a run, send ``sig`` once epoch 1 is logged, wait for the exit. Given
-    ``unbroken`` (the same run, finished), the signal lands mid-epoch 2
-    (:func:`conftest.mid_epoch_delay`); else 0.2 s after epoch 1's line."""
-    delay = 0.2 if unbroken is None else mid_epoch_delay(unbroken)
-    proc = subprocess.Popen([str(RLTRAIN), *args], cwd=cwd, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    lines = []
-    for line in proc.stdout:
-        lines.append(line)
-        if line.startswith("epoch   1/"):
-            time.sleep(delay)
-            proc.send_signal(sig)
-            break
-    out, err = proc.communicate(timeout=120)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, "".join(lines) + out, err)
 
 
 @pytest.mark.parametrize("algo", ["ppo", "dqn"])

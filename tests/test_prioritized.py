@@ -10,7 +10,13 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import learning_records, refusal, resume_in_process, run_in_process
+from conftest import (
+    interrupt_after_first_epoch,
+    learning_records,
+    refusal,
+    resume_in_process,
+    run_in_process,
+)
 from rltrain.algorithms import ALGORITHMS
 from rltrain.checkpoint import load_checkpoint
 from rltrain.config import ConfigError, ReplayBufferConfig
@@ -22,7 +28,6 @@ from rltrain.data.samplers import (
     make_sampler,
 )
 from rltrain.settings import check_replay
-from test_lifecycle import interrupt_after_first_epoch
 
 
 def filled(num_lanes: int, capacity: int, steps: int) -> ReplayBuffer:
