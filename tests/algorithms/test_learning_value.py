@@ -16,7 +16,7 @@ middle of a spread, not its worst: some seeds find the flag late. Measured (best
 -99.9); Stable-Baselines3 itself with the same settings and tests (scripts/peers/sb3_curve.py)
 -97.4, -104.3, -101.4, -112.4, -195.3, -200.0 (4 of 6, median -106.9).
 
-Run with: .venv/bin/python -m pytest -m slow tests/test_learning_value.py
+Run with: .venv/bin/python -m pytest -m slow tests/algorithms/test_learning_value.py
 """
 
 from __future__ import annotations

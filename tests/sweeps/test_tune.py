@@ -201,7 +201,7 @@ def test_rerun_continues_the_study_and_a_trial_without_heartbeat_is_asked_again(
     """A trial left running without a heartbeat (by an rltrain before heartbeats, or another
     program) is taken for stale once it started more than grace_period ago: failed
     (interrupted, not counted) and its parameters asked again. (A trial whose sweep was
-    killed, with its heartbeat: tests/test_shared_study.py.)"""
+    killed, with its heartbeat: tests/sweeps/test_shared_study.py.)"""
     sweep = tmp_path / "sweep"
     args = ["--multirun", "hydra/sweeper=optuna", "-q", *SHORT, "trainer.max_epochs=1",
             "algo.lr=interval(1e-4, 1e-2)", "hydra.sweeper.pruner.name=none",
@@ -307,7 +307,7 @@ def test_multirun_with_cfg_is_one_line(cli):
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in (
-    Path(__file__).resolve().parents[1] / "conf" / "hparams_search").glob("*.yaml")))
+    Path(__file__).resolve().parents[2] / "conf" / "hparams_search").glob("*.yaml")))
 def test_every_search_space_composes_with_known_keys(name):
     from rltrain.catalogue import key_problem
 

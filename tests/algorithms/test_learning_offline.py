@@ -1,7 +1,7 @@
 """Offline learning checks (slow; CI skips them): the datasets of docs/offline.md, made by its
 own commands, and the figures it reports for them.
 
-Run with: .venv/bin/python -m pytest -m slow tests/test_learning_offline.py
+Run with: .venv/bin/python -m pytest -m slow tests/algorithms/test_learning_offline.py
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The process's standard streams and its exit (rltrain.streams), on real pipes and devices:
 output is dropped once the reader of a pipe has gone, any other write error still surfaces,
 and the fast exit runs what a normal exit runs first. (A whole run piped into ``head -1`` is
-tests/test_faults.py's.)"""
+tests/run/test_faults.py's.)"""
 
 from __future__ import annotations
 

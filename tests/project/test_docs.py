@@ -159,7 +159,7 @@ BEFORE_COMPOSING = ("-", "hparams_search=")
 def test_error_examples_are_what_rltrain_prints(tmp_path: Path, page: str, command: str,
                                                 expected: list[str]) -> None:
     """A refusal of a run's config is found in this process (the CLI prints ``rltrain:
-    error: `` and the message, exit 2: tests/test_cli.py); what the CLI refuses before
+    error: `` and the message, exit 2: tests/commands/test_cli.py); what the CLI refuses before
     composing, by a real ``rltrain``."""
     words = shlex.split(command)
     # PYTHONPATH=tests: cli_env, and this process, have the tests' env package on the path

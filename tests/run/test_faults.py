@@ -571,7 +571,7 @@ def test_a_run_dir_that_is_a_file(cli, tmp_path):
 ])
 def test_broken_yaml_in_a_config_dir_is_named_by_file_and_line(tmp_path, text, needle):
     """Refused as the command line is checked (the CLI prints the message after ``rltrain:
-    error: ``, exit 2: tests/test_cli.py)."""
+    error: ``, exit 2: tests/commands/test_cli.py)."""
     (tmp_path / "mine" / "experiment").mkdir(parents=True)
     (tmp_path / "mine" / "experiment" / "bad.yaml").write_text(text)
     with pytest.raises(ConfigError) as refused:

@@ -4,7 +4,7 @@ resume (in this process), equal to an unbroken run (epochs.jsonl, time fields as
 env/atari.yaml's sticky actions (PPO on Pong, DQN on Breakout with frame-stacked storage; the
 emulator's state through ALE's cloneState, its held action through rltrain's record) and
 CarRacing (Box2D, which says it is not exact) behind ``slow``: CNNs train slowly on a CPU.
-The in-process round trips of the same envs, in the default suite: tests/test_ale_state.py."""
+The in-process round trips of the same envs, in the default suite: tests/envs/test_ale_state.py."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ RUNS = {
                     "algo.target_update_interval=100", "trainer.batch_size=32",
                     "trainer.update_step_num_gradient_steps_per_sample=0.25"],
     # Atari with the env file's defaults: sticky actions (0.25), whose held action ALE's saved
-    # state leaves out and rltrain keeps beside it (tests/test_ale_state.py)
+    # state leaves out and rltrain keeps beside it (tests/envs/test_ale_state.py)
     "atari-ppo": ["algo=ppo", "env=atari", "env.id=ALE/Pong-v5", "trainer.max_epochs=3",
                   "trainer.epoch_num_steps=1024", "trainer.collection_step_num_env_steps=256",
                   "env.num_train_envs=4", "trainer.update_step_num_repetitions=1",

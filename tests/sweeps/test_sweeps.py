@@ -292,7 +292,7 @@ def test_jobs_record_their_own_overrides_and_the_git_commit(cli, tmp_path):
         assert system["overrides"] == ["experiment=smoke", f"seed={seed}", "env.num_test_envs=1"]
         assert system["command"] == f"rltrain experiment=smoke seed={seed} env.num_test_envs=1"
     git = summary(job_dir(sweep, 0))["system"].get("git", {}).get("rltrain")
-    if not (Path(__file__).resolve().parents[1] / ".git").exists():
+    if not (Path(__file__).resolve().parents[2] / ".git").exists():
         pytest.skip("rltrain is not run from a git checkout here, so there is no commit to record")
     assert git is not None and re.fullmatch(r"[0-9a-f]{40}", git["commit"])
     assert isinstance(git["dirty"], bool)

@@ -25,7 +25,7 @@ or more. A bar on every seed would fail the reference implementation too (its se
 is what the zoo's one run allows, its mean less two standard deviations of its episodes
 (-5.0), far above a random policy's -180 or so, and the five seeds' median must reach it.
 
-Run with: .venv/bin/python -m pytest -m slow tests/test_learning_a2c.py
+Run with: .venv/bin/python -m pytest -m slow tests/algorithms/test_learning_a2c.py
 """
 
 from __future__ import annotations

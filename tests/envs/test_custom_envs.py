@@ -97,7 +97,7 @@ def test_wrapper_forms_and_order(tmp_path, caplog):
 ])
 def test_a_users_env_mistakes_get_one_clear_line(tmp_path, args, named):
     """Refused before anything is written (the CLI prints the message after ``rltrain:
-    error: ``, exit 2: tests/test_cli.py)."""
+    error: ``, exit 2: tests/commands/test_cli.py)."""
     message = refusal(tmp_path / "run", *SMOKE, *args)
     assert named in message, message
     assert "Traceback" not in message
@@ -106,7 +106,7 @@ def test_a_users_env_mistakes_get_one_clear_line(tmp_path, args, named):
 
 def test_the_toy_envs_are_where_the_tests_say():
     assert (TESTS / "toy_envs.py").is_file() and (TESTS / "fault_envs.py").is_file()
-    assert Path(__file__).parent == TESTS
+    assert Path(__file__).parents[1] == TESTS
 
 
 @pytest.mark.parametrize(("args", "caveat"), [

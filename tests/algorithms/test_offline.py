@@ -189,7 +189,7 @@ BAD = {
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_bad_offline_input_is_one_clear_line(tmp_path, datasets, case, monkeypatch):
     """Refused before anything is written (the CLI prints the message after ``rltrain:
-    error: ``, exit 2: tests/test_cli.py)."""
+    error: ``, exit 2: tests/commands/test_cli.py)."""
     args, needles = BAD[case]
     args = [a.format(**{k: str(v) for k, v in datasets.items()}) for a in args]
     monkeypatch.chdir(tmp_path)

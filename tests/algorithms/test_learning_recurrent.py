@@ -5,7 +5,7 @@ episode, within 100,000 env steps, for every seed: RL-Zoo3's ppo_lstm CartPoleNo
 Measured (2 shared CPU cores, 5 engineers): 500 +- 0 at 40,960 / 20,480 / 46,080 env steps for
 seeds 0 / 1 / 2, 96 to 265 s of training each.
 
-Run with: .venv/bin/python -m pytest -m slow tests/test_learning_recurrent.py
+Run with: .venv/bin/python -m pytest -m slow tests/algorithms/test_learning_recurrent.py
 """
 
 from __future__ import annotations

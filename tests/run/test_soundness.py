@@ -157,7 +157,7 @@ def test_env_state_that_cannot_be_saved_is_said_at_checkpoint_and_resume(cli, tm
 
 
 # ---------------------------------------------------------------- 3. +key=value
-# (keys added with + are checked against the schemas: tests/test_catalogue.py)
+# (keys added with + are checked against the schemas: tests/run/test_catalogue.py)
 def test_free_form_env_kwargs_need_no_plus(tmp_path):
     """``env.kwargs.KEY=VALUE`` (as the README shows) reaches the env's constructor: this
     env's reward turns NaN at its 10th step, so the run stops there."""
@@ -230,7 +230,7 @@ def test_a_killed_run_leaves_no_stuck_lock(cli, tmp_path):
 
 
 # ---------------------------------------------------------------- 6. non-finite values
-# (non-finite hyperparameters are refused by the settings: tests/test_settings.py)
+# (non-finite hyperparameters are refused by the settings: tests/run/test_settings.py)
 def _finite(path: Path) -> bool:
     state = torch.load(path, weights_only=True)["state_dict"]
     return all(bool(t.isfinite().all()) for t in state.values())
@@ -268,7 +268,7 @@ def test_exploding_weights_stop_the_run_and_save_no_nan_policy(cli, tmp_path):
 
 
 # ---------------------------------------------------------------- 7. impossible combinations
-# (settings that cannot learn are refused by the trainer kinds: tests/test_build.py)
+# (settings that cannot learn are refused by the trainer kinds: tests/run/test_build.py)
 def test_episode_collection_fits_the_on_policy_buffer(tmp_path):
     """Collecting whole episodes once overflowed the rollout storage mid-run
     (BufferFullError, when buffer.size / envs was below an env's episodes): its size now
@@ -282,7 +282,7 @@ def test_episode_collection_fits_the_on_policy_buffer(tmp_path):
 
 
 # ---------------------------------------------------------------- 8. smaller ones
-# (a resume below the epochs done, or of a finished run: tests/test_resume.py)
+# (a resume below the epochs done, or of a finished run: tests/commands/test_resume.py)
 def test_export_refuses_to_overwrite_the_runs_weights(two_epoch_run, tmp_path):
     weights = two_epoch_run / "best" / "policy.pt"
     before = weights.read_bytes()

@@ -6,7 +6,7 @@
 - The tiny pixel env (tests/pixel_envs.py), every online algorithm on its action space: the
   CNN sees the image (a policy blind to it scores 10 of 20 on average).
 
-Run with: .venv/bin/python -m pytest -m slow tests/test_learning_images.py
+Run with: .venv/bin/python -m pytest -m slow tests/algorithms/test_learning_images.py
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Learning check (slow; CI skips it): discrete SAC's tuned config solves CartPole-v1 for every
 seed, through the CLI.
 
-Run with: .venv/bin/python -m pytest -m slow tests/test_learning_discrete_sac.py
+Run with: .venv/bin/python -m pytest -m slow tests/algorithms/test_learning_discrete_sac.py
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-#: env steps within which the tuned config must solve CartPole-v1 (tests/test_learning.py's);
+#: env steps within which the tuned config must solve CartPole-v1 (tests/algorithms/test_learning.py's);
 #: the tuned config plans 1,000 warm-up steps and 48 epochs of 2,048, just under it
 BUDGET = 100_000
 

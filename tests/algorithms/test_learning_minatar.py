@@ -6,7 +6,7 @@ run (3.6 and 5.0 minutes for Breakout and SpaceInvaders, two side by side, 2026-
 (one gradient step per env step) about 47 minutes alone and 70 to 120 when it shares the
 cores. Run a few at a time, e.g.
 
-    .venv/bin/python -m pytest -m slow tests/test_learning_minatar.py -k "ppo and Breakout" -n 2
+    .venv/bin/python -m pytest -m slow tests/algorithms/test_learning_minatar.py -k "ppo and Breakout" -n 2
 
 What each run must reach is a floor under the best mean test return (10 greedy episodes per
 test) within the 1M steps, set below what the seeds reached here (docs/images.md; for PPO
