@@ -2,6 +2,7 @@
 (Hydra's compose API and rltrain's own functions, as the CLI calls them), and the real
 `rltrain` commands in fresh processes, started as a user starts them."""
 
+
 from __future__ import annotations
 
 import compileall
@@ -48,7 +49,6 @@ CONF = TESTS.parent / "conf"
 torch.set_num_threads(1)
 
 
-
 def pytest_configure(config: pytest.Config) -> None:
     """Once per suite (in the controller, before any worker starts): write the bytecode of
     rltrain's modules and of the tests' env packages. Every CLI run of the suite imports
@@ -65,184 +65,7 @@ def pytest_configure(config: pytest.Config) -> None:
 os.environ["RLTRAIN_STATE_DIR"] = tempfile.mkdtemp(prefix="rltrain-test-state-")
 
 
-def cli_env(env: dict | None = None) -> dict:
-    """The environment of a CLI run: this directory on PYTHONPATH, so that ``fault_envs`` and
-    ``state_envs`` import as a user's own env package would; no HYDRA_FULL_ERROR."""
-    full_env = dict(os.environ)
-    full_env.pop("HYDRA_FULL_ERROR", None)
-    full_env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(TESTS), full_env.get("PYTHONPATH", "")) if p)
-    full_env.update(env or {})
-    return full_env
-
-
-def run_cli(*args: str, cwd: Path, timeout: float = 300, env: dict | None = None
-            ) -> subprocess.CompletedProcess:
-    """Run ``rltrain ARGS`` as a user would; no terminal, so no live progress bar."""
-    return subprocess.run([str(RLTRAIN), *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=cli_env(env))
-
-
-def run_tool(name: str, *args: str | Path, cwd: Path, timeout: float = 300,
-             env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run another console script (``rltrain-eval``, ``rltrain-export``) the same way."""
-    return subprocess.run([str(BIN / name), *map(str, args)], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout, env=cli_env(env))
-
-
-def signal_when(args: list[str], cwd: Path, when: Callable[[str], bool],
-                *signals: int, gap: float = 0.0, ack: str | None = None,
-                program: Path = RLTRAIN, env: dict | None = None,
-                timeout: float = 300) -> subprocess.CompletedProcess:
-    """Start ``rltrain ARGS``; as soon as a line of its stdout satisfies ``when``, send
-    ``signals`` (``gap`` seconds apart); return the finished process with all its output.
-
-    :param ack: before each further signal, wait for a stderr line containing this (the
-        process saying it took the previous one): signals of one kind that arrive before
-        Python runs its handler count once, which a loaded machine makes likely.
-    """
-    proc = subprocess.Popen([str(program), *args], cwd=cwd, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=cli_env(env))
-    streams: dict[str, queue.Queue] = {"out": queue.Queue(), "err": queue.Queue()}
-    readers = [threading.Thread(target=_pump, args=(pipe, streams[name]), daemon=True)
-               for name, pipe in (("out", proc.stdout), ("err", proc.stderr))]
-    for reader in readers:
-        reader.start()
-    out: list[str] = []
-    err: list[str] = []
-    deadline = time.monotonic() + timeout
-
-    def next_line(name: str, into: list[str]) -> str | None:
-        line = streams[name].get(timeout=max(0.0, deadline - time.monotonic()))
-        if line is not None:
-            into.append(line)
-        return line
-
-    try:
-        while (line := next_line("out", out)) is not None:
-            if when(line):
-                for i, sig in enumerate(signals):
-                    if i and ack is not None:
-                        while (seen := next_line("err", err)) is not None and ack not in seen:
-                            pass
-                    if i:
-                        time.sleep(gap)
-                    proc.send_signal(sig)
-                break
-        proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-    except (queue.Empty, subprocess.TimeoutExpired):
-        proc.kill()
-        proc.wait()
-    for reader in readers:
-        reader.join()
-    for name, into in (("out", out), ("err", err)):
-        # what is left (the readers are done: nothing blocks; stdout's end may be read already)
-        while not streams[name].empty() and (line := streams[name].get()) is not None:
-            into.append(line)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, "".join(out), "".join(err))
-
-
-def interrupt_after_first_epoch(args: list[str], cwd: Path, sig: int,
-                                unbroken: Path | None = None) -> subprocess.CompletedProcess:
-    """Start a run, send ``sig`` once epoch 1 is logged, wait for the exit. Given
-    ``unbroken`` (the same run, finished), the signal lands mid-epoch 2
-    (:func:`conftest.mid_epoch_delay`); else 0.2 s after epoch 1's line."""
-    delay = 0.2 if unbroken is None else mid_epoch_delay(unbroken)
-    proc = subprocess.Popen([str(RLTRAIN), *args], cwd=cwd, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    lines = []
-    for line in proc.stdout:
-        lines.append(line)
-        if line.startswith("epoch   1/"):
-            time.sleep(delay)
-            proc.send_signal(sig)
-            break
-    out, err = proc.communicate(timeout=120)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, "".join(lines) + out, err)
-
-
-def _pump(pipe, lines: queue.Queue) -> None:  # noqa: ANN001 - a text pipe
-    """Read a pipe line by line into a queue; None marks its end."""
-    for line in pipe:
-        lines.put(line)
-    lines.put(None)
-
-
-def learning_records(run_dir: Path) -> list[dict]:
-    """epochs.jsonl without the fields that measure time rather than learning, nor the run's
-    id (each run has its own: two runs of one config learn the same, and are still two)."""
-    rows = read_jsonl(run_dir / "epochs.jsonl")
-    for row in rows:
-        row.pop("run", None)
-        for key in ("time", "timing"):
-            row.pop(key)
-        row.pop("steps_per_s")
-        for part in ("train", "test"):
-            row[part].pop("collect_steps_per_s")
-    return rows
-
-
-@contextlib.contextmanager
-def tmpfs(path: Path, size: str = "4m") -> Iterator[Path]:
-    """A real, small file system at ``path`` (tmpfs), for full-disk and read-only faults.
-    Needs root and the right to mount (CAP_SYS_ADMIN); skips, saying so, without them."""
-    path.mkdir(parents=True, exist_ok=True)
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}",
-                          f"rltrain-test-{uuid.uuid4().hex[:8]}", str(path)],
-                         capture_output=True, text=True)
-    if res.returncode != 0:
-        pytest.skip("needs a small real file system: mounting a tmpfs requires root and "
-                    f"CAP_SYS_ADMIN ({res.stderr.strip() or 'mount failed'})")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], capture_output=True)
-
-
-def remount(path: Path, options: str) -> None:
-    subprocess.run(["mount", "-o", f"remount,{options}", str(path)], check=True)
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 60, what: str = "") -> None:
-    end = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
-SIGTERM, SIGINT, SIGKILL = signal.SIGTERM, signal.SIGINT, signal.SIGKILL
-
-
-def job_dir(sweep: Path, num: int) -> Path:
-    """The directory of job ``num`` of a sweep (named ``<overrides that differ>_job<num>``)."""
-    from rltrain.config import job_number
-
-    found = [p for p in sweep.iterdir() if p.is_dir() and job_number(p.name) == num]
-    assert len(found) == 1, f"job {num} in {sweep}: {sorted(p.name for p in sweep.iterdir())}"
-    return found[0]
-
-
-def mid_epoch_delay(unbroken: Path) -> float:
-    """Seconds to wait after epoch 1's console line for a signal to land mid-epoch 2: 40% of
-    the unbroken run's own epoch-2 collect and update time, so it scales with the machine (a
-    fixed delay missed the epoch on an idle machine, or came before it on a loaded one)."""
-    timing = read_jsonl(unbroken / "epochs.jsonl")[1]["timing"]
-    return 0.4 * (timing["collect"] + timing["update"])
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-#: a DQN run on CartPole of two epochs of 256 env steps (a second or so)
-SHORT_DQN = ["experiment=smoke", "algo=dqn", "logger.tensorboard=false",
-             "env.num_train_envs=2", "env.num_test_envs=2", "trainer.epoch_num_steps=256",
-             "buffer.size=2000", "trainer.random_warmup_env_steps=100",
-             "algo.target_update_interval=16"]
-
-
+# --------------------------------------------------------------------------- in this process
 def compose_run(*overrides: str, hydra: bool = False) -> DictConfig:
     """The run config ``rltrain OVERRIDES`` composes, in-process (Hydra's compose API), the
     command line first checked and prepared as the CLI does (:func:`rltrain.overrides.prepare`:
@@ -350,14 +173,11 @@ def two_epoch_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run_dir
 
 
-@pytest.fixture
-def cli(tmp_path: Path):
-    """``cli(*args)`` runs rltrain with ``tmp_path`` as working directory."""
-
-    def call(*args: str, **kwargs) -> subprocess.CompletedProcess:
-        return run_cli(*args, cwd=tmp_path, **kwargs)
-
-    return call
+#: a DQN run on CartPole of two epochs of 256 env steps (a second or so)
+SHORT_DQN = ["experiment=smoke", "algo=dqn", "logger.tensorboard=false",
+             "env.num_train_envs=2", "env.num_test_envs=2", "trainer.epoch_num_steps=256",
+             "buffer.size=2000", "trainer.random_warmup_env_steps=100",
+             "algo.target_update_interval=16"]
 
 
 def cheap_smoke(algo: str) -> list[str]:
@@ -372,3 +192,186 @@ def cheap_smoke(algo: str) -> list[str]:
     return [*(["trainer.random_warmup_env_steps=256"] if "offpolicy" in spec.trainers else []),
             *(["trainer.collection_step_num_env_steps=256"] if default_rollout else []),
             *(["algo.quantiles=32"] if algo == "qrdqn" else [])]
+
+
+# --------------------------------------------------------------------------- real rltrain processes
+def cli_env(env: dict | None = None) -> dict:
+    """The environment of a CLI run: this directory on PYTHONPATH, so that ``fault_envs`` and
+    ``state_envs`` import as a user's own env package would; no HYDRA_FULL_ERROR."""
+    full_env = dict(os.environ)
+    full_env.pop("HYDRA_FULL_ERROR", None)
+    full_env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(TESTS), full_env.get("PYTHONPATH", "")) if p)
+    full_env.update(env or {})
+    return full_env
+
+
+def run_cli(*args: str, cwd: Path, timeout: float = 300, env: dict | None = None
+            ) -> subprocess.CompletedProcess:
+    """Run ``rltrain ARGS`` as a user would; no terminal, so no live progress bar."""
+    return subprocess.run([str(RLTRAIN), *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=cli_env(env))
+
+
+def run_tool(name: str, *args: str | Path, cwd: Path, timeout: float = 300,
+             env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run another console script (``rltrain-eval``, ``rltrain-export``) the same way."""
+    return subprocess.run([str(BIN / name), *map(str, args)], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout, env=cli_env(env))
+
+
+@pytest.fixture
+def cli(tmp_path: Path):
+    """``cli(*args)`` runs rltrain with ``tmp_path`` as working directory."""
+
+    def call(*args: str, **kwargs) -> subprocess.CompletedProcess:
+        return run_cli(*args, cwd=tmp_path, **kwargs)
+
+    return call
+
+
+def signal_when(args: list[str], cwd: Path, when: Callable[[str], bool],
+                *signals: int, gap: float = 0.0, ack: str | None = None,
+                program: Path = RLTRAIN, env: dict | None = None,
+                timeout: float = 300) -> subprocess.CompletedProcess:
+    """Start ``rltrain ARGS``; as soon as a line of its stdout satisfies ``when``, send
+    ``signals`` (``gap`` seconds apart); return the finished process with all its output.
+
+    :param ack: before each further signal, wait for a stderr line containing this (the
+        process saying it took the previous one): signals of one kind that arrive before
+        Python runs its handler count once, which a loaded machine makes likely.
+    """
+    proc = subprocess.Popen([str(program), *args], cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=cli_env(env))
+    streams: dict[str, queue.Queue] = {"out": queue.Queue(), "err": queue.Queue()}
+    readers = [threading.Thread(target=_pump, args=(pipe, streams[name]), daemon=True)
+               for name, pipe in (("out", proc.stdout), ("err", proc.stderr))]
+    for reader in readers:
+        reader.start()
+    out: list[str] = []
+    err: list[str] = []
+    deadline = time.monotonic() + timeout
+
+    def next_line(name: str, into: list[str]) -> str | None:
+        line = streams[name].get(timeout=max(0.0, deadline - time.monotonic()))
+        if line is not None:
+            into.append(line)
+        return line
+
+    try:
+        while (line := next_line("out", out)) is not None:
+            if when(line):
+                for i, sig in enumerate(signals):
+                    if i and ack is not None:
+                        while (seen := next_line("err", err)) is not None and ack not in seen:
+                            pass
+                    if i:
+                        time.sleep(gap)
+                    proc.send_signal(sig)
+                break
+        proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+    except (queue.Empty, subprocess.TimeoutExpired):
+        proc.kill()
+        proc.wait()
+    for reader in readers:
+        reader.join()
+    for name, into in (("out", out), ("err", err)):
+        # what is left (the readers are done: nothing blocks; stdout's end may be read already)
+        while not streams[name].empty() and (line := streams[name].get()) is not None:
+            into.append(line)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, "".join(out), "".join(err))
+
+
+def _pump(pipe, lines: queue.Queue) -> None:  # noqa: ANN001 - a text pipe
+    """Read a pipe line by line into a queue; None marks its end."""
+    for line in pipe:
+        lines.put(line)
+    lines.put(None)
+
+
+def interrupt_after_first_epoch(args: list[str], cwd: Path, sig: int,
+                                unbroken: Path | None = None) -> subprocess.CompletedProcess:
+    """Start a run, send ``sig`` once epoch 1 is logged, wait for the exit. Given
+    ``unbroken`` (the same run, finished), the signal lands mid-epoch 2
+    (:func:`conftest.mid_epoch_delay`); else 0.2 s after epoch 1's line."""
+    delay = 0.2 if unbroken is None else mid_epoch_delay(unbroken)
+    proc = subprocess.Popen([str(RLTRAIN), *args], cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith("epoch   1/"):
+            time.sleep(delay)
+            proc.send_signal(sig)
+            break
+    out, err = proc.communicate(timeout=120)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, "".join(lines) + out, err)
+
+
+def mid_epoch_delay(unbroken: Path) -> float:
+    """Seconds to wait after epoch 1's console line for a signal to land mid-epoch 2: 40% of
+    the unbroken run's own epoch-2 collect and update time, so it scales with the machine (a
+    fixed delay missed the epoch on an idle machine, or came before it on a loaded one)."""
+    timing = read_jsonl(unbroken / "epochs.jsonl")[1]["timing"]
+    return 0.4 * (timing["collect"] + timing["update"])
+
+
+SIGTERM, SIGINT, SIGKILL = signal.SIGTERM, signal.SIGINT, signal.SIGKILL
+
+
+# --------------------------------------------------------------------------- files and records
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def learning_records(run_dir: Path) -> list[dict]:
+    """epochs.jsonl without the fields that measure time rather than learning, nor the run's
+    id (each run has its own: two runs of one config learn the same, and are still two)."""
+    rows = read_jsonl(run_dir / "epochs.jsonl")
+    for row in rows:
+        row.pop("run", None)
+        for key in ("time", "timing"):
+            row.pop(key)
+        row.pop("steps_per_s")
+        for part in ("train", "test"):
+            row[part].pop("collect_steps_per_s")
+    return rows
+
+
+def job_dir(sweep: Path, num: int) -> Path:
+    """The directory of job ``num`` of a sweep (named ``<overrides that differ>_job<num>``)."""
+    from rltrain.config import job_number
+
+    found = [p for p in sweep.iterdir() if p.is_dir() and job_number(p.name) == num]
+    assert len(found) == 1, f"job {num} in {sweep}: {sorted(p.name for p in sweep.iterdir())}"
+    return found[0]
+
+
+@contextlib.contextmanager
+def tmpfs(path: Path, size: str = "4m") -> Iterator[Path]:
+    """A real, small file system at ``path`` (tmpfs), for full-disk and read-only faults.
+    Needs root and the right to mount (CAP_SYS_ADMIN); skips, saying so, without them."""
+    path.mkdir(parents=True, exist_ok=True)
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}",
+                          f"rltrain-test-{uuid.uuid4().hex[:8]}", str(path)],
+                         capture_output=True, text=True)
+    if res.returncode != 0:
+        pytest.skip("needs a small real file system: mounting a tmpfs requires root and "
+                    f"CAP_SYS_ADMIN ({res.stderr.strip() or 'mount failed'})")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def remount(path: Path, options: str) -> None:
+    subprocess.run(["mount", "-o", f"remount,{options}", str(path)], check=True)
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 60, what: str = "") -> None:
+    end = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
