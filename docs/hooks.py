@@ -14,7 +14,7 @@ So the lists of algorithms, envs and groups, and the ``--help`` texts, cannot go
 docs: they are what the code says when the site is built. A ``live:`` line the hook does not
 understand, a tool that is not installed or a command that fails stops the build with an error
 naming the page, so a misspelt or outdated include fails ``mkdocs build --strict`` (and the
-test suite, tests/test_docs.py) instead of vanishing from the page as an HTML comment would.
+test suite, tests/project/test_docs.py) instead of vanishing from the page as an HTML comment would.
 """
 
 from __future__ import annotations

@@ -254,10 +254,12 @@ def section(name: str, args: argparse.Namespace, emit) -> None:
             emit({"section": name, "launcher": launcher, "rc": res.returncode})
     elif name == "tests":
         res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                              "-n", "0", "-k", "cuda", "tests/test_settings.py",
-                              "tests/test_image_encoders.py", "tests/test_device_copies.py",
-                              "tests/test_compile.py", "tests/test_device_replay.py",
-                              "tests/test_ppo_by_hand.py"],
+                              "-n", "0", "-k", "cuda", "tests/run/test_settings.py",
+                              "tests/nets/test_image_encoders.py",
+                              "tests/data/test_device_copies.py",
+                              "tests/algorithms/test_compile.py",
+                              "tests/data/test_device_replay.py",
+                              "tests/algorithms/test_ppo_by_hand.py"],
                              capture_output=True, text=True, timeout=180, cwd=ROOT)
         emit({"section": name, "rc": res.returncode, "output": res.stdout[-3000:]})
 

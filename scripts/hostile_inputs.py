@@ -1348,7 +1348,8 @@ def issue45_s1_identity_cases() -> list[Case]:
 
 def issue45_s2_dict_cases() -> list[Case]:
     """§2: dict observations and masks with any number of envs (MiniGrid: an image and a
-    direction; the mask layouts run in tests/test_env_counts.py, on the tests' own envs)."""
+    direction; the mask layouts run in tests/trainers/test_env_counts.py, on the tests' own
+    envs)."""
     sweep = ["rltrain", "--multirun", "hydra/launcher=batched", SMOKE, "env=minigrid",
              "env.num_train_envs=1", "env.num_test_envs=1", "seed=0,1", "hydra.sweep.dir=S"]
 

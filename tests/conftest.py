@@ -1,9 +1,13 @@
-"""Shared test helpers: run the real `rltrain` entry point in a subprocess."""
+"""Shared test helpers: a run, a refusal, a resume and the companion commands in this process
+(Hydra's compose API and rltrain's own functions, as the CLI calls them), and the real
+`rltrain` commands in fresh processes, started as a user starts them."""
+
 
 from __future__ import annotations
 
 import compileall
 import contextlib
+import io
 import json
 import os
 import queue
@@ -20,15 +24,20 @@ from pathlib import Path
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf, open_dict
 
-import prewarmed
-from rltrain import collect
+from rltrain import collect, trust
 from rltrain.algorithms import ALGORITHMS
 from rltrain.catalogue import register_configs
+from rltrain.config import ConfigError
 from rltrain.lifecycle import RunContext
+from rltrain.overrides import prepare
+from rltrain.resume import resume
 from rltrain.run import run
+from rltrain.rundir import write_hydra_snapshot
+from rltrain.settings import plain
 from rltrain.stats import InfoStats
+from rltrain.streams import clip_long_words
 
 BIN = Path(sys.executable).parent
 RLTRAIN = BIN / "rltrain"
@@ -40,28 +49,152 @@ CONF = TESTS.parent / "conf"
 torch.set_num_threads(1)
 
 
-
 def pytest_configure(config: pytest.Config) -> None:
     """Once per suite (in the controller, before any worker starts): write the bytecode of
     rltrain's modules and of the tests' env packages. Every CLI run of the suite imports
     rltrain afresh; where bytecode writing is off (PYTHONDONTWRITEBYTECODE=1, as on this
-    project's machines) each would compile those ~100 modules again, 0.25-0.4 s a run over
-    some 450 runs. compileall writes the files whatever that setting says; they are
-    git-ignored."""
+    project's machines) each would compile those ~100 modules again, 0.25-0.4 s a run.
+    compileall writes the files whatever that setting says; they are git-ignored."""
     if not hasattr(config, "workerinput"):
         for folder in (TESTS.parent / "src", TESTS):
             compileall.compile_dir(folder, quiet=1)
 
-
-# rltrain's commands start from a pre-warmed interpreter (tests/prewarmed.py: torch imported
-# once per test process, not once per run); RLTRAIN_TEST_FRESH_PROCESSES=1 turns it off
-prewarmed.install()
 
 # what rltrain records as set up on this machine (rltrain.trust) goes to a folder of this
 # test process, in-process and in every CLI run it starts, never to the user's home
 os.environ["RLTRAIN_STATE_DIR"] = tempfile.mkdtemp(prefix="rltrain-test-state-")
 
 
+# --------------------------------------------------------------------------- in this process
+def compose_run(*overrides: str, hydra: bool = False) -> DictConfig:
+    """The run config ``rltrain OVERRIDES`` composes, in-process (Hydra's compose API), the
+    command line first checked and prepared as the CLI does (:func:`rltrain.overrides.prepare`:
+    ``env.kwargs.KEY=VALUE`` needs no ``+``); ``--config-dir DIR`` adds DIR to the search
+    path, as Hydra's main does. ``hydra``: with Hydra's own config under ``hydra``."""
+    register_configs()
+    composed: list[str] = []
+    prepared = iter(prepare(list(overrides), CONF))
+    for arg in prepared:
+        if arg in ("--config-dir", "-cd"):
+            composed.append(f"hydra.searchpath=[file://{Path(next(prepared)).absolute()}]")
+        elif arg.startswith("-"):
+            raise ValueError(f"compose_run takes overrides and --config-dir, not {arg}")
+        else:
+            composed.append(arg)
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose("config", overrides=composed, return_hydra_config=hydra)
+
+
+def run_in_process(run_dir: Path, *overrides: str) -> InfoStats:
+    """Train ``rltrain OVERRIDES`` into ``run_dir`` in this process, through the composition
+    root the CLI calls (:func:`rltrain.run.run`); no live progress bar. As the CLI's job does,
+    the run, once accepted, gets its ``.hydra/`` snapshot, and the code its env config names
+    is recorded as consented to (rltrain.trust). The console's lines go to stdout (pytest's
+    ``capsys``), what the run logs to ``caplog``. The rest of the CLI's part (the run
+    directory claimed, rltrain.log, the exit status and its message) runs in the tests that
+    start ``rltrain``."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    assert not any(run_dir.iterdir()), f"{run_dir} is not empty: the CLI's tests reuse one"
+    overrides = (*overrides, "logger.progress_bar=false")
+    cfg = compose_run(*overrides, hydra=True)
+    with open_dict(cfg):
+        hydra_cfg = OmegaConf.create({"hydra": cfg.pop("hydra")})
+    command = " ".join(["rltrain", *overrides])
+    trust.record(trust.env_surface(plain(cfg.get("env"))), command)
+    ctx = RunContext(run_dir, command=command, overrides=list(overrides), on_accept=lambda:
+                     write_hydra_snapshot(run_dir, cfg, hydra_cfg, list(overrides)))
+    return run(cfg, ctx)
+
+
+def refusal(run_dir: Path, *overrides: str) -> str:
+    """The message ``rltrain OVERRIDES`` refuses its input with, before training (the CLI
+    prints ``rltrain: error: `` and this, and exits 2), found in this process: the command
+    line checked (:func:`rltrain.overrides.prepare`), composed and built by
+    :func:`rltrain.run.run` into ``run_dir``, which must be left empty."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with pytest.raises(ConfigError) as refused:
+        run(compose_run(*overrides, "logger.progress_bar=false"), RunContext(run_dir))
+    assert not any(run_dir.iterdir()), f"a refused run wrote {sorted(run_dir.iterdir())}"
+    return clip_long_words(str(refused.value))
+
+
+def resume_in_process(run_dir: Path, *args: str) -> tuple[int, list[str]]:
+    """``rltrain resume=RUN_DIR ARGS`` in this process: the command's own function
+    (:func:`rltrain.resume.resume`) with the CLI's outcomes. Returns the exit status and what
+    it says on stderr (each line after ``rltrain: ``); what the run logs goes to ``caplog``."""
+    from rltrain import cli
+
+    said: list[str] = []
+    code = resume([f"resume={run_dir}", *args], say=said.append, started=time.perf_counter(),
+                  outcome=cli._outcome, stopped_at_once=cli._stopped_at_once,
+                  full_error=False)
+    return code, said
+
+
+def command(main: Callable[[list[str]], None], *args: str | Path,
+            cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """A companion command (``rltrain-eval``'s :func:`rltrain.evaluate.main`, ``-export``'s,
+    ``-collect``'s, ``-report``'s) in this process, in ``cwd`` if given: its exit status (0,
+    or what it passed to ``sys.exit``) and what it wrote to stdout and stderr. The signal
+    handlers a command installs for its process are put back afterwards."""
+    handlers = {sig: signal.getsignal(sig) for sig in (SIGINT, SIGTERM, signal.SIGHUP)}
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    here = Path.cwd()
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            main([str(a) for a in args])
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    finally:
+        os.chdir(here)
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    return subprocess.CompletedProcess([main.__module__, *map(str, args)], code,
+                                       out.getvalue(), err.getvalue())
+
+
+def random_dataset(path: Path, env_id: str = "CartPole-v1", episodes: int = 4) -> Path:
+    """A dataset of uniformly random episodes, written in-process by the code behind
+    ``rltrain-collect --random --env ENV_ID --episodes N --out PATH``."""
+    collect.run(collect.parser().parse_args(
+        ["--random", "--env", env_id, "--episodes", str(episodes), "--out", str(path)]))
+    return path
+
+
+@pytest.fixture(scope="module")
+def two_epoch_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished two-epoch smoke run (PPO on CartPole, in this process), made once per test
+    module that asks for it."""
+    run_dir = tmp_path_factory.mktemp("two") / "run"
+    run_in_process(run_dir, "experiment=smoke")
+    return run_dir
+
+
+#: a DQN run on CartPole of two epochs of 256 env steps (a second or so)
+SHORT_DQN = ["experiment=smoke", "algo=dqn", "logger.tensorboard=false",
+             "env.num_train_envs=2", "env.num_test_envs=2", "trainer.epoch_num_steps=256",
+             "buffer.size=2000", "trainer.random_warmup_env_steps=100",
+             "algo.target_update_interval=16"]
+
+
+def cheap_smoke(algo: str) -> list[str]:
+    """Overrides that shorten a smoke run on the test envs without skipping a part of it: a
+    warm-up within the shorter run, a shorter rollout, and QR-DQN's 200 quantiles cut to 32
+    (its quantile Huber loss over 200 x 200 pairs costs about 26 ms a gradient step here)."""
+    spec = ALGORITHMS[algo]
+    # an on-policy algorithm without trainer defaults of its own collects the trainer's 2048
+    # env steps a rollout, whatever the epoch's length: one rollout of 256 per epoch instead
+    default_rollout = ("onpolicy" in spec.trainers
+                       and not (CONF / "trainer" / "defaults" / f"{algo}.yaml").is_file())
+    return [*(["trainer.random_warmup_env_steps=256"] if "offpolicy" in spec.trainers else []),
+            *(["trainer.collection_step_num_env_steps=256"] if default_rollout else []),
+            *(["algo.quantiles=32"] if algo == "qrdqn" else [])]
+
+
+# --------------------------------------------------------------------------- real rltrain processes
 def cli_env(env: dict | None = None) -> dict:
     """The environment of a CLI run: this directory on PYTHONPATH, so that ``fault_envs`` and
     ``state_envs`` import as a user's own env package would; no HYDRA_FULL_ERROR."""
@@ -85,6 +218,16 @@ def run_tool(name: str, *args: str | Path, cwd: Path, timeout: float = 300,
     """Run another console script (``rltrain-eval``, ``rltrain-export``) the same way."""
     return subprocess.run([str(BIN / name), *map(str, args)], cwd=cwd, capture_output=True,
                           text=True, timeout=timeout, env=cli_env(env))
+
+
+@pytest.fixture
+def cli(tmp_path: Path):
+    """``cli(*args)`` runs rltrain with ``tmp_path`` as working directory."""
+
+    def call(*args: str, **kwargs) -> subprocess.CompletedProcess:
+        return run_cli(*args, cwd=tmp_path, **kwargs)
+
+    return call
 
 
 def signal_when(args: list[str], cwd: Path, when: Callable[[str], bool],
@@ -146,6 +289,42 @@ def _pump(pipe, lines: queue.Queue) -> None:  # noqa: ANN001 - a text pipe
     lines.put(None)
 
 
+def interrupt_after_first_epoch(args: list[str], cwd: Path, sig: int,
+                                unbroken: Path | None = None) -> subprocess.CompletedProcess:
+    """Start a run, send ``sig`` once epoch 1 is logged, wait for the exit. Given
+    ``unbroken`` (the same run, finished), the signal lands mid-epoch 2
+    (:func:`conftest.mid_epoch_delay`); else 0.2 s after epoch 1's line."""
+    delay = 0.2 if unbroken is None else mid_epoch_delay(unbroken)
+    proc = subprocess.Popen([str(RLTRAIN), *args], cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith("epoch   1/"):
+            time.sleep(delay)
+            proc.send_signal(sig)
+            break
+    out, err = proc.communicate(timeout=120)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, "".join(lines) + out, err)
+
+
+def mid_epoch_delay(unbroken: Path) -> float:
+    """Seconds to wait after epoch 1's console line for a signal to land mid-epoch 2: 40% of
+    the unbroken run's own epoch-2 collect and update time, so it scales with the machine (a
+    fixed delay missed the epoch on an idle machine, or came before it on a loaded one)."""
+    timing = read_jsonl(unbroken / "epochs.jsonl")[1]["timing"]
+    return 0.4 * (timing["collect"] + timing["update"])
+
+
+SIGTERM, SIGINT, SIGKILL = signal.SIGTERM, signal.SIGINT, signal.SIGKILL
+
+
+# --------------------------------------------------------------------------- files and records
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
 def learning_records(run_dir: Path) -> list[dict]:
     """epochs.jsonl without the fields that measure time rather than learning, nor the run's
     id (each run has its own: two runs of one config learn the same, and are still two)."""
@@ -158,6 +337,15 @@ def learning_records(run_dir: Path) -> list[dict]:
         for part in ("train", "test"):
             row[part].pop("collect_steps_per_s")
     return rows
+
+
+def job_dir(sweep: Path, num: int) -> Path:
+    """The directory of job ``num`` of a sweep (named ``<overrides that differ>_job<num>``)."""
+    from rltrain.config import job_number
+
+    found = [p for p in sweep.iterdir() if p.is_dir() and job_number(p.name) == num]
+    assert len(found) == 1, f"job {num} in {sweep}: {sorted(p.name for p in sweep.iterdir())}"
+    return found[0]
 
 
 @contextlib.contextmanager
@@ -187,92 +375,3 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 60, what: str = "")
         if time.monotonic() > end:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.02)
-
-
-SIGTERM, SIGINT, SIGKILL = signal.SIGTERM, signal.SIGINT, signal.SIGKILL
-
-
-def job_dir(sweep: Path, num: int) -> Path:
-    """The directory of job ``num`` of a sweep (named ``<overrides that differ>_job<num>``)."""
-    from rltrain.config import job_number
-
-    found = [p for p in sweep.iterdir() if p.is_dir() and job_number(p.name) == num]
-    assert len(found) == 1, f"job {num} in {sweep}: {sorted(p.name for p in sweep.iterdir())}"
-    return found[0]
-
-
-def mid_epoch_delay(unbroken: Path) -> float:
-    """Seconds to wait after epoch 1's console line for a signal to land mid-epoch 2: 40% of
-    the unbroken run's own epoch-2 collect and update time, so it scales with the machine (a
-    fixed delay missed the epoch on an idle machine, or came before it on a loaded one)."""
-    timing = read_jsonl(unbroken / "epochs.jsonl")[1]["timing"]
-    return 0.4 * (timing["collect"] + timing["update"])
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-#: a DQN run on CartPole of two epochs of 256 env steps (a second or so)
-SHORT_DQN = ["experiment=smoke", "algo=dqn", "logger.tensorboard=false",
-             "env.num_train_envs=2", "env.num_test_envs=2", "trainer.epoch_num_steps=256",
-             "buffer.size=2000", "trainer.random_warmup_env_steps=100",
-             "algo.target_update_interval=16"]
-
-
-def compose_run(*overrides: str) -> DictConfig:
-    """The run config ``rltrain OVERRIDES`` composes, in-process (Hydra's compose API)."""
-    register_configs()
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose("config", overrides=list(overrides))
-
-
-def run_in_process(run_dir: Path, *overrides: str) -> InfoStats:
-    """Train ``rltrain OVERRIDES`` into ``run_dir`` in this process, through the composition
-    root the CLI calls (:func:`rltrain.run.run`); no live progress bar."""
-    run_dir.mkdir(parents=True)
-    return run(compose_run(*overrides, "logger.progress_bar=false"), RunContext(run_dir))
-
-
-def random_dataset(path: Path, env_id: str = "CartPole-v1", episodes: int = 4) -> Path:
-    """A dataset of uniformly random episodes, written in-process by the code behind
-    ``rltrain-collect --random --env ENV_ID --episodes N --out PATH``."""
-    collect.run(collect.parser().parse_args(
-        ["--random", "--env", env_id, "--episodes", str(episodes), "--out", str(path)]))
-    return path
-
-
-@pytest.fixture(scope="module")
-def two_epoch_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A finished two-epoch smoke run (PPO on CartPole, through the CLI), made once per
-    test module that asks for it."""
-    cwd = tmp_path_factory.mktemp("two")
-    run_dir = cwd / "run"
-    res = subprocess.run([str(RLTRAIN), "experiment=smoke", f"hydra.run.dir={run_dir}"],
-                         cwd=cwd, capture_output=True, text=True, env=cli_env())
-    assert res.returncode == 0, res.stderr
-    return run_dir
-
-
-@pytest.fixture
-def cli(tmp_path: Path):
-    """``cli(*args)`` runs rltrain with ``tmp_path`` as working directory."""
-
-    def call(*args: str, **kwargs) -> subprocess.CompletedProcess:
-        return run_cli(*args, cwd=tmp_path, **kwargs)
-
-    return call
-
-
-def cheap_smoke(algo: str) -> list[str]:
-    """Overrides that shorten a smoke run on the test envs without skipping a part of it: a
-    warm-up within the shorter run, a shorter rollout, and QR-DQN's 200 quantiles cut to 32
-    (its quantile Huber loss over 200 x 200 pairs costs about 26 ms a gradient step here)."""
-    spec = ALGORITHMS[algo]
-    # an on-policy algorithm without trainer defaults of its own collects the trainer's 2048
-    # env steps a rollout, whatever the epoch's length: one rollout of 256 per epoch instead
-    default_rollout = ("onpolicy" in spec.trainers
-                       and not (CONF / "trainer" / "defaults" / f"{algo}.yaml").is_file())
-    return [*(["trainer.random_warmup_env_steps=256"] if "offpolicy" in spec.trainers else []),
-            *(["trainer.collection_step_num_env_steps=256"] if default_rollout else []),
-            *(["algo.quantiles=32"] if algo == "qrdqn" else [])]
