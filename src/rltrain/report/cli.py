@@ -211,15 +211,14 @@ def staged(out: Path, force: bool) -> Iterator[Path]:
     inside = out.is_dir()
     folder = (out / f".report.partial-{os.getpid()}" if inside else
               out.with_name(f".{out.name}.partial-{os.getpid()}"))
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(folder, ignore_errors=True)  # a crashed earlier attempt of this pid
-        folder.mkdir()
-    except OSError as e:
-        _remove_empty(made)
-        raise UserError(f"cannot create {folder.parent if inside else out}: "
-                        f"{e.strerror or e}") from None
-    try:
+    try:  # one block from the folder's making on: a signal just after mkdir removes it too
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(folder, ignore_errors=True)  # a crashed earlier attempt of this pid
+            folder.mkdir()
+        except OSError as e:
+            raise UserError(f"cannot create {folder.parent if inside else out}: "
+                            f"{e.strerror or e}") from None
         yield folder
         _publish(folder, out, force, inside)
     except BaseException:
