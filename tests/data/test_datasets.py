@@ -14,7 +14,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from conftest import command, refusal, run_in_process, tmpfs
+from conftest import command, run_cli, run_in_process, run_tool, tmpfs
 from rltrain import collect as collect_command
 from rltrain.actions import to_agent, to_env
 from rltrain.config import ConfigError
@@ -691,11 +691,18 @@ def damaged_runs(runs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
     return {"RUN": runs["dqn"], "PPO": runs["ppo"], "NOFINAL": nofinal, "NOBUF": nobuf}
 
 
+#: cases that need a process where no env family's module is imported yet: in this one, an
+#: earlier test may have imported ale_py or minigrid and so registered their ids
+FRESH_PROCESS = {"ALE id", "MiniGrid id"}
+
+
 @pytest.mark.parametrize("case", BAD_INPUTS)
 def test_bad_input(damaged_runs: dict[str, Path], tmp_path: Path, case: str) -> None:
     args, needles = BAD_INPUTS[case]
     (tmp_path / "exists.h5").write_text("an earlier file\n")
-    result = collect(*(damaged_runs.get(a, a) for a in args), cwd=tmp_path)
+    run = (lambda *a, cwd: run_tool("rltrain-collect", *a, cwd=cwd)) \
+        if case in FRESH_PROCESS else collect
+    result = run(*(damaged_runs.get(a, a) for a in args), cwd=tmp_path)
     assert_one_line_error(result, *needles)
     assert not (tmp_path / "x.h5").exists()
     assert (tmp_path / "exists.h5").read_text() == "an earlier file\n"
@@ -705,9 +712,12 @@ def test_the_way_out_for_an_unregistered_family_works(tmp_path: Path) -> None:
     """What the refusals above name: --env MODULE:ID for collect, the preset for rltrain."""
     ok(collect("--random", "--env", "ale_py:ALE/Pong-v5", "--steps", "8", "--num-envs", "1",
                "--out", "pong.npz", cwd=tmp_path))
-    message = refusal(tmp_path / "run", "experiment=smoke", "env=gym",
-                      "env.id=MiniGrid-Empty-5x5-v0")
-    assert "\n" not in message, message
+    # a fresh process, where minigrid is not imported yet (in this one a test may have)
+    result = run_cli("experiment=smoke", "env=gym", "env.id=MiniGrid-Empty-5x5-v0",
+                     f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    message = result.stderr.strip().removeprefix("rltrain: error: ")
+    assert "\n" not in message and "Traceback" not in message, message
     assert ("env.id='MiniGrid-Empty-5x5-v0' is not registered yet: MiniGrid- ids are "
             "registered by importing minigrid, which env=minigrid does; use env=minigrid "
             "env.id=MiniGrid-Empty-5x5-v0") in message
