@@ -223,6 +223,7 @@ def test_a_target_that_would_never_update_is_refused():
         DiscreteSACConfig(target_update_interval=1000).check_plan(500)
 
 
+@pytest.mark.slow  # 12 s; prioritised replay's resume: tests/data/test_prioritized.py, by default
 def test_sigterm_then_resume_with_prioritized_replay_equals_unbroken_run(tmp_path):
     """Through the CLI on CartPole with buffer=prioritized: a run stopped by SIGTERM mid-epoch
     and resumed logs the same epochs as an unbroken one (the networks, optimisers, torch's

@@ -298,7 +298,8 @@ def test_existing_run_is_never_overwritten(cli, tmp_path):
     assert (run_dir / "epochs.jsonl").read_bytes() == before
 
 
-@pytest.mark.parametrize("launcher", ["basic", "joblib"])
+# joblib with the slow checks (its jobs' directories: tests/sweeps)
+@pytest.mark.parametrize("launcher", ["basic", pytest.param("joblib", marks=pytest.mark.slow)])
 def test_multirun_writes_one_dir_per_job(cli, tmp_path, launcher):
     sweep = tmp_path / "sweep"
     res = cli("--multirun", f"hydra/launcher={launcher}", "experiment=smoke", "algo=ppo",

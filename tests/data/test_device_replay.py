@@ -110,7 +110,8 @@ RUNS = {
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("name", list(RUNS))
+# SAC with the slow checks (15 s on the 2-core machine)
+@pytest.mark.parametrize("name", [pytest.param("sac", marks=pytest.mark.slow), "dqn-prioritized"])
 def test_a_run_learns_the_same_with_the_replay_on_the_device(tmp_path, caplog, name, device):
     """Every learning record with the device copy (``buffer.on_device=true``)
     is the run's without, which an online run's default (null) is (continuous actions;

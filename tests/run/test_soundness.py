@@ -67,7 +67,7 @@ def unbroken(tmp_path_factory) -> Callable[[str], Path]:
     return get
 
 
-@pytest.mark.parametrize("moment", ["training", "test"])
+@pytest.mark.parametrize("moment", ["training", pytest.param("test", marks=pytest.mark.slow)])
 # DQN's long test steps (500-step episodes by epoch 4) take 20-40 s: with the slow checks;
 # its resume is also in test_lifecycle's SIGTERM test
 @pytest.mark.parametrize("algo", ["ppo", pytest.param("dqn", marks=pytest.mark.slow)])

@@ -367,6 +367,8 @@ def test_a_sweep_over_ppos_settings_stacks_and_equals_the_basic_launchers_in_flo
             res.stdout
 
 
+# 17 s: stacked members equal the basic launcher's in the default sweeps over seeds and settings
+@pytest.mark.slow
 def test_optuna_trials_asked_together_stack_and_equal_the_basic_launchers(cli, tmp_path):
     """Optuna's trials that the sweeper asks for together (``hydra.sweeper.n_jobs``) and that
     differ only in member settings are members of one batch; each trial's records and score equal
@@ -435,6 +437,7 @@ def test_jobs_that_differ_in_seed_get_the_config_hydra_would_compose(tmp_path):
     assert sorted(int(seed) for _, seed, _, _ in jobs) == [0, 0, 1, 1, 12, 12]
 
 
+@pytest.mark.slow  # 10 s; the batches in the main process are checked by default
 def test_batches_in_worker_processes_equal_the_basic_launchers_too(cli, tmp_path):
     """``hydra.launcher.n_jobs=2``: four seeds dealt into two batches of two members, each in a
     worker process of its own; every seed's records equal the basic launcher's (float64)."""
@@ -465,6 +468,7 @@ cli.main()
 """
 
 
+@pytest.mark.slow  # 16 s; a rare set-up (a thread in the main process)
 def test_workers_are_loky_s_when_the_main_process_runs_another_thread(tmp_path):
     """A fork copies every lock as it is, held ones too, but runs only the forking thread:
     with another thread alive the workers are loky's, fresh processes, with equal records."""
@@ -509,7 +513,8 @@ def test_jobs_that_cannot_be_members_run_alone_and_say_why(cli, tmp_path):
     assert "rltrain: job 0 runs alone: no other job of the sweep runs algo=ppo" in res.stdout
 
 
-@pytest.mark.parametrize("n_jobs", [1, 2])
+# two worker processes with the slow checks (18 s)
+@pytest.mark.parametrize("n_jobs", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_a_signal_stops_every_member_and_the_same_command_resumes_them_all(cli, tmp_path,
                                                                             n_jobs):
     """SIGTERM in epoch 1: each member finishes its step, checkpoints and stops (exit 143);

@@ -85,8 +85,10 @@ def test_processes_opening_a_new_sqlite_study_at_once_all_get_it(tmp_path):
     assert open_storage(url).get_all_studies() == []  # a sound database, no study yet
 
 
+# each storage once by default; the other pairs with the slow checks
 @pytest.mark.parametrize(("kind", "n_sweeps", "sampler"), [
-    ("sqlite", 2, "tpe"), ("journal", 2, "grid"), ("sqlite", 3, "tpe"), ("journal", 3, "tpe")])
+    pytest.param("sqlite", 2, "tpe", marks=pytest.mark.slow), ("journal", 2, "grid"),
+    ("sqlite", 3, "tpe"), pytest.param("journal", 3, "tpe", marks=pytest.mark.slow)])
 def test_concurrent_sweeps_fill_one_study_once(tmp_path, kind, n_sweeps, sampler):
     """Sweeps started 1.5 s apart into one study: together they run exactly n_trials trials
     (each sweep asks only what the study lacks, counting the others' running trials), none
@@ -119,7 +121,8 @@ def test_concurrent_sweeps_fill_one_study_once(tmp_path, kind, n_sweeps, sampler
     assert all(len(t.intermediate_values) == 1 for t in trials)  # its epoch reported
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "journal"])
+# the journal with the slow checks: the heartbeat is Optuna's, the same for both storages
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("journal", marks=pytest.mark.slow)])
 def test_a_killed_sweeps_trial_is_run_again_once_its_heartbeat_is_stale(tmp_path, kind):
     """Sweep A is killed (SIGKILL) while its first trial trains; sweep B, started at once,
     fails that trial (interrupted) only once its heartbeat is grace_period old, and runs its

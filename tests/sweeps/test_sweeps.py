@@ -55,7 +55,8 @@ def test_job_directory_names(overrides, name):
     assert job_number(name) == 4
 
 
-@pytest.mark.parametrize("launcher", ["basic", "joblib"])
+# joblib with the slow checks: the refusal is the job's own, whatever runs it
+@pytest.mark.parametrize("launcher", ["basic", pytest.param("joblib", marks=pytest.mark.slow)])
 def test_a_job_with_a_config_error_does_not_end_the_sweep(cli, tmp_path, launcher):
     sweep = tmp_path / "sweep"
     res = cli("--multirun", f"hydra/launcher={launcher}", *SMOKE, "env.num_train_envs=0,8",
@@ -413,6 +414,9 @@ def test_a_signal_to_a_basic_sweep_stops_it_after_the_running_job(tmp_path):
     assert f"resume with: rltrain resume={job_dir(sweep, 0)}" in res.stderr
 
 
+# 33 s: a sweep finished by running its command again is checked by default in
+# test_a_basic_sweep_stopped_at_once_is_finished_by_the_command_it_prints
+@pytest.mark.slow
 def test_a_sweep_run_again_skips_finished_jobs_and_resumes_unfinished_ones(cli, tmp_path):
     """The same sweep command, run again into its directory (as after a crash, or as
     submitit does when it requeues a job): finished jobs are skipped and left as they are,

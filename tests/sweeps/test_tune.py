@@ -265,7 +265,8 @@ def test_parallel_trials_share_one_study(cli, tmp_path, storage):
     assert all(len(t.intermediate_values) == 2 for t in s.trials)  # each epoch reported
 
 
-@pytest.mark.parametrize(("args", "message"), [
+#: each a CLI process of 3-5 s: the first and the last by default, the rest with the slow checks
+BAD_SWEEPER_SETTINGS = [
     (["hydra.sweeper.sampler.name=foo"], "hydra.sweeper.sampler.name must be one of tpe"),
     (["hydra.sweeper.sampler.name=grid", "algo.lr=interval(1e-4, 1e-2)"],
      "grid needs a finite set of values: algo.lr is an interval"),
@@ -282,7 +283,13 @@ def test_parallel_trials_share_one_study(cli, tmp_path, storage):
                                      "hydra.sweeper.n_trials takes an integer"),
     (["hydra.sweeper.heartbeat_interval=30", "hydra.sweeper.grace_period=20"],
      "hydra.sweeper.grace_period (20) must be more than hydra.sweeper.heartbeat_interval (30)"),
-])
+]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    case if i in (0, len(BAD_SWEEPER_SETTINGS) - 1)
+    else pytest.param(*case, marks=pytest.mark.slow)
+    for i, case in enumerate(BAD_SWEEPER_SETTINGS)])
 def test_bad_sweeper_settings_are_one_line(cli, tmp_path, args, message):
     res = cli("--multirun", "hydra/sweeper=optuna", *SHORT, *args,
               f"hydra.sweep.dir={tmp_path / 'sweep'}")
