@@ -71,7 +71,7 @@ class OffPolicyTrainer(OnlineTrainer):
             raise ConfigError(f"buffer.size={request.buffer_size} is smaller than "
                               f"env.num_train_envs={m}")
         return StoragePlan(m, request.buffer_size // m, True, "buffer.size", "lower buffer.size",
-                           request.frame_stack)
+                           request.frame_stack, request.fields)
 
     @classmethod
     def storage(cls, params: OffPolicyTrainerParams, request: StorageRequest) -> Storage:
