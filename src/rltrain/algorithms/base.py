@@ -357,6 +357,13 @@ class OffPolicyAlgorithm(Algorithm):
         are (BC's states and actions)."""
         return ()
 
+    def random_fields(self, obs: np.ndarray, actions: np.ndarray
+                      ) -> dict[str, np.ndarray] | None:
+        """The fields its spec stores beside a transition's (``AlgoSpec.stored``) for
+        ``actions`` drawn uniformly at random (the random warm-up's), by name; None (the
+        default): it has none to give, and a run with a random warm-up is refused."""
+        return None
+
     @abstractmethod
     def update(self, batch: Batch, *, progress: Progress) -> UpdateReport:
         """Learn from one sampled batch."""

@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from rltrain.algorithms.base import OffPolicyAlgorithm
 from rltrain.collector import random_policy
 from rltrain.config import (
@@ -15,7 +17,7 @@ from rltrain.config import (
     ReplayBufferConfig,
     env_steps_per_collection,
 )
-from rltrain.core import Progress
+from rltrain.core import Acted, Policy, Progress
 from rltrain.data.reading import ReadPath
 from rltrain.data.samplers import make_sampler
 from rltrain.stats import Episodes, EpochStats
@@ -86,6 +88,27 @@ class OffPolicyTrainer(OnlineTrainer):
                                self.algorithm.transforms())
         #: the random warm-up's actions: uniform in the env's own (seeded) action space
         self.random_policy = random_policy(self.train_collector.envs, seed)
+        if self.buffer.declared:  # and the fields the algorithm stores beside them
+            self.random_policy = self._with_fields(self.random_policy)
+
+    def _with_fields(self, policy: Policy) -> Policy:
+        """``policy`` (the random warm-up's) with the algorithm's declared fields beside its
+        actions (``Algorithm.random_fields``); refused when the algorithm gives none."""
+        algorithm = self.algorithm
+        names = ", ".join(f.name for f in self.buffer.declared)
+        if (self.params.random_warmup_env_steps and
+                type(algorithm).random_fields is OffPolicyAlgorithm.random_fields):
+            raise ConfigError(
+                f"algo={algorithm.cfg.name} stores {names} beside each transition, which the "
+                f"random warm-up's steps do not have; set trainer.random_warmup_env_steps=0")
+
+        def acted(obs: np.ndarray) -> Acted:
+            actions = policy(obs)
+            assert not isinstance(actions, Acted)  # random_policy's are plain
+            fields = algorithm.random_fields(obs, actions)
+            assert fields is not None  # checked above
+            return Acted(actions, fields)
+        return acted
 
     def planned_env_steps(self) -> int:
         m = self.train_collector.num_envs
