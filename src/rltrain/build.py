@@ -188,6 +188,7 @@ def build_parts(s: Settings) -> Parts:
         # everything the run will hold, sized before any of it is allocated
         check_footprint(s, info, request)
         algorithm = build_algorithm(s, info)
+        kind.check_algorithm(s.trainer, algorithm, request)
         storage = kind.storage(s.trainer, request)
     except BaseException:
         if train_envs is not None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from rltrain.algorithms.base import OffPolicyAlgorithm
+from rltrain.algorithms.base import Algorithm, OffPolicyAlgorithm
 from rltrain.collector import random_policy
 from rltrain.config import (
     AlgoConfig,
@@ -91,16 +91,25 @@ class OffPolicyTrainer(OnlineTrainer):
         if self.buffer.declared:  # and the fields the algorithm stores beside them
             self.random_policy = self._with_fields(self.random_policy)
 
-    def _with_fields(self, policy: Policy) -> Policy:
-        """``policy`` (the random warm-up's) with the algorithm's declared fields beside its
-        actions (``Algorithm.random_fields``); refused when the algorithm gives none."""
-        algorithm = self.algorithm
-        names = ", ".join(f.name for f in self.buffer.declared)
-        if (self.params.random_warmup_env_steps and
+    @classmethod
+    def check_algorithm(cls, params: OffPolicyTrainerParams, algorithm: Algorithm,
+                        request: StorageRequest) -> None:
+        """A random warm-up needs the fields the algorithm stores beside a transition for
+        random actions (``random_fields``)."""
+        if not (request.fields and params.random_warmup_env_steps):
+            return
+        if not isinstance(algorithm, OffPolicyAlgorithm) or (
                 type(algorithm).random_fields is OffPolicyAlgorithm.random_fields):
+            names = ", ".join(f.name for f in request.fields)
             raise ConfigError(
                 f"algo={algorithm.cfg.name} stores {names} beside each transition, which the "
                 f"random warm-up's steps do not have; set trainer.random_warmup_env_steps=0")
+
+    def _with_fields(self, policy: Policy) -> Policy:
+        """``policy`` (the random warm-up's) with the algorithm's declared fields beside its
+        actions (``Algorithm.random_fields``; :meth:`check_algorithm` has refused a run whose
+        algorithm gives none)."""
+        algorithm = self.algorithm
 
         def acted(obs: np.ndarray) -> Acted:
             actions = policy(obs)
