@@ -183,10 +183,12 @@ def build_parts(s: Settings) -> Parts:
         check_actions(algorithm_spec(s.algo.name), info)
         kind.check(s.trainer, s.algo, s.env.num_train_envs, s.buffer.size)
         request = StorageRequest(info, s.env.num_train_envs, s.buffer.size, s.dataset, s.trust,
-                                 frame_stack(s, info))
+                                 frame_stack(s, info),
+                                 algorithm_spec(s.algo.name).stored_fields(s.algo, info))
         # everything the run will hold, sized before any of it is allocated
         check_footprint(s, info, request)
         algorithm = build_algorithm(s, info)
+        kind.check_algorithm(s.trainer, algorithm, request)
         storage = kind.storage(s.trainer, request)
     except BaseException:
         if train_envs is not None:

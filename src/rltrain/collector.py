@@ -34,7 +34,7 @@ import torch
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
 
 from rltrain import envstate
-from rltrain.core import Policy
+from rltrain.core import Acted, Policy
 from rltrain.data.storage import ReplayBuffer
 from rltrain.envs import autoreset_mode
 from rltrain.errors import NonFiniteError, mark_env_failure
@@ -192,18 +192,23 @@ class Collector:
     WRITE_EVERY = 64
 
     def _write(self, steps: list[tuple]) -> None:
-        """Write held steps ``(obs, act, rew, next_obs, terminated, truncated, valid)`` to
-        the buffer as one block, and forget them."""
+        """Write held steps ``(obs, act, rew, next_obs, terminated, truncated, valid,
+        fields)`` to the buffer as one block, and forget them (``fields``: what the policy
+        returned beside its actions, :class:`~rltrain.core.Acted`, or None)."""
         if not steps:
             return
         assert self.buffer is not None  # collect() holds steps only when there is a buffer
-        obs, act, rew, next_obs, terminated, truncated, valids = zip(*steps, strict=True)
+        obs, act, rew, next_obs, terminated, truncated, valids, fields = zip(*steps,
+                                                                             strict=True)
         valid = None
         if any(v is not None for v in valids):
             every = np.ones(self.num_envs, dtype=bool)
             valid = np.stack([every if v is None else v for v in valids])
+        declared = None
+        if fields[0] is not None:
+            declared = {name: np.stack([f[name] for f in fields]) for name in fields[0]}
         self.buffer.extend(np.stack(obs), np.stack(act), np.stack(rew), np.stack(next_obs),
-                           np.stack(terminated), np.stack(truncated), valid)
+                           np.stack(terminated), np.stack(truncated), valid, fields=declared)
         steps.clear()
 
     def collect(
@@ -285,6 +290,10 @@ class Collector:
                 if self.on_obs is not None:
                     self.on_obs(obs)
                 act = policy(obs)
+                acted = None
+                if isinstance(act, Acted):  # values of acting time the buffer stores beside
+                    acted = act.fields
+                    act = act.actions
                 try:
                     next_obs, rew, terminated, truncated, info = step(act)
                 except Exception as e:
@@ -302,7 +311,8 @@ class Collector:
                     final_obs = next_obs.copy()
                     final_obs[done] = self._packer.final(info["final_obs"][done])
                 if buffer is not None:
-                    pending.append((obs, act, rew, final_obs, terminated, truncated, valid))
+                    pending.append((obs, act, rew, final_obs, terminated, truncated, valid,
+                                    acted))
                     if len(pending) == self.WRITE_EVERY:
                         self._write(pending)
                 if valid is None:

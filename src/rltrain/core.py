@@ -4,7 +4,8 @@ training stands. Ground floor: imports no other rltrain module.
 - :class:`SpaceInfo` is computed from the env's spaces by the composition root
   (:func:`rltrain.envs.space_info`), never written in YAML; algorithms, encoders and the
   deployable policy are built from it.
-- :data:`Policy` is what a collector steps envs with: observations in, actions out.
+- :data:`Policy` is what a collector steps envs with: observations in, actions out (or
+  :class:`Acted`: the actions with the values the algorithm stores beside them).
 - :class:`Progress` is what schedules read (learning rate, exploration, target updates).
 """
 
@@ -12,15 +13,25 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 #: the episode limit of an env that registers none and gets no env.max_episode_steps
 DEFAULT_MAX_EPISODE_STEPS = 10_000
 
-#: observations (num_envs, *obs_shape) in, actions (num_envs, *action_shape) out
-Policy = Callable[[np.ndarray], np.ndarray]
+class Acted(NamedTuple):
+    """What a policy returns when its algorithm stores values of the acting time beside each
+    transition (``AlgoSpec.stored``: a behaviour log-prob, a value estimate): the actions,
+    and those values by field name, ``(num_envs, *shape)`` each."""
+
+    actions: np.ndarray
+    fields: dict[str, np.ndarray]
+
+
+#: observations (num_envs, *obs_shape) in, actions (num_envs, *action_shape) out, or
+#: :class:`Acted` with the values the buffer stores beside them
+Policy = Callable[[np.ndarray], "np.ndarray | Acted"]
 
 #: the kinds of action space an algorithm may accept (its registry entry lists them):
 #: Discrete; MultiDiscrete or MultiBinary (a vector of independent discrete choices); Box

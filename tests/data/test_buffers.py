@@ -466,8 +466,9 @@ def assert_same_buffer(a: ReplayBuffer, b: ReplayBuffer, n: int = 3) -> None:
         ba = read(a, *UniformSampler(seed).sample(a, 64), [NStepReturns(n, 0.9)])
         bb = read(b, *UniformSampler(seed).sample(b, 64), [NStepReturns(n, 0.9)])
         assert ba.weights is None and bb.weights is None  # uniform draws: no weights
+        assert ba.fields == bb.fields == {}
         for name in ba.__dataclass_fields__:
-            if name != "weights":
+            if name not in ("weights", "fields"):
                 assert getattr(ba, name).tobytes() == getattr(bb, name).tobytes(), name
 
 

@@ -68,9 +68,9 @@ class Both:
     def __init__(self, *buffers: ReplayBuffer) -> None:
         self.buffers = buffers
 
-    def extend(self, *fields) -> None:
+    def extend(self, *values, **declared) -> None:
         for buffer in self.buffers:
-            buffer.extend(*fields)
+            buffer.extend(*values, **declared)
 
 
 def pair(lanes: int, capacity: int, circular: bool = True, frame: tuple[int, ...] = FRAME
@@ -112,8 +112,9 @@ def assert_same(ref: ReplayBuffer, buf: ReplayBuffer) -> None:
             nstep = [NStepReturns(n, 0.9)]
             x, y = read(ref, *draw, nstep), read(buf, *draw, nstep)
             assert x.weights is None and y.weights is None  # uniform draws carry none
+            assert x.fields == y.fields == {}  # nothing declared beside a transition's
             for name in x.__dataclass_fields__:
-                if name != "weights":
+                if name not in ("weights", "fields"):
                     same(getattr(x, name), getattr(y, name), f"{n}-step batch {name}")
     x, y = stored_transitions(ref.state_dict()), stored_transitions(buf.state_dict())
     for name in (*FIELDS, "size"):

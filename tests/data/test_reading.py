@@ -35,6 +35,11 @@ def filled(lanes: int = 3, capacity: int = 32, steps: int = 40, seed: int = 0) -
 def same_batch(x, y) -> None:  # noqa: ANN001 - two Batches
     for name in x.__dataclass_fields__:
         a, b = getattr(x, name), getattr(y, name)
+        if isinstance(a, dict):
+            assert a.keys() == b.keys(), name
+            for key in a:
+                assert a[key].dtype == b[key].dtype and a[key].tobytes() == b[key].tobytes()
+            continue
         if a is None or b is None:
             assert a is None and b is None, name
             continue

@@ -23,7 +23,7 @@ from torch import nn
 
 from rltrain.actions import ActionScale
 from rltrain.config import NetworkConfig, TDConfig
-from rltrain.core import Policy, Progress, SpaceInfo
+from rltrain.core import Acted, Policy, Progress, SpaceInfo
 from rltrain.data.batch import Batch, Rollout
 from rltrain.data.transforms import Transform
 from rltrain.data.transforms.nstep import NStepReturns
@@ -109,9 +109,11 @@ class Algorithm(nn.Module, ABC):
         self.reward_scaler = reward_scaler  # updated from numpy, per env step: on the CPU
 
     def act(self, obs: np.ndarray, *, deterministic: bool, progress: Progress) -> np.ndarray:
-        """Actions for a batch of observations."""
+        """Actions for a batch of observations (without what an algorithm that stores values
+        of acting time returns beside them, :class:`~rltrain.core.Acted`)."""
         with torch.inference_mode():
-            return self._act(obs, deterministic=deterministic, progress=progress)
+            acted = self._act(obs, deterministic=deterministic, progress=progress)
+        return acted.actions if isinstance(acted, Acted) else acted
 
     def policy(self, progress: Progress, *, deterministic: bool = False) -> Policy:
         """:meth:`act` as a collector's policy. The collector runs it under
@@ -120,8 +122,11 @@ class Algorithm(nn.Module, ABC):
         return partial(self._act, deterministic=deterministic, progress=progress)
 
     @abstractmethod
-    def _act(self, obs: np.ndarray, *, deterministic: bool, progress: Progress) -> np.ndarray:
-        """:meth:`act`'s work; runs under ``torch.inference_mode()``."""
+    def _act(self, obs: np.ndarray, *, deterministic: bool, progress: Progress
+             ) -> np.ndarray | Acted:
+        """:meth:`act`'s work; runs under ``torch.inference_mode()``. An algorithm whose spec
+        declares stored fields (``AlgoSpec.stored``) returns :class:`~rltrain.core.Acted`
+        with a value of each beside the actions."""
 
     @abstractmethod
     def actor(self) -> nn.Module:
@@ -351,6 +356,13 @@ class OffPolicyAlgorithm(Algorithm):
         .transforms): none, by default, for a loss that reads the stored transitions as they
         are (BC's states and actions)."""
         return ()
+
+    def random_fields(self, obs: np.ndarray, actions: np.ndarray
+                      ) -> dict[str, np.ndarray] | None:
+        """The fields its spec stores beside a transition's (``AlgoSpec.stored``) for
+        ``actions`` drawn uniformly at random (the random warm-up's), by name; None (the
+        default): it has none to give, and a run with a random warm-up is refused."""
+        return None
 
     @abstractmethod
     def update(self, batch: Batch, *, progress: Progress) -> UpdateReport:

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     from rltrain.algorithms.base import Algorithm
     from rltrain.core import SpaceInfo
+    from rltrain.data.fields import Field
 
     #: what the registry builds an algorithm with: ``build(cfg, info, device, seed)``
     Builder = Callable[[Any, SpaceInfo, torch.device, int], Algorithm]
@@ -74,6 +75,16 @@ class AlgoSpec:
     #: ``update_bytes(cfg, batch_size, element_size)`` (QR-DQN's pairs of quantiles). Added
     #: to what a run will hold in memory (rltrain.footprint); None: small next to the networks
     update_bytes: Callable[[Any, int, int], int] | None = None
+    #: the fields its updates read beside a transition's, stored per env step:
+    #: ``stored(cfg, info)`` gives them (:class:`rltrain.data.fields.Field`: name, shape,
+    #: dtype); its policy then returns :class:`rltrain.core.Acted` with a value of each, the
+    #: buffer keeps them (and its checkpoints), and batches and rollouts carry them
+    #: (``Batch.fields``, ``Rollout.fields``). None: a transition's fields only
+    stored: Callable[[Any, SpaceInfo], tuple[Field, ...]] | None = None
+
+    def stored_fields(self, cfg: Any, info: SpaceInfo) -> tuple[Field, ...]:
+        """:attr:`stored` for these settings and spaces (none when it is None)."""
+        return () if self.stored is None else tuple(self.stored(cfg, info))
 
 
 ALGORITHMS: dict[str, AlgoSpec] = {}

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rltrain.core import Policy
 from rltrain.evaluate import (
     UserError,
     short,
@@ -21,13 +21,16 @@ if TYPE_CHECKING:
 
 from rltrain.collect.recording import RoomCheck, collect, transition_bytes
 
+#: observations in, actions out (a loaded policy's: nothing stored beside them)
+Actions = Callable[[np.ndarray], np.ndarray]
+
 #: the default seed is this plus the run's seed (eval's default is 10_000 plus it)
 SEED_OFFSET = 20_000
 #: envs of a --random --env collection unless --num-envs says otherwise
 DEFAULT_NUM_ENVS = 8
 
 
-def noisy(act: Policy, space: Any, noise: float, seed: int) -> Policy:
+def noisy(act: Actions, space: Any, noise: float, seed: int) -> Actions:
     """``act`` with exploration noise: Gaussian of std ``noise`` x half the action range,
     clipped to the bounds (Box), or epsilon-greedy with epsilon ``noise`` (Discrete; each
     action of MultiDiscrete and MultiBinary ones is replaced whole)."""

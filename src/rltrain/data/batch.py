@@ -7,7 +7,7 @@ Plain types, built by :mod:`rltrain.data.storage` (rollouts, windows) and the re
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
@@ -35,6 +35,9 @@ class Batch:
     #: importance-sampling weights (float32, ``(batch,)``) when the sampler is prioritised
     #: (:class:`rltrain.data.samplers.prioritized.PrioritizedSampler`); None under uniform sampling
     weights: np.ndarray | None = None
+    #: the algorithm's declared fields (``AlgoSpec.stored``) and what its transforms added,
+    #: by name, ``(batch, ...)`` each
+    fields: dict[str, np.ndarray | torch.Tensor] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,8 @@ class Rollout:
     #: a recurrent policy's state ``(num_lanes, state_size)`` on each lane's first transition:
     #: what the policy acted on it with (rltrain.recurrent); None for a policy without memory
     start_state: np.ndarray | None = None
+    #: the algorithm's declared fields (``AlgoSpec.stored``), ``(num_lanes, T, ...)`` each
+    fields: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def dones(self) -> np.ndarray:

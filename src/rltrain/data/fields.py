@@ -8,7 +8,12 @@ uint8 frames one frame per transition. Both follow :class:`Codec`; a field's nex
 observation's ``next_obs``) is not a codec's business but the kept-aside ring's
 (:mod:`rltrain.data.asides`).
 
-Today's declared set is :func:`transition_fields`: ``obs, act, rew, terminated, truncated``.
+Every transition has :func:`transition_fields`: ``obs, act, rew, terminated, truncated``.
+Beside them a buffer keeps the fields its algorithm declares (``AlgoSpec.stored``: a
+behaviour log-prob for V-trace, a value for GAE from storage, a goal), each a :class:`Field`
+written with every block (``ReplayBuffer.extend(..., fields=...)``), saved in the buffer's
+state and handed to the read path (``Batch.fields``, ``Rollout.fields``); :func:`declared`
+checks such a declaration.
 
 Imports numpy only.
 """
@@ -52,6 +57,33 @@ def transition_fields(obs_shape: tuple[int, ...], obs_dtype: np.dtype | type,
 
 #: the names of :func:`transition_fields`, in state order
 TRANSITION_FIELDS = ("obs", "act", "rew", "terminated", "truncated")
+
+#: names a declared field cannot take: a transition's, and the other entries of a buffer's
+#: state and of a read record
+RESERVED = frozenset({*TRANSITION_FIELDS, "next_obs", "frames", "back", "history",
+                      "frame_stack", "lane_capacity", "ptr", "size", "added", "aside_rows",
+                      "asides", "pending", "lanes", "positions", "window", "discount",
+                      "weights", "valid", "start_state"})
+
+
+def declared(fields: tuple[Field, ...] | list[Field]) -> tuple[Field, ...]:
+    """Declared fields, checked: identifiers, none reserved (:data:`RESERVED`), none twice.
+
+    :raises ValueError: naming the field and what would be right.
+    """
+    seen: set[str] = set()
+    for f in fields:
+        if not isinstance(f, Field) or not f.name.isidentifier():
+            raise ValueError(f"a declared field must be a Field with a Python identifier as "
+                             f"its name, not {f!r}")
+        if f.name in RESERVED:
+            raise ValueError(f"the declared field {f.name!r} takes a name storage uses "
+                             f"itself; call it something else (reserved: "
+                             f"{', '.join(sorted(RESERVED))})")
+        if f.name in seen:
+            raise ValueError(f"the field {f.name!r} is declared twice")
+        seen.add(f.name)
+    return tuple(fields)
 
 
 class Entries(NamedTuple):

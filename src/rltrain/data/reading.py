@@ -35,8 +35,13 @@ def gather(storage: ReplayBuffer, lanes: np.ndarray, positions: np.ndarray, wind
     :class:`~rltrain.data.batch.Window` of the ``window`` transitions of its lane from it
     on, from which a transform reads what it needs (the one-step fields would be read for
     nothing).
+
+    The fields the storage declares beside a transition's (``ReplayBuffer.declared``: what
+    the algorithm asked to be stored) come with each transition, by name, from the host.
     """
     record: Record = {"lanes": lanes, "positions": positions}
+    if storage.declared:
+        record.update(storage.declared_at(lanes, positions))
     if window > 1:
         w = storage.window(lanes, positions, window)
         first = w.flat[:, 0]
@@ -64,13 +69,19 @@ def reach(transforms: Sequence[Transform]) -> int:
     return max((t.window for t in transforms), default=1)
 
 
+#: the record's entries a :class:`Batch` has attributes for; the rest are its ``fields``
+_BATCH_ENTRIES = frozenset({"obs", "act", "rew", "next_obs", "discount", "lanes", "positions",
+                            "window", "terminated"})
+
+
 def _batch(record: Record, weights: np.ndarray | None) -> Batch:
     missing = [k for k in ("obs", "act", "rew", "next_obs") if k not in record]
     if missing:  # a window was read (a transform asked for it) and no transform used it
         raise RuntimeError(f"the read path produced no {', '.join(missing)}")
     return Batch(obs=record["obs"], act=record["act"], rew=record["rew"],
                  next_obs=record["next_obs"], discount=record.get("discount"),
-                 lanes=record["lanes"], positions=record["positions"], weights=weights)
+                 lanes=record["lanes"], positions=record["positions"], weights=weights,
+                 fields={k: v for k, v in record.items() if k not in _BATCH_ENTRIES})
 
 
 class ReadPath:

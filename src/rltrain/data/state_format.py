@@ -8,9 +8,10 @@ stand for ``obs``, and ``history`` holds each lane's k - 1 frames before its old
 transition's), then ``frame_stack``, ``lane_capacity``, ``ptr`` (so that positions, and so
 samples and priorities, are the same after loading), ``size``, ``added``, the rows whose next
 observation is kept aside (``aside_rows``), those observations (``asides``) and each lane's
-pending next observation (``pending``). The previous release's format held full-capacity
-``(lanes, capacity, ...)`` arrays with ``next_obs`` stored twice; it is read through
-:func:`from_old_format`.
+pending next observation (``pending``); a field the buffer declares beside a transition's
+(``ReplayBuffer(fields=...)``) is one more row entry under its name. The previous release's
+format held full-capacity ``(lanes, capacity, ...)`` arrays with ``next_obs`` stored twice;
+it is read through :func:`from_old_format`.
 
 States come from files: every check here names the field that fails. Imports numpy, torch,
 :mod:`rltrain.data.fields`, :mod:`rltrain.data.frames` and :mod:`rltrain.data.asides`.
@@ -25,7 +26,7 @@ import numpy as np
 import torch
 
 from rltrain.data.asides import differing
-from rltrain.data.fields import TRANSITION_FIELDS
+from rltrain.data.fields import TRANSITION_FIELDS, Field
 from rltrain.data.frames import stacks_of_state
 
 
@@ -181,7 +182,8 @@ def from_old_format(state: Mapping[str, Any]) -> dict[str, np.ndarray]:
 
 def fitted_state(state: Mapping[str, Any], *, num_lanes: int, lane_capacity: int,
                  frame_stack: int, obs_shape: tuple[int, ...], frame_shape: tuple[int, ...],
-                 act_shape: tuple[int, ...]) -> dict[str, np.ndarray]:
+                 act_shape: tuple[int, ...], declared: tuple[Field, ...] = ()
+                 ) -> dict[str, np.ndarray]:
     """A state (today's format or the previous release's), checked to fit a buffer of this
     layout, in today's format with ``added`` (states written before the counter existed:
     what is stored is what was written).
@@ -219,6 +221,17 @@ def fitted_state(state: Mapping[str, Any], *, num_lanes: int, lane_capacity: int
         raise ValueError(f"buffer added: {added.tolist()} does not fit size "
                          f"{s['size'].tolist()} (one count per lane, at least its size)")
     s["added"] = added
+    n = int(s["size"].sum())
+    for f in declared:
+        if f.name not in state:
+            raise ValueError(f"buffer state has no {f.name!r}, a field this buffer stores "
+                             "beside each transition: the state comes from a run whose "
+                             "algorithm did not declare it")
+        rows = _numpy(state[f.name])
+        if rows.shape != (n, *f.shape) or not np.can_cast(rows.dtype, f.dtype, "same_kind"):
+            raise ValueError(f"buffer {f.name}: stored shape {rows.shape} and dtype "
+                             f"{rows.dtype}, expected {(n, *f.shape)} of {f.dtype}")
+        s[f.name] = rows
     return s
 
 

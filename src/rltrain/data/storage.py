@@ -7,7 +7,8 @@ collector writes only real transitions: under gymnasium's next-step autoreset, t
 of a finished env is skipped, so lanes may hold different counts.
 
 What is kept per slot is a set of declared fields (:func:`rltrain.data.fields.
-transition_fields`: ``obs, act, rew, terminated, truncated``), held in :attr:`ReplayBuffer.
+transition_fields`: ``obs, act, rew, terminated, truncated``, and those the algorithm declares,
+``fields=``, written with each block and read back by name), held in :attr:`ReplayBuffer.
 codecs`, one codec per field, chosen by :func:`codec_class`: the field whole
 (:class:`~rltrain.data.fields.WholeArrays`), or stacked uint8 frames one frame per transition
 (:class:`~rltrain.data.frames.FrameStacks`). The observations' next values are read from
@@ -42,6 +43,7 @@ from rltrain.data.fields import (
     Field,
     TimeOrder,
     WholeArrays,
+    declared,
     transition_fields,
 )
 from rltrain.data.frames import FrameStacks, frame_shape
@@ -74,6 +76,8 @@ class ReplayBuffer:
         (gymnasium's ``FrameStackObservation``), stored one frame per transition and
         rebuilt on reading (:mod:`rltrain.data.frames`). A write that cannot be rebuilt
         exactly raises ValueError.
+    :param fields: fields stored beside a transition's (an algorithm's ``AlgoSpec.stored``),
+        each given with every block written (:meth:`extend`'s ``fields``), kept whole.
     """
 
     def __init__(
@@ -87,6 +91,7 @@ class ReplayBuffer:
         obs_dtype: np.dtype | type = np.float32,
         circular: bool = True,
         frame_stack: int = 1,
+        fields: tuple[Field, ...] = (),
     ) -> None:
         if num_lanes <= 0 or lane_capacity <= 0:
             raise ValueError("a buffer needs at least one lane and one slot per lane")
@@ -96,8 +101,11 @@ class ReplayBuffer:
         self.frame_shape = frame_shape(self.obs_shape, frame_stack)
         self.obs_dtype = np.dtype(obs_dtype)
         #: the declared fields, in state order, each kept by its codec
-        self.fields = {f.name: f for f in transition_fields(self.obs_shape, obs_dtype,
-                                                            self.act_shape, act_dtype)}
+        #: the fields declared beside a transition's, in state order after them
+        self.declared = declared(fields)
+        self.fields = {f.name: f for f in (*transition_fields(self.obs_shape, obs_dtype,
+                                                              self.act_shape, act_dtype),
+                                           *self.declared)}
         self.codecs: dict[str, Codec] = {
             name: codec_class(f, k)(f, num_lanes, lane_capacity, k)
             for name, f in self.fields.items()}
@@ -123,20 +131,22 @@ class ReplayBuffer:
     @staticmethod
     def bytes_per_transition(obs_shape: tuple[int, ...], obs_dtype: np.dtype | type,
                              act_shape: tuple[int, ...], act_dtype: np.dtype | type, *,
-                             frame_stack: int = 1) -> int:
+                             frame_stack: int = 1, fields: tuple[Field, ...] = ()) -> int:
         """What one stored transition costs: its observation (once), action, reward, two
         flags and its aside reference; with ``frame_stack`` k > 1, one frame (``obs_shape[1:]``)
         instead of the observation, and the slots of its k frames (4 bytes each). Each episode
-        end adds one observation kept aside; with k > 1, each lane k - 1 frames."""
+        end adds one observation kept aside; with k > 1, each lane k - 1 frames. Declared
+        ``fields`` add their own bytes."""
         frame_shape(tuple(obs_shape), frame_stack)  # a ValueError for a wrong frame_stack
-        fields = transition_fields(tuple(obs_shape), obs_dtype, tuple(act_shape), act_dtype)
+        every = (*transition_fields(tuple(obs_shape), obs_dtype, tuple(act_shape), act_dtype),
+                 *fields)
         return sum(codec_class(f, frame_stack).bytes_per_slot(f, frame_stack)
-                   for f in fields) + REF_BYTES
+                   for f in every) + REF_BYTES
 
     def _per_transition(self) -> int:
         return self.bytes_per_transition(self.obs_shape, self.obs_dtype, self.act_shape,
                                          self.fields["act"].dtype,
-                                         frame_stack=self.frame_stack)
+                                         frame_stack=self.frame_stack, fields=self.declared)
 
     def nominal_bytes(self) -> int:
         """The bytes the full buffer would hold, asides aside (with frame stacks, each lane's
@@ -194,12 +204,16 @@ class ReplayBuffer:
         terminated: np.ndarray,
         truncated: np.ndarray,
         valid: np.ndarray | None = None,
+        *,
+        fields: Mapping[str, np.ndarray] | None = None,
     ) -> None:
         """Append one step of every env (arrays with a leading ``num_lanes`` axis);
         lanes whose ``valid`` entry is False are left untouched."""
         self.extend(np.asarray(obs)[None], np.asarray(act)[None], np.asarray(rew)[None],
                     np.asarray(next_obs)[None], np.asarray(terminated)[None],
-                    np.asarray(truncated)[None], None if valid is None else np.asarray(valid)[None])
+                    np.asarray(truncated)[None], None if valid is None else np.asarray(valid)[None],
+                    fields=None if fields is None else
+                    {k: np.asarray(v)[None] for k, v in fields.items()})
 
     def extend(
         self,
@@ -210,10 +224,13 @@ class ReplayBuffer:
         terminated: np.ndarray,
         truncated: np.ndarray,
         valid: np.ndarray | None = None,
+        *,
+        fields: Mapping[str, np.ndarray] | None = None,
     ) -> None:
         """Append ``T`` consecutive steps of every env at once (arrays with leading axes
         ``(T, num_lanes)``): the same as ``T`` calls of :meth:`add`, in a few array
         operations. A step's lanes whose ``valid`` entry is False are left untouched.
+        ``fields`` holds a block of each declared field (the buffer's ``fields=``), by name.
 
         Each block is checked whole, then written: every field's codec encodes its part (a
         frame stack that cannot be rebuilt is refused here) and the next observations to
@@ -224,14 +241,17 @@ class ReplayBuffer:
         :raises ValueError: (``frame_stack`` > 1) an observation that cannot be rebuilt
             from its newest frame and its lane's previous ones; then nothing of this block
             is written (of a block larger than the parts it is written in, the parts before
-            that observation's are).
+            that observation's are). A declared field missing from ``fields``, one given
+            that is not declared, or one of another shape: nothing is written.
         """
         steps = len(rew)
+        extra = self._declared_block(fields, steps)
         if steps == 0:
             return
         part = self._part_steps()
         if steps > part:
-            self._extend_in_parts(part, obs, act, rew, next_obs, terminated, truncated, valid)
+            self._extend_in_parts(part, obs, act, rew, next_obs, terminated, truncated, valid,
+                                  extra)
             return
         if valid is not None:
             valid = np.asarray(valid, dtype=bool)
@@ -239,6 +259,7 @@ class ReplayBuffer:
                 valid = None
         values = self._readied(dict(zip(TRANSITION_FIELDS,
                                         (obs, act, rew, terminated, truncated), strict=True)))
+        values.update(extra)
         next_obs = np.asarray(next_obs, dtype=self.obs_dtype)
         start = int(self.ptr[0])
         if valid is None and self._lockstep and start + steps <= self.lane_capacity:
@@ -254,16 +275,42 @@ class ReplayBuffer:
         chunk = max(1, _BLOCK_ELEMENTS // (self.num_lanes * max(self._obs_size, 1)))
         return min(chunk, self.lane_capacity) if self.circular else chunk
 
+    def _declared_block(self, fields: Mapping[str, np.ndarray] | None, steps: int
+                        ) -> dict[str, np.ndarray]:
+        """A block's declared fields, checked against the declaration (names, dtype-castable
+        values of shape ``(steps, lanes, *field.shape)``)."""
+        given = dict(fields or {})
+        names = [f.name for f in self.declared]
+        if sorted(given) != sorted(names):
+            missing = [n for n in names if n not in given]
+            unknown = [n for n in given if n not in names]
+            raise ValueError(
+                "a block's declared fields do not match the buffer's: "
+                + "; ".join(filter(None, (
+                    f"missing {', '.join(missing)}" if missing else "",
+                    f"not declared: {', '.join(unknown)}" if unknown else "")))
+                + f" (declared: {', '.join(names) or 'none'})")
+        out = {}
+        for f in self.declared:
+            value = np.asarray(given[f.name], dtype=f.dtype)
+            want = (steps, self.num_lanes, *f.shape)
+            if value.shape != want:
+                raise ValueError(f"declared field {f.name!r}: a block of shape {value.shape}, "
+                                 f"expected {want} (steps, lanes, *shape)")
+            out[f.name] = value
+        return out
+
     def _extend_in_parts(self, part: int, obs: np.ndarray, act: np.ndarray, rew: np.ndarray,
                          next_obs: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
-                         valid: np.ndarray | None) -> None:
+                         valid: np.ndarray | None, extra: dict[str, np.ndarray]) -> None:
         if not self.circular:  # all or nothing: refuse before the first part is written
             added = len(rew) if valid is None else np.asarray(valid, dtype=bool).sum(0)
             self._check_room(added)
         for t in range(0, len(rew), part):
             cut = slice(t, t + part)
             self.extend(obs[cut], act[cut], rew[cut], next_obs[cut], terminated[cut],
-                        truncated[cut], None if valid is None else valid[cut])
+                        truncated[cut], None if valid is None else valid[cut],
+                        fields={k: v[cut] for k, v in extra.items()})
 
     def _check_room(self, added: Any) -> None:
         if (self.ptr + added > self.lane_capacity).any():
@@ -421,6 +468,11 @@ class ReplayBuffer:
         return Window(c["rew"].take(flat), c["terminated"].take(flat),
                       c["truncated"].take(flat), stored, wpos, flat)
 
+    def declared_at(self, lanes: np.ndarray, positions: np.ndarray) -> dict[str, np.ndarray]:
+        """The declared fields of stored transitions ``(lanes[i], positions[i])``, by name."""
+        flat = self._lane_base[np.asarray(lanes)] + np.asarray(positions)
+        return {f.name: self.codecs[f.name].take(flat) for f in self.declared}
+
     def obs_at_flat(self, flat: np.ndarray) -> np.ndarray:
         """The observations at flat indices (a window's), without recomputing them."""
         return self.codecs[OBS].take(flat)
@@ -445,7 +497,9 @@ class ReplayBuffer:
         next_obs[~valid] = 0
         first = {name: self.codecs[name].first(t, valid) for name in TRANSITION_FIELDS[1:]}
         return Rollout(obs=obs, next_obs=next_obs, valid=valid, **first,
-                       start_state=None if self.start_state is None else self.start_state.copy())
+                       start_state=None if self.start_state is None else self.start_state.copy(),
+                       fields={f.name: self.codecs[f.name].first(t, valid)
+                               for f in self.declared})
 
     # ------------------------------------------------------------------ state
     def _time_order(self) -> TimeOrder:
@@ -484,7 +538,8 @@ class ReplayBuffer:
         """
         s = fitted_state(state, num_lanes=self.num_lanes, lane_capacity=self.lane_capacity,
                          frame_stack=self.frame_stack, obs_shape=self.obs_shape,
-                         frame_shape=self.frame_shape, act_shape=self.act_shape)
+                         frame_shape=self.frame_shape, act_shape=self.act_shape,
+                         declared=self.declared)
         self.clear()
         self.ptr[:], self.size[:] = s["ptr"], s["size"]
         order = self._time_order()

@@ -71,6 +71,13 @@ class Trainer(Iterator[EpochStats]):
         with exit 0 and an agent that never learnt), naming them; raises ConfigError."""
 
     @classmethod
+    def check_algorithm(cls, params: Any, algorithm: Algorithm, request: StorageRequest
+                        ) -> None:
+        """Refuse an algorithm, once built and before anything is written, that this kind
+        cannot feed with these settings (what it stores beside a transition); raises
+        ConfigError."""
+
+    @classmethod
     def storage_plan(cls, params: Any, request: StorageRequest) -> StoragePlan | None:
         """The buffer :meth:`storage` will make, sized before it is (None: none of its own to
         size; an offline run's dataset is sized by its reader)."""

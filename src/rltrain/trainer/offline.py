@@ -47,6 +47,10 @@ class OfflineTrainer(Trainer):
         one-lane buffer in the algorithm's action space."""
         spec, info = request.dataset, request.info
         assert spec is not None  # the settings' pairing check
+        if request.fields:  # a dataset holds a transition's fields, nothing of acting time
+            raise ConfigError(
+                f"this algorithm stores {', '.join(f.name for f in request.fields)} beside "
+                "each transition when it acts, which a dataset does not hold; train it online")
         data = load_dataset(spec, consent=request.trust)
         check_spaces(data, info.obs_space, info.action_space, info.env_id, spec)
         assert params.batch_size is not None  # check() refused None; build calls it first

@@ -6,7 +6,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from rltrain.algorithms.base import OffPolicyAlgorithm
+import numpy as np
+
+from rltrain.algorithms.base import Algorithm, OffPolicyAlgorithm
 from rltrain.collector import random_policy
 from rltrain.config import (
     AlgoConfig,
@@ -15,7 +17,7 @@ from rltrain.config import (
     ReplayBufferConfig,
     env_steps_per_collection,
 )
-from rltrain.core import Progress
+from rltrain.core import Acted, Policy, Progress
 from rltrain.data.reading import ReadPath
 from rltrain.data.samplers import make_sampler
 from rltrain.stats import Episodes, EpochStats
@@ -71,7 +73,7 @@ class OffPolicyTrainer(OnlineTrainer):
             raise ConfigError(f"buffer.size={request.buffer_size} is smaller than "
                               f"env.num_train_envs={m}")
         return StoragePlan(m, request.buffer_size // m, True, "buffer.size", "lower buffer.size",
-                           request.frame_stack)
+                           request.frame_stack, request.fields)
 
     @classmethod
     def storage(cls, params: OffPolicyTrainerParams, request: StorageRequest) -> Storage:
@@ -86,6 +88,36 @@ class OffPolicyTrainer(OnlineTrainer):
                                self.algorithm.transforms())
         #: the random warm-up's actions: uniform in the env's own (seeded) action space
         self.random_policy = random_policy(self.train_collector.envs, seed)
+        if self.buffer.declared:  # and the fields the algorithm stores beside them
+            self.random_policy = self._with_fields(self.random_policy)
+
+    @classmethod
+    def check_algorithm(cls, params: OffPolicyTrainerParams, algorithm: Algorithm,
+                        request: StorageRequest) -> None:
+        """A random warm-up needs the fields the algorithm stores beside a transition for
+        random actions (``random_fields``)."""
+        if not (request.fields and params.random_warmup_env_steps):
+            return
+        if not isinstance(algorithm, OffPolicyAlgorithm) or (
+                type(algorithm).random_fields is OffPolicyAlgorithm.random_fields):
+            names = ", ".join(f.name for f in request.fields)
+            raise ConfigError(
+                f"algo={algorithm.cfg.name} stores {names} beside each transition, which the "
+                f"random warm-up's steps do not have; set trainer.random_warmup_env_steps=0")
+
+    def _with_fields(self, policy: Policy) -> Policy:
+        """``policy`` (the random warm-up's) with the algorithm's declared fields beside its
+        actions (``Algorithm.random_fields``; :meth:`check_algorithm` has refused a run whose
+        algorithm gives none)."""
+        algorithm = self.algorithm
+
+        def acted(obs: np.ndarray) -> Acted:
+            actions = policy(obs)
+            assert not isinstance(actions, Acted)  # random_policy's are plain
+            fields = algorithm.random_fields(obs, actions)
+            assert fields is not None  # checked above
+            return Acted(actions, fields)
+        return acted
 
     def planned_env_steps(self) -> int:
         m = self.train_collector.num_envs

@@ -43,7 +43,8 @@ class OnPolicyTrainer(OnlineTrainer):
             what = (f"the rollout of {n} episodes (up to {info.max_episode_steps:,} steps each, "
                     "env.max_episode_steps)")
         return StoragePlan(m, capacity, False, what,
-                           "collect fewer transitions per collection step")
+                           "collect fewer transitions per collection step",
+                           fields=request.fields)
 
     @classmethod
     def storage(cls, params: OnPolicyTrainerParams, request: StorageRequest) -> Storage:

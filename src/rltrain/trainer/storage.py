@@ -11,6 +11,7 @@ import numpy as np
 
 from rltrain.config import ConfigError
 from rltrain.core import SpaceInfo
+from rltrain.data.fields import Field
 from rltrain.data.storage import ReplayBuffer
 from rltrain.observations import storage_dtype
 from rltrain.system import available_memory, size_text
@@ -30,6 +31,8 @@ class StorageRequest:
     trust: bool = False
     #: frames per observation of a frame-stacked image env (1: none), stored once each
     frame_stack: int = 1
+    #: the fields the algorithm stores beside a transition's (``AlgoSpec.stored``)
+    fields: tuple[Field, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -61,13 +64,15 @@ class StoragePlan:
     fix: str
     #: frames per observation of a frame-stacked image env, stored once each (1: none)
     frame_stack: int = 1
+    #: the fields the algorithm stores beside a transition's (``AlgoSpec.stored``)
+    fields: tuple[Field, ...] = ()
 
     def per_transition(self, info: SpaceInfo) -> int:
         """Bytes one transition takes, as :class:`ReplayBuffer` stores it."""
         stack = {} if self.frame_stack == 1 else {"frame_stack": self.frame_stack}
         return ReplayBuffer.bytes_per_transition(
             info.obs_shape, storage_dtype(info.obs_space), info.action_shape,
-            np.int64 if info.discrete else np.float32, **stack)
+            np.int64 if info.discrete else np.float32, fields=self.fields, **stack)
 
     def nbytes(self, info: SpaceInfo) -> int:
         return self.lanes * self.lane_capacity * self.per_transition(info)
@@ -79,13 +84,14 @@ class StoragePlan:
 
 
 def replay_buffer(info: SpaceInfo, num_lanes: int, lane_capacity: int, *, circular: bool,
-                  what: str, fix: str, frame_stack: int = 1) -> ReplayBuffer:
+                  what: str, fix: str, frame_stack: int = 1,
+                  fields: tuple[Field, ...] = ()) -> ReplayBuffer:
     """A buffer of ``num_lanes`` x ``lane_capacity`` transitions, refused by name when it
     cannot fit in the memory available (``what`` names the setting, ``fix`` says what to do).
     Observations are stored as :func:`rltrain.observations.storage_dtype` says (images and
     dicts as uint8), a frame stack one frame per transition when ``frame_stack`` > 1."""
     return make_buffer(info, StoragePlan(num_lanes, lane_capacity, circular, what, fix,
-                                         frame_stack))
+                                         frame_stack, fields))
 
 
 def make_buffer(info: SpaceInfo, plan: StoragePlan) -> ReplayBuffer:
@@ -102,7 +108,7 @@ def make_buffer(info: SpaceInfo, plan: StoragePlan) -> ReplayBuffer:
         return ReplayBuffer(plan.lanes, plan.lane_capacity, info.obs_shape, info.action_shape,
                             np.int64 if info.discrete else np.float32,
                             obs_dtype=storage_dtype(info.obs_space), circular=plan.circular,
-                            **stack)
+                            fields=plan.fields, **stack)
     except MemoryError:
         raise ConfigError(f"{plan.what} needs {size_text(need)} of memory, which could not be "
                           "allocated") from None
