@@ -10,7 +10,7 @@ are judged here, from the files: an interrupted job with a checkpoint resumes; o
 
 This module is the sweeps' common ground: the sweep's list (:mod:`rltrain.sweeps.outcome`),
 the re-attempts and the watched submitit launcher all import it. It imports nothing of the
-package; of rltrain, :mod:`rltrain.rundir` and :mod:`rltrain.stored`.
+package; of rltrain, :mod:`rltrain.rundir` (which reads summary.json bounded).
 """
 
 from __future__ import annotations
@@ -21,8 +21,7 @@ from typing import Any
 
 from hydra.errors import CompactHydraException
 
-from rltrain.rundir import resume_command
-from rltrain.stored import read_json
+from rltrain.rundir import read_summary, resume_command
 
 #: the statuses of a job that needs nothing more
 FINISHED = ("completed", "pruned")
@@ -58,15 +57,6 @@ def has_checkpoint(job_dir: Path) -> bool:
                                   for p in ckpts.iterdir())
 
 
-def read_summary(job_dir: Path) -> dict[str, Any] | None:
-    """The job's summary.json, or None when there is none that reads as one."""
-    try:
-        summary = read_json(job_dir / "summary.json")  # bounded: rltrain.stored
-    except (OSError, ValueError):
-        return None
-    return summary if isinstance(summary, dict) else None
-
-
 def score(value: Any) -> str:
     """A score as the console shows it (one decimal), '-' when there is none."""
     return f"{value:.1f}" if isinstance(value, (int, float)) else "-"
@@ -74,7 +64,7 @@ def score(value: Any) -> str:
 
 def state(job_dir: Path) -> JobState:
     """What ``job_dir`` holds, and what finishing the sweep does with it."""
-    summary = read_summary(job_dir)
+    summary = read_summary(job_dir) or None  # {}: none that reads as one
     saved = has_checkpoint(job_dir)
     if summary is None:
         then = ("its checkpoint is resumed when the sweep is finished" if saved else
