@@ -279,6 +279,8 @@ class ReplayBuffer:
                         ) -> dict[str, np.ndarray]:
         """A block's declared fields, checked against the declaration (names, dtype-castable
         values of shape ``(steps, lanes, *field.shape)``)."""
+        if not self.declared and not fields:  # the usual buffer: nothing to check per block
+            return {}
         given = dict(fields or {})
         names = [f.name for f in self.declared]
         if sorted(given) != sorted(names):
