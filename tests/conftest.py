@@ -120,13 +120,11 @@ def refusal(run_dir: Path, *overrides: str) -> str:
 
 def resume_in_process(run_dir: Path, *args: str) -> tuple[int, list[str]]:
     """``rltrain resume=RUN_DIR ARGS`` in this process: the command's own function
-    (:func:`rltrain.resume.resume`) with the CLI's outcomes. Returns the exit status and what
-    it says on stderr (each line after ``rltrain: ``); what the run logs goes to ``caplog``."""
-    from rltrain import cli
-
+    (:func:`rltrain.resume.resume`, through the one door into a run). Returns the exit
+    status and what it says on stderr (each line after ``rltrain: ``); what the run logs
+    goes to ``caplog``."""
     said: list[str] = []
     code = resume([f"resume={run_dir}", *args], say=said.append, started=time.perf_counter(),
-                  outcome=cli._outcome, stopped_at_once=cli._stopped_at_once,
                   full_error=False)
     return code, said
 

@@ -170,41 +170,6 @@ def _full_error() -> bool:
     return os.environ.get("HYDRA_FULL_ERROR") == "1"
 
 
-def _where(checkpoint: dict[str, Any] | None) -> str:
-    if not checkpoint:
-        return "no checkpoint was written"
-    return (f"the last good checkpoint is {checkpoint['path']} (epoch "
-            f"{checkpoint['epochs_complete']} complete, env step {checkpoint['env_step']:,})")
-
-
-def _outcome(info: Any, ctx: Any, label: str = "") -> tuple[int, str | None]:
-    """The exit code and message for a run's InfoStats."""
-    from rltrain.rundir import resume_command
-
-    if info.status == "failed" and ctx.lost:  # no directory left to point at: its own line
-        return 1, f"error: {label}{info.error}"
-    if info.status == "failed":
-        where = f" in {info.failed_at}" if info.failed_at else ""
-        tail = (f"; after fixing the cause, resume with: {resume_command(ctx.run_dir)}"
-                if ctx.checkpoint else "; the directory can be reused")
-        return 1, (f"error: {label}the run failed{where}: {info.error}\n"
-                   f"rltrain: {_where(ctx.checkpoint)}; summary.json and rltrain.log in "
-                   f"{ctx.run_dir} say more{tail}")
-    if info.status == "interrupted":
-        return 128 + int(info.interrupt_signal or 2), (
-            f"interrupted at epoch {info.epochs} (env step {info.env_step:,}); checkpoint and "
-            f"summary written.\nresume with: {resume_command(ctx.run_dir)}")
-    return 0, None
-
-
-def _stopped_at_once(e: Any, ctx: Any) -> tuple[int, str]:
-    from rltrain.rundir import resume_command
-
-    resume = f"\nresume with: {resume_command(ctx.run_dir)}" if e.checkpoint else ""
-    return 128 + e.signum, (f"{e} received again: stopped at once; {_where(e.checkpoint)}"
-                            f"{resume}")
-
-
 # --------------------------------------------------------------------------- the Hydra job
 def task(cfg: Any) -> Any:
     """One Hydra job (a single run, or one job of a sweep); returns the metric a sweeper
@@ -229,7 +194,7 @@ def _task(cfg: Any) -> Any:
     from rltrain import batch_scheduler, rundir, trust
     from rltrain.config import ConfigError, overrides_as_typed
     from rltrain.lifecycle import RunContext
-    from rltrain.run import StoppedAtOnce, run
+    from rltrain.orchestrator import Ended, train
     from rltrain.settings import plain
     from rltrain.sweeps import attempts, status, stopping, workers
     from rltrain.sweeps.command import STATE
@@ -273,7 +238,6 @@ def _task(cfg: Any) -> Any:
     trust.record(trust.env_surface(plain(cfg.get("env"))), command)
     ctx = RunContext(run_dir, command=command, overrides=shown, on_accept=accept,
                      started=STARTED if single else time.perf_counter())
-    code, message, refused = 0, None, False
     # a sweep run again into its directory, or a job requeued after a timeout
     again = not single and bool(rundir.holds_run(run_dir))
     if again:
@@ -282,35 +246,27 @@ def _task(cfg: Any) -> Any:
             return done.get("best_score")
     try:
         if again:
-            info = attempts.continue_job(run_dir, ctx, said, consent=bool(cfg.get("trust")))
+            ended = attempts.continue_job(run_dir, ctx, said, consent=bool(cfg.get("trust")),
+                                          full_error=_full_error())
         else:
-            with rundir.claim(run_dir,
-                              remove_empty=not (single and STATE.run_dir_existed),
+            with rundir.claim(run_dir, remove_empty=not (single and STATE.run_dir_existed),
                               made=STATE.made if single else ()):
-                info = run(cfg, ctx)
-        code, message = _outcome(info, ctx, said)
-    except (ConfigError, rundir.RunDirError) as e:
+                ended = train(cfg, ctx, label=said, full_error=_full_error())
+    except (ConfigError, rundir.RunDirError) as e:  # the directory is not this run's to use
         if _full_error():
             raise
-        code, message = 2, f"error: {said}{clip_long_words(str(e))}"
-        refused = not single and isinstance(e, rundir.RunDirError)
-        if refused:  # the directory is another run's, or cannot be used
-            status.refuse(run_dir, clip_long_words(str(e)))
-        if not single and isinstance(e, ConfigError):
-            status.write_status(run_dir, "failed", str(e))
-            with_snapshot = run_dir / ".hydra"
-            if not with_snapshot.exists():
-                rundir.write_hydra_snapshot(run_dir, OmegaConf.create(cfg),
-                                            HydraConfig.instance().cfg, overrides)
-    except StoppedAtOnce as e:
-        code, message = _stopped_at_once(e, ctx)
-    except Exception as e:  # noqa: BLE001 - anything else before training: one line, no trace
-        if _full_error():
-            raise
-        code, message = 1, (f"error: {said}the run could not start: {failure_text(e)} "
-                            "(HYDRA_FULL_ERROR=1 shows the traceback)")
-        if not single:
-            status.write_status(run_dir, "failed", failure_text(e))
+        ended = Ended(2, f"error: {said}{clip_long_words(str(e))}", error=e)
+    code, message, info = ended.code, ended.message, ended.info
+    refused = not single and isinstance(ended.error, rundir.RunDirError)
+    if refused:  # the directory is another run's, or cannot be used
+        status.refuse(run_dir, clip_long_words(str(ended.error)))
+    elif not single and isinstance(ended.error, ConfigError):
+        status.write_status(run_dir, "failed", str(ended.error))
+        if not (run_dir / ".hydra").exists():
+            rundir.write_hydra_snapshot(run_dir, OmegaConf.create(cfg),
+                                        HydraConfig.instance().cfg, overrides)
+    elif not single and ended.error is not None:
+        status.write_status(run_dir, "failed", failure_text(ended.error))
     if message is not None:
         _say(message)
     signals.hand_over_preemption()  # a submitit job: requeued now, and resumed when it runs
@@ -319,15 +275,19 @@ def _task(cfg: Any) -> Any:
             raise _Done(code)
         if not cfg.logger.get("quiet"):
             print(rundir.next_step(run_dir), flush=True)
+        assert info is not None  # it trained: every other end has a code
         return info.best_score
     if code in (1, 2) and refused:
         raise JobFailed(f"rltrain: {label}not run: {run_dir} is not this job's to use")
     if code in (1, 2):
         raise JobFailed(f"rltrain: {label}failed (see {run_dir}/summary.json)")
-    if code == 0 and ctx.trial is not None:  # an Optuna trial: what the sweeper tells the study
+    if code:
+        return None
+    assert info is not None  # it trained: every other end has a code
+    if ctx.trial is not None:  # an Optuna trial: what the sweeper tells the study
         return {"value": ctx.trial.value(), "status": info.status, "epochs": info.epochs,
                 "run_dir": str(run_dir)}
-    return None if code else info.best_score
+    return info.best_score
 
 
 def _set_console_level(cfg: Any) -> None:
@@ -570,8 +530,7 @@ def main() -> None:
         if any(arg.startswith("resume=") for arg in args):
             from rltrain.resume import resume  # a run's imports: see the module docstring
 
-            code = resume(args, say=_say, started=STARTED, outcome=_outcome,
-                          stopped_at_once=_stopped_at_once, full_error=_full_error())
+            code = resume(args, say=_say, started=STARTED, full_error=_full_error())
         else:
             code, multirun = _hydra(args)
     except (signals.EarlyStop, Exception) as e:  # noqa: BLE001 - re-raised but for a signal's

@@ -8,6 +8,11 @@ these cover what can only happen once it trains. The trainer records them in
 from __future__ import annotations
 
 
+class UserError(Exception):
+    """A problem with what the user asked a command for (no such run, no such weights file, a
+    damaged file): reported in one line, without a traceback."""
+
+
 class TrainingError(Exception):
     """Training cannot go on; the message says what happened (the trainer adds when)."""
 

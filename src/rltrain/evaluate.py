@@ -1,7 +1,8 @@
 """``rltrain-eval RUN_DIR``: test a trained policy again, away from training.
 
-The algorithm is rebuilt from the run's stored config (``.hydra/config.yaml``), the
-chosen weights are loaded into its policy network, and N deterministic episodes run
+The run is opened through the one door into a run (:func:`rltrain.orchestrator.open_run`:
+the algorithm rebuilt from the run's stored config, ``.hydra/config.yaml``, with the chosen
+weights loaded into its policy network), and N deterministic episodes run
 on a fresh test vector env in fixed per-env quotas, exactly as the trainer's test
 step does, but with a seed of their own (default ``10_000 + seed``, disjoint from the
 train and test seeds of the run). The result is printed and written to
@@ -21,7 +22,6 @@ this module's argument handling).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib
 import json
 import os
@@ -29,26 +29,20 @@ import sys
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
-from rltrain.files import write_new
-from rltrain.streams import clip_long_words, os_error_text
+from rltrain.errors import UserError
+from rltrain.files import WEIGHT_FILES, write_new
+from rltrain.streams import clip_long_words, os_error_text, short
 
-#: the weights a run keeps, by ``--weights`` name
-WEIGHT_FILES = {
-    "best": Path("best") / "policy.pt",
-    "final": Path("final") / "policy.pt",
-    "last": Path("checkpoints") / "last.pt",
-}
+if TYPE_CHECKING:
+    from rltrain.orchestrator import LoadedRun
+
 #: the default evaluation seed is this plus the run's seed; the run's own env seeds are
 #: ``[seed, seed + num_train_envs + num_test_envs)``, far below it
 SEED_OFFSET = 10_000
-
-
-class UserError(Exception):
-    """A problem with what the user asked for: reported in one line, without a traceback."""
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -100,182 +94,6 @@ def require(modules: Sequence[str], what: str, extra: str) -> None:
             f"{what} needs {' and '.join(missing)}, which {verb} not installed; install the "
             f"'{extra}' extra: pip install -e \".[{extra}]\" (in the rltrain repository)"
         )
-
-
-def short(e: BaseException, limit: int = 160) -> str:
-    """The first line of an exception's message, cut to ``limit`` characters."""
-    text = (str(e).strip().splitlines() or [type(e).__name__])[0]
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-@dataclasses.dataclass
-class LoadedRun:
-    """A run's algorithm, rebuilt from its config, with the chosen weights loaded."""
-
-    run_dir: Path
-    settings: Any  # rltrain.settings.Settings
-    info: Any  # rltrain.core.SpaceInfo
-    algorithm: Any  # rltrain.algorithms.Algorithm
-    weights: str
-    weights_path: Path
-    #: raw observations -> the actions the env receives (``Algorithm.deployable()``), loaded
-    policy: Any = None
-
-    @property
-    def recurrent(self) -> bool:
-        """The policy has memory (rltrain.algorithms.base.RecurrentDeployedPolicy): it acts
-        on each env's state too, which :meth:`acting` threads through the episodes."""
-        from rltrain.algorithms.base import RecurrentDeployedPolicy
-
-        return isinstance(self.policy, RecurrentDeployedPolicy)
-
-    def act(self, obs: np.ndarray) -> np.ndarray:
-        """Actions for a batch of observations as a collector passes them (a Dict
-        observation's packed rows are unpacked into one tensor per key). A policy with memory
-        cannot act on observations alone: :meth:`acting` gives what a collector steps it with."""
-        import torch
-
-        from rltrain.algorithms.base import policy_inputs
-
-        if self.recurrent:
-            raise UserError(f"the {self.settings.algo.name} policy has memory: it acts on each "
-                            "env's state as well as its observation, which this command does "
-                            "not keep; rltrain-eval and rltrain-export run it")
-        with torch.inference_mode():
-            return self.policy(*policy_inputs(self.info, obs)).numpy()
-
-    def acting(self) -> Any:
-        """The policy as a collector steps envs with it (rltrain.core.Policy): :meth:`act`, or
-        for a policy with memory a rltrain.recurrent.RecurrentPolicy over its ``step`` (the
-        collector keeps each env's state, zeros at each episode's start)."""
-        if not self.recurrent:
-            return self.act
-        import torch
-
-        from rltrain.algorithms.base import policy_inputs
-        from rltrain.recurrent import RecurrentPolicy
-
-        policy, info = self.policy, self.info
-        size, parts = policy.state_size, len(policy.state_names)
-
-        def step(obs: np.ndarray, state: torch.Tensor) -> tuple[np.ndarray, torch.Tensor]:
-            action, *after = policy.step(*policy_inputs(info, obs), *state.split(size, -1))
-            return action.numpy(), torch.cat(after, -1)
-
-        return RecurrentPolicy(step, size * parts)
-
-
-def load_run(run_dir: Path, weights: str, device: str | None = None, *,
-             consent: bool = False) -> LoadedRun:
-    """Rebuild the run's algorithm from ``.hydra/config.yaml`` and load ``weights`` into it
-    (on ``device``, default: cpu, whatever the run trained on). Code the config names that
-    was not set up on this machine runs only with ``consent`` (``--trust``).
-
-    Raises :class:`rltrain.config.ConfigError` or :class:`UserError` for anything the
-    user can fix (no such run, no such weights file, a damaged file).
-    """
-    import torch
-
-    from rltrain.build import build_algorithm
-    from rltrain.envs import make_vector_env, max_episode_steps, space_info
-    from rltrain.settings import load_run_settings
-
-    s = load_run_settings(run_dir, device=device or "cpu", consent=consent)
-    path = run_dir / WEIGHT_FILES[weights]
-    if not path.is_file():
-        have = [name for name, rel in WEIGHT_FILES.items() if (run_dir / rel).is_file()]
-        hint = f"this run has --weights {', '.join(have)}" if have else "this run saved no weights"
-        raise UserError(f"{path} does not exist (--weights {weights}); {hint}")
-    torch.set_num_threads(s.torch_threads)
-    envs = make_vector_env(s.env, 1)
-    try:
-        info = space_info(envs, s.env.id, max_episode_steps(s.env)[0],
-                          s.env.reward_threshold)
-    finally:
-        envs.close()
-    algorithm = build_algorithm(s, info)
-    policy = algorithm.deployable()
-    policy.load_state_dict(_policy_state(path, weights, algorithm, info, _own(run_dir)))
-    algorithm.eval()
-    return LoadedRun(run_dir, s, info, algorithm, weights, path, policy.eval())
-
-
-def _own(run_dir: Path) -> dict[str, Any] | None:
-    """The directory's own run (rltrain.lifecycle.own_identity); UserError if run.json is
-    damaged."""
-    from rltrain.lifecycle import ForeignFile, own_identity
-
-    try:
-        return own_identity(run_dir)
-    except ForeignFile as e:
-        raise UserError(str(e)) from None
-
-
-def _policy_state(path: Path, weights: str, algorithm: Any, info: Any,
-                  own: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The deployable policy's state_dict from a weights file, checked against the policy
-    the run's config builds and against the run (``own``: its identity): a file another run
-    wrote, copied into this directory, is refused naming both runs."""
-
-    from rltrain.checkpoint import CheckpointError, load_checkpoint, load_policy
-    from rltrain.lifecycle import file_identity, not_own, restore_algorithm
-
-    def refuse_other(obj: Any) -> None:
-        problem = not_own(path, file_identity(obj), own)
-        if problem is not None:
-            raise UserError(f"{problem}; these are not this run's weights: move that file "
-                            "out, or pass the directory of the run that wrote it")
-
-    policy = algorithm.deployable()
-    if weights == "last":
-        # the full training state, checked (format, version) and loaded weights_only, read
-        # as a resume reads it
-        try:
-            obj = load_checkpoint(path)
-        except CheckpointError as e:
-            raise UserError(short(e, 240)) from None
-        refuse_other(obj)
-        try:
-            modules = obj["algorithm"]["modules"]
-        except (KeyError, TypeError):
-            raise UserError(f"{path} is not an rltrain checkpoint (no algorithm modules)"
-                            ) from None
-        expected = algorithm.state_dict()
-        problem = _mismatch(expected, modules)
-        if problem:
-            raise UserError(f"{path} does not fit the algorithm built from the run's config "
-                            f"({problem})")
-        restore_algorithm(algorithm, obj, training=False)
-        return policy.state_dict()
-    else:
-        try:
-            obj = load_policy(path)
-        except CheckpointError as e:
-            raise UserError(short(e, 240)) from None
-        refuse_other(obj)
-        state = obj["state_dict"]
-        meta = obj.get("meta") or {}
-        algo = algorithm.cfg.name
-        saved = (meta.get("algo", algo), meta.get("env_id", info.env_id))
-        if saved != (algo, info.env_id):
-            raise UserError(f"{path} holds {saved[0]} weights for {saved[1]}, but the run's "
-                            f"config builds {algo} for {info.env_id}")
-    problem = _mismatch(policy.state_dict(), state)
-    if problem:
-        raise UserError(f"{path} does not fit the policy built from the run's config "
-                        f"({problem})")
-    return state
-
-
-def _mismatch(expected: dict[str, Any], state: dict[str, Any]) -> str:
-    """What keeps ``state`` from loading into a module whose state_dict is ``expected``."""
-    missing = sorted(expected.keys() - state.keys())
-    unexpected = sorted(state.keys() - expected.keys())
-    wrong = sorted(k for k in expected.keys() & state.keys()
-                   if tuple(state[k].shape) != tuple(expected[k].shape))
-    return "; ".join(f"{label} {', '.join(keys[:3])}{', ...' if len(keys) > 3 else ''}"
-                     for label, keys in (("missing", missing), ("unexpected", unexpected),
-                                         ("wrong shape", wrong)) if keys)
 
 
 def default_seed(run_seed: int) -> int:
@@ -376,7 +194,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         require(["moviepy"], "--video", "video")
         if args.video.exists() and not args.video.is_dir():
             raise UserError(f"--video {args.video} is a file; pass a directory for the videos")
-    loaded = load_run(args.run_dir, args.weights, consent=args.trust)
+    from rltrain.orchestrator import open_run
+
+    loaded = open_run(args.run_dir, args.weights, consent=args.trust)
     s = loaded.settings
     seed = default_seed(s.seed) if args.seed is None else args.seed
     try:

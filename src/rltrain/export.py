@@ -28,25 +28,21 @@ import sys
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
 
 from rltrain import signals
 from rltrain.config import ConfigError
-from rltrain.evaluate import (
-    TRUST_HELP,
-    WEIGHT_FILES,
-    ArgumentParser,
-    LoadedRun,
-    UserError,
-    load_run,
-    require,
-)
-from rltrain.files import fresh, replacing
+from rltrain.errors import UserError
+from rltrain.evaluate import TRUST_HELP, ArgumentParser, require
+from rltrain.files import WEIGHT_FILES, fresh, replacing
 from rltrain.observations import TORCH_DTYPES, layout, raw_tensors
 from rltrain.streams import clip_long_words, os_error_text
+
+if TYPE_CHECKING:
+    from rltrain.orchestrator import LoadedRun
 
 OPSET = 17
 #: random check observations are drawn uniformly from the observation space, with
@@ -342,7 +338,9 @@ def _export(args: argparse.Namespace) -> None:
     try:
         require(["onnx", "onnxruntime"], "rltrain-export", "export")
         check_out(out, args.run_dir)
-        loaded = load_run(args.run_dir, args.weights, device="cpu", consent=args.trust)
+        from rltrain.orchestrator import open_run
+
+        loaded = open_run(args.run_dir, args.weights, device="cpu", consent=args.trust)
         try:
             export_onnx(loaded, out)
         except OSError as e:

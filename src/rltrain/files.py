@@ -20,6 +20,15 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+#: the files a run keeps its weights in, by the ``--weights`` name of rltrain-eval, -export
+#: and -collect: the deployable policy at the best test score and at the end, and the whole
+#: training state of the newest checkpoint
+WEIGHT_FILES = {
+    "best": Path("best") / "policy.pt",
+    "final": Path("final") / "policy.pt",
+    "last": Path("checkpoints") / "last.pt",
+}
+
 
 class LinkError(OSError):
     """A file rltrain would append to is a symbolic link."""

@@ -1,7 +1,7 @@
 """``rltrain resume=RUN_DIR [trainer.max_epochs=N] [trainer.stop_score=X|null]``: continue a run
-in its directory, with the config stored in its checkpoint, through the one resume path
-(:func:`rltrain.lifecycle.resume_point`, then :func:`rltrain.run.run`) a sweep job that
-continues itself takes too.
+in its directory, with the config stored in its checkpoint, through the one door into a run
+(:func:`rltrain.orchestrator.resuming`, then :func:`rltrain.orchestrator.train`) that a
+sweep job continuing itself takes too, and that says how the run ended as for any run.
 
 Only extending the run may change: more epochs, or another stop score. Whatever else the
 command line says is refused by name, and a run that is already complete is said to be.
@@ -19,10 +19,9 @@ from rltrain import rundir, signals
 from rltrain.checkpoint import CheckpointError
 from rltrain.config import ConfigError
 from rltrain.files import NoFollowFileHandler
-from rltrain.lifecycle import ResumePoint, RunContext, resume_point
-from rltrain.run import StoppedAtOnce, run
+from rltrain.lifecycle import ResumePoint, RunContext
+from rltrain.orchestrator import resuming, train
 from rltrain.streams import ConsoleHandler, clip_long_words
-from rltrain.trainer import failure_text
 
 #: the only overrides a resume accepts: extending the run
 MAX_EPOCHS = "trainer.max_epochs"
@@ -93,8 +92,6 @@ def extend(point: ResumePoint, max_epochs: int | None, stop_score: Any) -> str |
 
 
 def resume(args: list[str], *, say: Callable[[str], None], started: float,
-           outcome: Callable[[Any, RunContext], tuple[int, str | None]],
-           stopped_at_once: Callable[[StoppedAtOnce, RunContext], tuple[int, str]],
            full_error: bool) -> int:
     """Run the resume command; returns the exit code (messages go through ``say``)."""
     def error(message: str, code: int = 2) -> int:
@@ -115,57 +112,47 @@ def resume(args: list[str], *, say: Callable[[str], None], started: float,
     if not checkpoints:
         return error(f"resume={run_dir}: no checkpoints/ there, so nothing to resume (is it a "
                      "run directory written by rltrain?)")
+    allow = f"{rundir.resume_command(run_dir)} --trust"
     try:
-        lock = rundir.RunDirLock(run_dir)
-        lock.acquire()
-    except rundir.RunDirError as e:
+        with resuming(run_dir, consent=consent, allow=allow) as point:
+            return _continue(point, run_dir, max_epochs, stop_score, say=say, started=started,
+                             full_error=full_error)
+    except (rundir.RunDirError, CheckpointError, ConfigError) as e:
         return error(f"resume={run_dir}: {e}")
+
+
+def _continue(point: ResumePoint, run_dir: Path, max_epochs: int | None, stop_score: Any, *,
+              say: Callable[[str], None], started: float, full_error: bool) -> int:
+    """The run extended as asked, then trained on from ``point`` through the one door into a
+    run; returns the exit code."""
+    for problem in point.problems:
+        say(f"warning: {problem}")
+    if point.path.name != "last.pt":
+        say(f"warning: resuming from the older checkpoint {point.path}")
     try:
-        try:
-            point = resume_point(run_dir, consent=consent,
-                                 allow=f"{rundir.resume_command(run_dir)} --trust")
-        except (CheckpointError, ConfigError) as e:
-            return error(f"resume={run_dir}: {e}")
-        for problem in point.problems:
-            say(f"warning: {problem}")
-        if point.path.name != "last.pt":
-            say(f"warning: resuming from the older checkpoint {point.path}")
-        try:
-            complete = extend(point, max_epochs, stop_score)
-        except ResumeRefused as e:
-            return error(str(e))
-        if complete is not None:
-            more = max(point.epochs_complete, int(point.cfg.trainer.max_epochs)) + 10
-            print(f"rltrain: the run in {run_dir} is already complete ({complete}); nothing to "
-                  f"do. Extend it with: {rundir.resume_command(run_dir, f'{MAX_EPOCHS}={more}')}")
-            return 0
-        _log_to(run_dir, bool(point.cfg.logger.quiet))
-        ctx = RunContext(run_dir, started=started)
-        try:
-            info = run(point.cfg, ctx, resume=point)
-        except ConfigError as e:
-            return error(str(e))
-        except Exception as e:  # noqa: BLE001 - before training: one line, no traceback
-            if full_error:
-                raise
-            return error(f"resume={run_dir}: the run could not start: {failure_text(e)} "
-                         "(HYDRA_FULL_ERROR=1 shows the traceback)", 1)
-        except signals.EarlyStop as e:
-            say(f"{signals.name(e.signum)} received before training resumed: stopped; the run "
-                f"is as it was: resume it again with: {rundir.resume_command(run_dir)}")
-            return 128 + e.signum
-        except StoppedAtOnce as e:
-            code, said = stopped_at_once(e, ctx)
-            say(said)
-            return code
-        code, message = outcome(info, ctx)
-        if message:
-            say(message)
-        elif not point.cfg.logger.quiet:
-            print(rundir.next_step(run_dir), flush=True)
-        return code
-    finally:
-        lock.release()
+        complete = extend(point, max_epochs, stop_score)
+    except ResumeRefused as e:
+        say(f"error: {clip_long_words(str(e))}")
+        return 2
+    if complete is not None:
+        more = max(point.epochs_complete, int(point.cfg.trainer.max_epochs)) + 10
+        print(f"rltrain: the run in {run_dir} is already complete ({complete}); nothing to "
+              f"do. Extend it with: {rundir.resume_command(run_dir, f'{MAX_EPOCHS}={more}')}")
+        return 0
+    _log_to(run_dir, bool(point.cfg.logger.quiet))
+    ctx = RunContext(run_dir, started=started)
+    try:
+        ended = train(point.cfg, ctx, resume=point, label=f"resume={run_dir}: ",
+                      full_error=full_error)
+    except signals.EarlyStop as e:
+        say(f"{signals.name(e.signum)} received before training resumed: stopped; the run "
+            f"is as it was: resume it again with: {rundir.resume_command(run_dir)}")
+        return 128 + e.signum
+    if ended.message:
+        say(ended.message)
+    elif not point.cfg.logger.quiet:
+        print(rundir.next_step(run_dir), flush=True)
+    return ended.code
 
 
 def _log_to(run_dir: Path, quiet: bool) -> None:

@@ -294,6 +294,12 @@ def _collection(value: list[Any] | tuple[Any, ...] | dict[Any, Any], limit: int)
     return f"{opening}{', '.join(shown)}, ...{closing} ({len(items):,} items)"
 
 
+def short(e: BaseException, limit: int = 160) -> str:
+    """The first line of an exception's message, cut to ``limit`` characters."""
+    text = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def os_error_text(e: OSError) -> str:
     """An OSError in one line: the path it met and what the system said (``/x: File name too
     long``), clipped like any error line."""

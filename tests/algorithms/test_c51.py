@@ -33,7 +33,7 @@ from rltrain.algorithms.c51 import (
     check_support,
 )
 from rltrain.config import ConfigError
-from rltrain.evaluate import load_run
+from rltrain.orchestrator import open_run
 
 SUPPORT = torch.tensor([0.0, 1.0, 2.0, 3.0, 4.0])
 PROBS = torch.tensor([0.1, 0.2, 0.3, 0.4, 0.0])
@@ -243,7 +243,7 @@ def test_the_exported_policy_argmaxes_the_expected_values(tmp_path, algo):
     res = command(export.main, run, "--out", out)
     assert res.returncode == 0, res.stderr
     assert "identical on 256/256" in res.stdout
-    loaded = load_run(run, "best")
+    loaded = open_run(run, "best")
     algorithm = loaded.algorithm
     obs = np.random.default_rng(2).uniform(-2, 2, size=(512, 4)).astype(np.float32)
     with torch.no_grad():

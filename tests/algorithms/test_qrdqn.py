@@ -15,7 +15,7 @@ from conftest import command, run_in_process
 from rltrain import export
 from rltrain.algorithms.qrdqn import QRDQN, QRDQNConfig, quantile_huber_loss, quantile_midpoints
 from rltrain.config import ConfigError
-from rltrain.evaluate import load_run
+from rltrain.orchestrator import open_run
 
 THETA = torch.tensor([[0.0, 1.0]])
 TAUS = torch.tensor([0.25, 0.75])
@@ -160,7 +160,7 @@ def test_the_exported_policy_argmaxes_the_quantiles_mean(tmp_path):
     res = command(export.main, run, "--out", out)
     assert res.returncode == 0, res.stderr
     assert "identical on 256/256" in res.stdout
-    algorithm = load_run(run, "best").algorithm
+    algorithm = open_run(run, "best").algorithm
     obs = np.random.default_rng(2).uniform(-2, 2, size=(512, 4)).astype(np.float32)
     with torch.no_grad():
         expected = algorithm.q(torch.from_numpy(obs)).mean(-1).argmax(-1)

@@ -349,7 +349,7 @@ def test_export_takes_and_returns_the_state_and_matches_torch_over_episodes(runs
     env stepped by the graph alone, its state fed back, acts as the torch policy does."""
     import onnxruntime as ort
 
-    from rltrain.evaluate import load_run
+    from rltrain.orchestrator import open_run
 
     out = tmp_path / "policy.onnx"
     res = command(export.main, runs[name], "--out", out)
@@ -361,7 +361,7 @@ def test_export_takes_and_returns_the_state_and_matches_torch_over_episodes(runs
     assert [o.name for o in session.get_outputs()] == [
         "action", *(f"{n}_next" for n in state_names)]
 
-    loaded = load_run(runs[name], "best")
+    loaded = open_run(runs[name], "best")
     policy = loaded.policy
     env = MaskVelocity(gym.make("CartPole-v1" if name == "lstm" else "Pendulum-v1"))
     for episode in range(2):
@@ -394,14 +394,14 @@ def test_collect_threads_each_envs_state_through_its_episodes(runs, tmp_path, na
     gives back every action collected (GRU: Pendulum's actions to float tolerance). The same
     observations acted on from a zero state each step give other actions: the state matters."""
     from rltrain.data.datasets.sources import load_dataset
-    from rltrain.evaluate import load_run
+    from rltrain.orchestrator import open_run
 
     out = tmp_path / "data.h5"
     res = command(collect.main, runs[name], "--episodes", "4", "--out", out)
     assert res.returncode == 0, res.stderr
     ds = load_dataset(str(out))
     assert ds.num_episodes == 4
-    policy = load_run(runs[name], "best").policy
+    policy = open_run(runs[name], "best").policy
     replayed, stateless = [], []
     with torch.inference_mode():
         for t in range(len(ds)):

@@ -12,9 +12,8 @@ from typing import Any
 import pytest
 
 from conftest import RLTRAIN, cli_env, compose_run, read_jsonl, run_in_process
-from rltrain.lifecycle import ResumePoint, RunContext
+from rltrain.lifecycle import ResumePoint
 from rltrain.resume import _UNSET, ResumeRefused, extend, parse, resume
-from rltrain.run import StoppedAtOnce
 from rltrain.rundir import resume_command
 
 OTHER = ("'{arg}' cannot change on resume: a resumed run keeps the config stored in its "
@@ -117,29 +116,22 @@ def test_a_stop_score_with_no_best_yet_lets_the_run_go_on():
 
 
 # --------------------------------------------------------------------------- the command
-class Said:
-    """What the command says (its ``say``), and callbacks it must not reach on a refusal."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def __call__(self, line: str) -> None:
-        self.lines.append(line)
-
-    @staticmethod
-    def outcome(info: Any, ctx: RunContext) -> tuple[int, str | None]:
-        raise AssertionError("a refused resume trained")
-
-    @staticmethod
-    def stopped_at_once(e: StoppedAtOnce, ctx: RunContext) -> tuple[int, str]:
-        raise AssertionError("a refused resume trained")
+def files_under(path: Path) -> dict[str, bytes]:
+    """The run's files and their bytes, the lock file aside (the command takes the lock, and
+    releasing it leaves the file, as every command does)."""
+    return ({str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*"))
+             if p.is_file() and p.name != ".rltrain.lock"} if path.is_dir() else {})
 
 
 def resume_without_training(*args: str) -> tuple[int, list[str]]:
-    said = Said()
-    code = resume(list(args), say=said, started=0.0, outcome=said.outcome,
-                  stopped_at_once=said.stopped_at_once, full_error=False)
-    return code, said.lines
+    """The resume command's exit code and lines, for a resume that must not train: the run
+    directory it names is left exactly as it was."""
+    lines: list[str] = []
+    run_dir = Path(next(a for a in args if a.startswith("resume=")).partition("=")[2])
+    before = files_under(run_dir)
+    code = resume(list(args), say=lines.append, started=0.0, full_error=False)
+    assert files_under(run_dir) == before, "a resume that should not train wrote files"
+    return code, lines
 
 
 def test_the_command_refuses_what_is_not_a_run(tmp_path):

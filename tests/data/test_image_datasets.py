@@ -25,7 +25,7 @@ from rltrain.data.datasets.replay import from_replay_buffer, to_buffer
 from rltrain.data.datasets.sources import dataset_fingerprint, load_dataset
 from rltrain.data.datasets.spaces import describe_space, space_from_dict, space_mismatch
 from rltrain.data.datasets.validation import check_spaces
-from rltrain.evaluate import UserError
+from rltrain.errors import UserError
 from rltrain.observations import DictLayout
 
 ENVS = {"stripes": dataset_envs.STRIPES_ID, "beacon": dataset_envs.BEACON_ID}

@@ -170,7 +170,7 @@ def test_normalisers_frozen_in_tests_saved_with_the_policy_and_exported(tmp_path
     policy evaluated with its statistics zeroed acts differently."""
     import onnxruntime as ort
 
-    from rltrain.evaluate import load_run
+    from rltrain.orchestrator import open_run
 
     run_dir = tmp_path / "run"
     run_in_process(run_dir, "algo=td3", *NORM, "trainer.max_epochs=2")
@@ -189,7 +189,7 @@ def test_normalisers_frozen_in_tests_saved_with_the_policy_and_exported(tmp_path
     assert res.returncode == 0, res.stderr
     assert "ONNX matches torch" in res.stdout
 
-    loaded = load_run(run_dir, "final")
+    loaded = open_run(run_dir, "final")
     obs = np.random.default_rng(0).uniform(-1, 1, size=(64, 3)).astype(np.float32)
     session = ort.InferenceSession(str(tmp_path / "p.onnx"), providers=["CPUExecutionProvider"])
     onnx_act = session.run(["action"], {"obs": obs})[0]

@@ -47,17 +47,10 @@ from rltrain.collect.sources import (
     from_merge,
     from_policy,
 )
-from rltrain.evaluate import (
-    TRUST_HELP,
-    WEIGHT_FILES,
-    ArgumentParser,
-    UserError,
-    _int_at_least,
-    positive_int,
-    seed_int,
-    short,
-)
-from rltrain.streams import clip_long_words, os_error_text
+from rltrain.errors import UserError
+from rltrain.evaluate import TRUST_HELP, ArgumentParser, _int_at_least, positive_int, seed_int
+from rltrain.files import WEIGHT_FILES
+from rltrain.streams import clip_long_words, os_error_text, short
 
 
 def non_negative_float(text: str) -> float:

@@ -9,18 +9,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from rltrain.core import Policy
-from rltrain.evaluate import (
-    UserError,
-)
-
-if TYPE_CHECKING:
-    pass
-
+from rltrain.errors import UserError
 
 #: vector steps per collection call: each call fills a fresh chunk of the lanes
 CHUNK = 256

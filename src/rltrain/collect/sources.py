@@ -11,10 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rltrain.evaluate import (
-    UserError,
-    short,
-)
+from rltrain.errors import UserError
+from rltrain.streams import short
 
 if TYPE_CHECKING:
     from rltrain.envs import EnvFamily
@@ -140,18 +138,6 @@ def unregistered_text(env_id: str, family: EnvFamily) -> str:
             "RUN_DIR --random --episodes N --out FILE")
 
 
-def _space_info(env_cfg: Any) -> Any:
-    from rltrain.envs import make_vector_env, max_episode_steps, space_info
-
-    envs = make_vector_env(env_cfg, 1)
-    try:
-        info = space_info(envs, env_cfg.id, max_episode_steps(env_cfg)[0],
-                          env_cfg.reward_threshold)
-        return info, envs.single_observation_space, envs.single_action_space
-    finally:
-        envs.close()
-
-
 def _env_meta(env_cfg: Any, obs_space: Any, act_space: Any) -> dict[str, Any]:
     from rltrain.data.datasets.dataset import json_safe
     from rltrain.data.datasets.spaces import describe_space
@@ -166,6 +152,8 @@ def _env_meta(env_cfg: Any, obs_space: Any, act_space: Any) -> dict[str, Any]:
 
 def from_policy(args: argparse.Namespace) -> tuple[Any, str]:
     """A dataset collected by the run's policy, or by a random one; and a line saying how."""
+    from rltrain.orchestrator import env_spaces, open_run
+
     run_seed = 0
     if args.random:
         if args.run_dir is not None:
@@ -175,15 +163,13 @@ def from_policy(args: argparse.Namespace) -> tuple[Any, str]:
             env_cfg, run_seed = s.env, s.seed
         else:
             env_cfg = _env_config(args)
-        info, obs_space, act_space = _space_info(env_cfg)
+        info, obs_space, act_space = env_spaces(env_cfg)
         loaded = None
     else:
-        from rltrain.evaluate import load_run
-
-        loaded = load_run(args.run_dir, args.weights or "best", device="cpu",
+        loaded = open_run(args.run_dir, args.weights or "best", device="cpu",
                           consent=args.trust)
         env_cfg, run_seed, info = loaded.settings.env, loaded.settings.seed, loaded.info
-        _, obs_space, act_space = _space_info(env_cfg)
+        _, obs_space, act_space = env_spaces(env_cfg)
     if args.noise and info.discrete and args.noise > 1:
         raise UserError(f"--noise {args.noise} is the epsilon of epsilon-greedy for "
                         f"{info.env_id}'s discrete actions: use a value from 0 to 1")
@@ -230,9 +216,9 @@ def from_policy(args: argparse.Namespace) -> tuple[Any, str]:
 
 def from_buffer(args: argparse.Namespace) -> tuple[Any, str]:
     """The replay buffer in the run's newest usable checkpoint."""
-    from rltrain.checkpoint import CheckpointError, load_latest
     from rltrain.data.datasets.dataset import new_meta
     from rltrain.data.datasets.replay import from_replay_buffer
+    from rltrain.orchestrator import env_spaces, newest_checkpoint
     from rltrain.settings import load_run_settings
     from rltrain.trainer import TRAINERS
 
@@ -244,23 +230,14 @@ def from_buffer(args: argparse.Namespace) -> tuple[Any, str]:
                         f"(algo={s.algo.name}), which keeps no replay buffer; collect from its "
                         "policy instead: rltrain-collect RUN_DIR --episodes N --out FILE")
     try:
-        ckpt, used, _ = load_latest(args.run_dir / "checkpoints")
-    except CheckpointError as e:
-        raise UserError(f"--buffer: {short(e, 240)}") from None
-    from rltrain.lifecycle import ForeignFile, file_identity, not_own, own_identity
-
-    try:
-        problem = not_own(used, file_identity(ckpt), own_identity(args.run_dir))
-    except ForeignFile as e:
-        problem = str(e)
-    if problem is not None:
-        raise UserError(f"--buffer: {problem}; collect from the directory of the run that "
-                        "wrote it")
+        ckpt, used = newest_checkpoint(args.run_dir)
+    except UserError as e:
+        raise UserError(f"--buffer: {e}") from None
     buffer = (ckpt["trainer"].get("storage") or {}).get("buffer")
     if buffer is None:
         raise UserError(f"--buffer: {used} holds no replay buffer (the run was trained with "
                         "trainer.checkpoint_buffer=false); collect from its policy instead")
-    info, obs_space, act_space = _space_info(s.env)
+    info, obs_space, act_space = env_spaces(s.env)
     meta = new_meta(**_env_meta(s.env, obs_space, act_space),
                     policy={"kind": "replay buffer", "run_dir": str(args.run_dir.resolve()),
                             "algo": s.algo.name, "checkpoint": str(used.resolve()),

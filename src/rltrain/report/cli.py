@@ -20,7 +20,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from rltrain import signals
-from rltrain.evaluate import ArgumentParser, UserError, positive_int
+from rltrain.errors import UserError
+from rltrain.evaluate import ArgumentParser, positive_int
 from rltrain.report.compose import Settings, build
 from rltrain.report.runs import DamagedRun, Run, find_runs, load_run, show
 from rltrain.report.stats import Reference

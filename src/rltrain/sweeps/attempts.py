@@ -3,13 +3,13 @@
 
 :func:`earlier_attempt` judges what is there: the same job finished (skipped), the same job
 unfinished (resumed), or a different job (refused, nothing touched). :func:`continue_job`
-resumes an unfinished one through the path ``rltrain resume=`` takes
-(:func:`rltrain.lifecycle.resume_point`, then :func:`rltrain.run.run`), with the config
-stored in its checkpoint. A job that was stopped before its first checkpoint holds no run
+resumes an unfinished one through the door ``rltrain resume=`` takes
+(:func:`rltrain.orchestrator.resuming`, then :func:`rltrain.orchestrator.train`), with the
+config stored in its checkpoint. A job that was stopped before its first checkpoint holds no run
 (:func:`rltrain.rundir.holds_run`) and never comes here: it runs again from the start.
 
-Imports :mod:`~rltrain.sweeps.status` and :mod:`~rltrain.sweeps.jobs` of the package, the run
-(:mod:`rltrain.run`, :mod:`rltrain.lifecycle`: torch) and the ground floor.
+Imports :mod:`~rltrain.sweeps.status` and :mod:`~rltrain.sweeps.jobs` of the package, the one door
+into a run (:mod:`rltrain.orchestrator`: torch) and the ground floor.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from typing import Any
 from rltrain import rundir
 from rltrain.checkpoint import CheckpointError
 from rltrain.config import ConfigError
-from rltrain.lifecycle import RunContext, resume_point
-from rltrain.run import run
-from rltrain.stats import InfoStats
+from rltrain.lifecycle import RunContext
+from rltrain.orchestrator import Ended, resuming, train
 from rltrain.stored import StoredDataError, read_yaml
+from rltrain.streams import clip_long_words
 from rltrain.sweeps.jobs import FINISHED, JobFailed
 from rltrain.sweeps.status import refuse
 
@@ -66,36 +66,42 @@ def earlier_attempt(job_dir: Path, overrides: list[str], label: str) -> dict[str
     return None
 
 
-def continue_job(job_dir: Path, ctx: RunContext, label: str, consent: bool = False
-                 ) -> InfoStats:
+def continue_job(job_dir: Path, ctx: RunContext, label: str, consent: bool = False, *,
+                 full_error: bool = False) -> Ended:
     """Resume an unfinished job in its own directory from its newest good checkpoint, with
-    the config stored there (the resume path of ``rltrain resume=``); returns its InfoStats.
-    ``consent``: the sweep command's ``trust=true`` (rltrain.trust); the code its config
-    names was recorded as trusted when this command composed the job.
+    the config stored there, through the one door into a run (:mod:`rltrain.orchestrator`,
+    as ``rltrain resume=`` does); says how it ended. ``consent``: the sweep command's
+    ``trust=true`` (rltrain.trust); the code its config names was recorded as trusted when
+    this command composed the job.
 
     A job stopped at once before its first checkpoint has nothing to resume and never comes
     here: its directory holds no run (:func:`rltrain.rundir.holds_run`), so the job runs
     again from the start, replacing what that attempt left and saying so, as any run does
-    over an attempt without a checkpoint, and as the sweep's list said it would."""
-    lock = rundir.RunDirLock(job_dir)
-    lock.acquire()
+    over an attempt without a checkpoint, and as the sweep's list said it would.
+
+    :raises rltrain.rundir.RunDirError: another process holds the directory.
+    """
+    allow = "trust=true on the sweep's command, or remove the job's directory"
+    trains = False
     try:
-        try:
-            point = resume_point(job_dir, consent=consent,
-                                 allow="trust=true on the sweep's command, or remove the job's "
-                                 "directory")
-        except CheckpointError as e:
-            raise ConfigError(f"{job_dir} holds an unfinished run that cannot be resumed: "
-                              f"{e} (to run the job again from the start, remove its "
-                              "directory and finish the sweep)") from None
-        except ConfigError as e:
-            raise ConfigError(f"{job_dir} holds an unfinished run that cannot be resumed: "
-                              f"{e}") from None
-        for problem in point.problems:
-            print(f"rltrain: warning: {label}{problem}", file=sys.stderr)
-        print(f"rltrain: {label}resuming the unfinished run in {job_dir} from "
-              f"{point.path.name}", flush=True)
-        ctx.on_accept = None  # .hydra/ is the run's own, from its first attempt
-        return run(point.cfg, ctx, resume=point)
-    finally:
-        lock.release()
+        with resuming(job_dir, consent=consent, allow=allow) as point:
+            trains = True
+            for problem in point.problems:
+                print(f"rltrain: warning: {label}{problem}", file=sys.stderr)
+            print(f"rltrain: {label}resuming the unfinished run in {job_dir} from "
+                  f"{point.path.name}", flush=True)
+            ctx.on_accept = None  # .hydra/ is the run's own, from its first attempt
+            return train(point.cfg, ctx, resume=point, label=label, full_error=full_error)
+    except CheckpointError as e:
+        if trains:  # HYDRA_FULL_ERROR=1: what failed while the run trained, as it is
+            raise
+        refused = ConfigError(f"{job_dir} holds an unfinished run that cannot be resumed: {e} "
+                              "(to run the job again from the start, remove its directory and "
+                              "finish the sweep)")
+    except ConfigError as e:
+        if trains:
+            raise
+        refused = ConfigError(f"{job_dir} holds an unfinished run that cannot be resumed: {e}")
+    if full_error:
+        raise refused
+    return Ended(2, f"error: {label}{clip_long_words(str(refused))}", error=refused)
