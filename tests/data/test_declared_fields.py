@@ -138,6 +138,36 @@ def test_rollouts_and_batches_carry_declared_fields_by_name():
         assert np.array_equal(batch.fields["memo"], want["memo"])
 
 
+def test_the_device_copy_holds_declared_fields_as_the_host_does():
+    """``buffer.on_device``: the copy (here on the CPU device, the same code path but for
+    the page-locked transfer) is written with every block, in each write pattern, and
+    rebuilt from a restored state; a batch reads the declared fields from it, equal to the
+    host's."""
+    import torch
+
+    buf = buffer()
+    buf.mirror_on(torch.device("cpu"))
+    write(buf, block(buf, 0, 10))  # one run of slots
+    valid = np.ones((4, 3), bool)
+    valid[1:, 1] = False
+    write(buf, block(buf, 10, 4), valid)  # masked: lanes out of step
+    write(buf, block(buf, 14, 9))  # wraps around, out of step
+    restored = buffer()
+    restored.load_state_dict(buf.state_dict())
+    restored.mirror_on(torch.device("cpu"))
+    lanes, positions = UniformSampler(5).sample(buf, 64)
+    for b in (buf, restored):
+        host = b.declared_at(lanes, positions)
+        device = b.device_declared_at(lanes, positions)
+        for name in ("logp", "memo"):
+            assert isinstance(device[name], torch.Tensor)
+            assert np.array_equal(device[name].numpy(), host[name]), name
+        batch = read(b, lanes, positions, [])
+        assert isinstance(batch.fields["logp"], torch.Tensor)
+        assert np.array_equal(batch.fields["memo"].numpy(), host["memo"])
+        assert np.array_equal(batch.rew.numpy(), b.transitions(lanes, positions)[2])
+
+
 def test_a_buffer_without_declared_fields_hands_out_none():
     buf = ReplayBuffer(2, 8, (2,), (), np.int64)
     b = block(buf, 0, 4)

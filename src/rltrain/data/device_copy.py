@@ -1,11 +1,12 @@
 """A replay buffer's one-step transitions kept again on an accelerator (``buffer.on_device``).
 
-Each slot's observation, action, reward, termination and next observation, the next one
-stored whole (on the host it is the successor's row or an aside). The buffer writes each block
-here as it stores it, in one copy per field; a batch is then gathered on the device after one
-copy of its indices, rather than gathered from the host arrays and copied up field by field
-at every gradient step. The host arrays stay what checkpoints, n-step windows and rollouts
-read; a restored state is copied over whole.
+Each slot's observation, action, reward, termination and next observation (the next one
+stored whole; on the host it is the successor's row or an aside), and the fields the algorithm
+declared beside them. The buffer writes each block here as it stores it, in one copy per
+field; a batch is then gathered on the device after one copy of its indices, rather than
+gathered from the host arrays and copied up field by field at every gradient step. The host
+arrays stay what checkpoints, n-step windows and rollouts read; a restored state is copied
+over whole.
 
 :class:`DeviceMirror` holds named fields of any shape and dtype; the storage
 (:meth:`rltrain.data.storage.ReplayBuffer.mirror_on`) says which. Imports numpy and torch.
@@ -64,7 +65,10 @@ class DeviceMirror:
             rows_up = self._up(value, _numpy_dtype(tensor))
             tensor.index_copy_(0, index, rows_up.reshape(len(flat), *tensor.shape[1:]))
 
-    def gather(self, flat: np.ndarray) -> tuple[torch.Tensor, ...]:
-        """Each field at flat slots ``flat``, in the layout's order."""
+    def gather(self, flat: np.ndarray, names: tuple[str, ...] | None = None
+               ) -> tuple[torch.Tensor, ...]:
+        """The fields ``names`` (default: all, in the layout's order) at flat slots
+        ``flat``."""
         index = self._up(flat, np.dtype(np.int64))
-        return tuple(tensor.index_select(0, index) for tensor in self.tensors.values())
+        tensors = self.tensors.values() if names is None else (self.tensors[n] for n in names)
+        return tuple(tensor.index_select(0, index) for tensor in tensors)

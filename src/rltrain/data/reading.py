@@ -37,11 +37,13 @@ def gather(storage: ReplayBuffer, lanes: np.ndarray, positions: np.ndarray, wind
     nothing).
 
     The fields the storage declares beside a transition's (``ReplayBuffer.declared``: what
-    the algorithm asked to be stored) come with each transition, by name, from the host.
+    the algorithm asked to be stored) come with each transition, by name (from the device
+    copy when there is one, as the one-step fields).
     """
     record: Record = {"lanes": lanes, "positions": positions}
     if storage.declared:
-        record.update(storage.declared_at(lanes, positions))
+        record.update(storage.device_declared_at(lanes, positions) if storage.mirror is not None
+                      else storage.declared_at(lanes, positions))
     if window > 1:
         w = storage.window(lanes, positions, window)
         first = w.flat[:, 0]

@@ -335,7 +335,7 @@ class ReplayBuffer:
         if self.mirror is not None:  # step-major, as the block's rows are
             slots = self._lane_base + np.arange(start, start + steps)[:, None]
             rows = {name: np.asarray(values[name]).reshape(
-                steps * self.num_lanes, *np.shape(values[name])[2:]) for name in _ONE_STEP}
+                steps * self.num_lanes, *np.shape(values[name])[2:]) for name in self._mirrored}
             self._mirror_write(slots.reshape(-1), rows,
                                next_obs.reshape(steps * self.num_lanes, *self.obs_shape))
         owners = self._previous_slots(self._lane_base[ls] + start + ts, ls)
@@ -555,12 +555,19 @@ class ReplayBuffer:
             self._sync_mirror()
 
     # ------------------------------------------------------------------ device copy
+    @property
+    def _mirrored(self) -> tuple[str, ...]:
+        """The stored fields the device copy holds: a one-step transition's, and the declared
+        ones."""
+        return (*_ONE_STEP, *(f.name for f in self.declared))
+
     def _mirror_layout(self) -> Layout:
         """What the device copy holds per slot: a one-step transition, its next observation
-        whole."""
+        whole, and the declared fields."""
         f = self.fields
         return {**{name: (f[name].shape, f[name].dtype) for name in _ONE_STEP},
-                "next_obs": (f[OBS].shape, f[OBS].dtype)}
+                "next_obs": (f[OBS].shape, f[OBS].dtype),
+                **{d.name: (d.shape, d.dtype) for d in self.declared}}
 
     def mirror_bytes(self) -> int:
         """The bytes :meth:`mirror_on` allocates on its device."""
@@ -581,7 +588,8 @@ class ReplayBuffer:
     def _mirror_write(self, flat: np.ndarray, rows: Mapping[str, np.ndarray],
                       next_rows: np.ndarray) -> None:
         assert self.mirror is not None
-        self.mirror.write(flat, *(rows[name] for name in _ONE_STEP), next_rows)
+        self.mirror.write(flat, *(rows[name] for name in _ONE_STEP), next_rows,
+                          *(rows[f.name] for f in self.declared))
 
     def _sync_mirror(self, chunk: int = 1 << 16) -> None:
         """Copy every slot the buffer has written over to the device copy (after a restored
@@ -597,11 +605,23 @@ class ReplayBuffer:
             for start in range(0, touched, chunk):
                 positions = np.arange(start, min(start + chunk, touched))
                 lanes = np.full(len(positions), lane)
-                yield self._lane_base[lanes] + positions, self.transitions(lanes, positions)
+                declared = self.declared_at(lanes, positions)
+                yield self._lane_base[lanes] + positions, (
+                    *self.transitions(lanes, positions), *declared.values())
 
     def device_transitions(self, lanes: np.ndarray, positions: np.ndarray
                            ) -> tuple[torch.Tensor, ...]:
         """:meth:`transitions`, gathered from the device copy: the same values, as tensors
         on its device."""
         assert self.mirror is not None, "mirror_on() first"
-        return self.mirror.gather(self._lane_base[lanes] + positions)
+        return self.mirror.gather(self._lane_base[lanes] + positions,
+                                  (*_ONE_STEP, "next_obs"))
+
+    def device_declared_at(self, lanes: np.ndarray, positions: np.ndarray
+                           ) -> dict[str, torch.Tensor]:
+        """:meth:`declared_at`, gathered from the device copy: the same values, as tensors on
+        its device."""
+        assert self.mirror is not None, "mirror_on() first"
+        names = tuple(f.name for f in self.declared)
+        got = self.mirror.gather(self._lane_base[lanes] + positions, names)
+        return dict(zip(names, got, strict=True))
