@@ -59,11 +59,13 @@ def transition_fields(obs_shape: tuple[int, ...], obs_dtype: np.dtype | type,
 TRANSITION_FIELDS = ("obs", "act", "rew", "terminated", "truncated")
 
 #: names a declared field cannot take: a transition's, and the other entries of a buffer's
-#: state and of a read record
+#: state, of a read record and of a dataset file (which holds declared fields beside its own
+#: arrays, :mod:`rltrain.data.datasets.files`)
 RESERVED = frozenset({*TRANSITION_FIELDS, "next_obs", "frames", "back", "history",
                       "frame_stack", "lane_capacity", "ptr", "size", "added", "aside_rows",
                       "asides", "pending", "lanes", "positions", "window", "discount",
-                      "weights", "valid", "start_state"})
+                      "weights", "valid", "start_state", "obs_frames", "next_obs_frames",
+                      "meta"})
 
 
 def declared(fields: tuple[Field, ...] | list[Field]) -> tuple[Field, ...]:
