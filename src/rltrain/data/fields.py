@@ -12,8 +12,9 @@ Every transition has :func:`transition_fields`: ``obs, act, rew, terminated, tru
 Beside them a buffer keeps the fields its algorithm declares (``AlgoSpec.stored``: a
 behaviour log-prob for V-trace, a value for GAE from storage, a goal), each a :class:`Field`
 written with every block (``ReplayBuffer.extend(..., fields=...)``), saved in the buffer's
-state and handed to the read path (``Batch.fields``, ``Rollout.fields``); :func:`declared`
-checks such a declaration.
+state, handed to the read path (``Batch.fields``, ``Rollout.fields``) and written to and read
+from datasets under the same names (``Dataset.fields``, :mod:`rltrain.data.datasets`);
+:func:`declared` checks such a declaration.
 
 Imports numpy only.
 """

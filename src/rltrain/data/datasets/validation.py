@@ -8,7 +8,7 @@ lists, finite) and raises one :class:`~rltrain.config.ConfigError` naming the so
 first problem. :func:`check_spaces` refuses a dataset whose spaces are not the env's,
 :func:`check_fields` one that lacks a field an algorithm stores beside each transition.
 
-Imports: gymnasium, numpy, :mod:`rltrain.config`, and of this package
+Imports: gymnasium, numpy, :mod:`rltrain.config`, :mod:`rltrain.data.fields`, and of this package
 :mod:`~rltrain.data.datasets.spaces` and :mod:`~rltrain.data.datasets.dataset`;
 :mod:`rltrain.observations` only for a Dict observation (it imports torch).
 """
