@@ -15,7 +15,8 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import random_dataset, refusal, run_in_process
+from conftest import command, random_dataset, refusal, run_in_process
+from rltrain import collect
 from rltrain.algorithms import ALGORITHMS
 from rltrain.config import ConfigError
 from rltrain.data.datasets.dataset import ARRAYS, Dataset, make_dataset, new_meta
@@ -251,6 +252,30 @@ def test_make_dataset_refuses_fields_that_a_file_could_not_hold():
     for name in ("next_obs", "obs_frames", "meta"):
         with pytest.raises(ValueError, match=f"the declared field '{name}' takes a name"):
             make_dataset(*parts, fields={name: ds.fields["logp"]})
+
+
+def test_merged_datasets_keep_their_fields_and_must_hold_the_same(tmp_path: Path):
+    """rltrain-collect --merge: the fields one after another, as the transitions; datasets
+    that hold other fields are refused in one line naming both."""
+    ds = with_fields()
+    a = save_dataset(ds, tmp_path / "a.npz")
+    b = save_dataset(ds, tmp_path / "b.h5")
+    res = command(collect.main, "--merge", a, b, "--out", tmp_path / "ab.h5")
+    assert res.returncode == 0, res.stderr
+    assert "fields beside each transition: logp (float32), memo (int16 of shape (3,))" \
+        in res.stdout
+    merged = load_dataset(str(tmp_path / "ab.h5"))
+    assert merged.declared == (LOGP, MEMO) and len(merged) == 2 * len(ds)
+    for name in ("logp", "memo"):
+        assert np.array_equal(merged.fields[name], np.concatenate([ds.fields[name]] * 2))
+    plain = save_dataset(dataclasses.replace(ds, fields={}, meta={
+        k: v for k, v in ds.meta.items() if k != "fields"}), tmp_path / "plain.npz")
+    res = command(collect.main, "--merge", a, plain, "--out", tmp_path / "bad.h5")
+    assert res.returncode == 2 and not (tmp_path / "bad.h5").exists()
+    assert res.stderr == (
+        f"rltrain-collect: error: --merge: {plain} holds no fields beside each transition but "
+        f"{a} logp (float32), memo (int16 of shape (3,)); merge datasets that hold the same "
+        "fields\n")
 
 
 # ---- buffers
