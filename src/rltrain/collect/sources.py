@@ -231,7 +231,6 @@ def from_policy(args: argparse.Namespace) -> tuple[Any, str]:
 def from_buffer(args: argparse.Namespace) -> tuple[Any, str]:
     """The replay buffer in the run's newest usable checkpoint, with the fields its
     algorithm stored beside each transition (``AlgoSpec.stored``)."""
-    from rltrain.algorithms import get as algorithm_spec
     from rltrain.checkpoint import CheckpointError, load_latest
     from rltrain.data.datasets.dataset import new_meta
     from rltrain.data.datasets.replay import from_replay_buffer
@@ -268,6 +267,8 @@ def from_buffer(args: argparse.Namespace) -> tuple[Any, str]:
                             "algo": s.algo.name, "checkpoint": str(used.resolve()),
                             "env_step": int(ckpt.get("trainer", {}).get("env_step", 0))},
                     source=f"replay buffer of {args.run_dir}")
+    from rltrain.algorithms import get as algorithm_spec
+
     stored = algorithm_spec(s.algo.name).stored_fields(s.algo, info)
     try:
         ds = from_replay_buffer(buffer, discrete=info.discrete,
