@@ -229,8 +229,7 @@ def from_policy(args: argparse.Namespace) -> tuple[Any, str]:
 
 
 def from_buffer(args: argparse.Namespace) -> tuple[Any, str]:
-    """The replay buffer in the run's newest usable checkpoint, with the fields its
-    algorithm stored beside each transition (``AlgoSpec.stored``)."""
+    """The replay buffer in the run's newest usable checkpoint."""
     from rltrain.checkpoint import CheckpointError, load_latest
     from rltrain.data.datasets.dataset import new_meta
     from rltrain.data.datasets.replay import from_replay_buffer
@@ -269,6 +268,7 @@ def from_buffer(args: argparse.Namespace) -> tuple[Any, str]:
                     source=f"replay buffer of {args.run_dir}")
     from rltrain.algorithms import get as algorithm_spec
 
+    # with the fields its algorithm stored beside each transition (AlgoSpec.stored)
     stored = algorithm_spec(s.algo.name).stored_fields(s.algo, info)
     try:
         ds = from_replay_buffer(buffer, discrete=info.discrete,
