@@ -180,7 +180,9 @@ def check_paths(args: argparse.Namespace) -> None:
 
 
 def report(ds: Any, how: str, out: Path) -> None:
-    """One screen: what was collected, the returns, the file."""
+    """One screen: what was collected, the returns, the fields beside each transition (where
+    it holds any), the file."""
+    from rltrain.data.datasets.dataset import fields_text
     from rltrain.data.datasets.files import size_text
 
     s = ds.summary()
@@ -191,6 +193,8 @@ def report(ds: Any, how: str, out: Path) -> None:
         print(f"return {s['return_mean']:.2f} ± {s['return_std']:.2f} (min "
               f"{s['return_min']:.2f}, max {s['return_max']:.2f}), mean episode length "
               f"{s['length_mean']:.1f}")
+    if ds.fields:
+        print(f"fields beside each transition: {fields_text(ds.declared)}")
     print(f"wrote {out} ({size_text(out.stat().st_size)})")
 
 

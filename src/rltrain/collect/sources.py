@@ -243,10 +243,14 @@ def from_buffer(args: argparse.Namespace) -> tuple[Any, str]:
                             "algo": s.algo.name, "checkpoint": str(used.resolve()),
                             "env_step": int(ckpt.get("trainer", {}).get("env_step", 0))},
                     source=f"replay buffer of {args.run_dir}")
+    from rltrain.algorithms import get as algorithm_spec
+
+    # with the fields its algorithm stored beside each transition (AlgoSpec.stored)
+    stored = algorithm_spec(s.algo.name).stored_fields(s.algo, info)
     try:
         ds = from_replay_buffer(buffer, discrete=info.discrete,
                                 action_low=info.action_low, action_high=info.action_high,
-                                meta=meta)
+                                meta=meta, fields=stored)
     except (KeyError, IndexError, ValueError, TypeError) as e:
         raise UserError(f"--buffer: the replay buffer in {used} is damaged ({short(e)})"
                         ) from None
@@ -255,7 +259,7 @@ def from_buffer(args: argparse.Namespace) -> tuple[Any, str]:
 
 def from_merge(args: argparse.Namespace) -> tuple[Any, str]:
     """The datasets one after another; their spaces must be the same."""
-    from rltrain.data.datasets.dataset import concatenate, new_meta
+    from rltrain.data.datasets.dataset import concatenate, fields_text, new_meta
     from rltrain.data.datasets.sources import load_dataset
     from rltrain.data.datasets.spaces import space_mismatch, space_text
 
@@ -268,6 +272,10 @@ def from_merge(args: argparse.Namespace) -> tuple[Any, str]:
                                 f"{space_text(part.meta[key])} but {args.merge[0]} has "
                                 f"{space_text(first.meta[key])}; merge datasets of the same "
                                 "spaces")
+        if part.declared != first.declared:
+            raise UserError(f"--merge: {spec} holds {fields_text(part.declared)} beside each "
+                            f"transition but {args.merge[0]} {fields_text(first.declared)}; "
+                            "merge datasets that hold the same fields")
     env_ids = list(dict.fromkeys(str(p.meta.get("env_id")) for p in parts))
     meta = new_meta(
         env_id=first.meta.get("env_id"), env_kwargs=first.meta.get("env_kwargs", {}),

@@ -12,8 +12,9 @@ Every transition has :func:`transition_fields`: ``obs, act, rew, terminated, tru
 Beside them a buffer keeps the fields its algorithm declares (``AlgoSpec.stored``: a
 behaviour log-prob for V-trace, a value for GAE from storage, a goal), each a :class:`Field`
 written with every block (``ReplayBuffer.extend(..., fields=...)``), saved in the buffer's
-state and handed to the read path (``Batch.fields``, ``Rollout.fields``); :func:`declared`
-checks such a declaration.
+state, handed to the read path (``Batch.fields``, ``Rollout.fields``) and written to and read
+from datasets under the same names (``Dataset.fields``, :mod:`rltrain.data.datasets`);
+:func:`declared` checks such a declaration.
 
 Imports numpy only.
 """
@@ -59,11 +60,13 @@ def transition_fields(obs_shape: tuple[int, ...], obs_dtype: np.dtype | type,
 TRANSITION_FIELDS = ("obs", "act", "rew", "terminated", "truncated")
 
 #: names a declared field cannot take: a transition's, and the other entries of a buffer's
-#: state and of a read record
+#: state, of a read record and of a dataset file (which holds declared fields beside its own
+#: arrays, :mod:`rltrain.data.datasets.files`)
 RESERVED = frozenset({*TRANSITION_FIELDS, "next_obs", "frames", "back", "history",
                       "frame_stack", "lane_capacity", "ptr", "size", "added", "aside_rows",
                       "asides", "pending", "lanes", "positions", "window", "discount",
-                      "weights", "valid", "start_state"})
+                      "weights", "valid", "start_state", "obs_frames", "next_obs_frames",
+                      "meta"})
 
 
 def declared(fields: tuple[Field, ...] | list[Field]) -> tuple[Field, ...]:

@@ -221,7 +221,14 @@ def fitted_state(state: Mapping[str, Any], *, num_lanes: int, lane_capacity: int
         raise ValueError(f"buffer added: {added.tolist()} does not fit size "
                          f"{s['size'].tolist()} (one count per lane, at least its size)")
     s["added"] = added
-    n = int(s["size"].sum())
+    s.update(_declared_rows(state, declared, int(s["size"].sum())))
+    return s
+
+
+def _declared_rows(state: Mapping[str, Any], declared: tuple[Field, ...], n: int
+                   ) -> dict[str, np.ndarray]:
+    """The rows of each declared field in a state of ``n`` transitions, checked."""
+    out = {}
     for f in declared:
         if f.name not in state:
             raise ValueError(f"buffer state has no {f.name!r}, a field this buffer stores "
@@ -231,8 +238,8 @@ def fitted_state(state: Mapping[str, Any], *, num_lanes: int, lane_capacity: int
         if rows.shape != (n, *f.shape) or not np.can_cast(rows.dtype, f.dtype, "same_kind"):
             raise ValueError(f"buffer {f.name}: stored shape {rows.shape} and dtype "
                              f"{rows.dtype}, expected {(n, *f.shape)} of {f.dtype}")
-        s[f.name] = rows
-    return s
+        out[f.name] = rows
+    return out
 
 
 def _check_old_shapes(state: Mapping[str, Any], slots: tuple[int, int],
@@ -250,13 +257,15 @@ def _check_old_shapes(state: Mapping[str, Any], slots: tuple[int, int],
                              f"expected {shape}")
 
 
-def stored_transitions(state: Mapping[str, Any]) -> dict[str, np.ndarray]:
+def stored_transitions(state: Mapping[str, Any], declared: tuple[Field, ...] = ()
+                       ) -> dict[str, np.ndarray]:
     """Every transition of a buffer's state (today's format, frame stacks included, or the
     previous release's), lanes one after another, each in time order, with its next
     observation: ``obs``, ``act``, ``rew``, ``next_obs``, ``terminated``, ``truncated`` (one
-    row per transition; frame stacks rebuilt) and ``size`` (how many rows each lane has).
+    row per transition; frame stacks rebuilt), the ``declared`` fields the buffer kept beside
+    them (in their dtypes), and ``size`` (how many rows each lane has).
 
-    :raises ValueError: a damaged state, naming the field.
+    :raises ValueError: a damaged state, or one without a declared field, naming the field.
     """
     s = from_old_format(state) if "next_obs" in state else checked_state(state)
     obs = s["obs"] if int(s["frame_stack"]) == 1 else stacks_of_state(s)
@@ -266,5 +275,7 @@ def stored_transitions(state: Mapping[str, Any]) -> dict[str, np.ndarray]:
     filled = size > 0
     next_obs[np.cumsum(size)[filled] - 1] = s["pending"][filled]
     next_obs[s["aside_rows"]] = s["asides"]
+    kept = _declared_rows(state, declared, int(size.sum()))
+    rows = {f.name: kept[f.name].astype(f.dtype, copy=False) for f in declared}
     return {"obs": obs, "act": s["act"], "rew": s["rew"], "next_obs": next_obs,
-            "terminated": s["terminated"], "truncated": s["truncated"], "size": size}
+            "terminated": s["terminated"], "truncated": s["truncated"], **rows, "size": size}

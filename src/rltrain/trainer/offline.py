@@ -13,7 +13,7 @@ from rltrain.config import AlgoConfig, ConfigError, OfflineTrainerParams, Replay
 from rltrain.core import Progress
 from rltrain.data.datasets.replay import to_buffer
 from rltrain.data.datasets.sources import dataset_fingerprint, load_dataset
-from rltrain.data.datasets.validation import check_spaces
+from rltrain.data.datasets.validation import check_fields, check_spaces
 from rltrain.data.reading import ReadPath
 from rltrain.data.samplers import make_sampler
 from rltrain.stats import Episodes, Timing
@@ -43,16 +43,14 @@ class OfflineTrainer(Trainer):
 
     @classmethod
     def storage(cls, params: OfflineTrainerParams, request: StorageRequest) -> Storage:
-        """The dataset, loaded, checked against the env's spaces and the batch size, as a
-        one-lane buffer in the algorithm's action space."""
+        """The dataset, loaded, checked against the env's spaces, the fields the algorithm
+        stores beside each transition and the batch size, as a one-lane buffer in the
+        algorithm's action space, holding those fields."""
         spec, info = request.dataset, request.info
         assert spec is not None  # the settings' pairing check
-        if request.fields:  # a dataset holds a transition's fields, nothing of acting time
-            raise ConfigError(
-                f"this algorithm stores {', '.join(f.name for f in request.fields)} beside "
-                "each transition when it acts, which a dataset does not hold; train it online")
         data = load_dataset(spec, consent=request.trust)
         check_spaces(data, info.obs_space, info.action_space, info.env_id, spec)
+        check_fields(data, request.fields, spec)
         assert params.batch_size is not None  # check() refused None; build calls it first
         if params.batch_size > len(data):
             raise ConfigError(
@@ -60,7 +58,8 @@ class OfflineTrainer(Trainer):
                 f"({len(data):,} transitions in {spec}): lower trainer.batch_size or collect "
                 "more data")
         buffer = to_buffer(data, discrete=info.discrete, action_low=info.action_low,
-                           action_high=info.action_high, frame_stack=request.frame_stack)
+                           action_high=info.action_high, frame_stack=request.frame_stack,
+                           fields=request.fields)
         returns = np.asarray(data.episode_returns(), dtype=np.float64)
         facts = {**dataset_fingerprint(spec), "transitions": len(data),
                  "episodes": int(returns.size),

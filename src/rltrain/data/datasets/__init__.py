@@ -2,10 +2,12 @@
 
 A dataset holds the transitions of whole episodes one after another, the env's own actions,
 and a meta record (the env, its spaces as plain data, the policy that acted, the episode
-returns). Observations are held as rltrain's buffers hold them (:mod:`rltrain.observations`):
-images (uint8 Boxes with three axes) as uint8, Dict observations as uint8 rows packed by
-their :class:`~rltrain.observations.DictLayout`, anything else as float32; in memory and in
-files alike. Every problem a user can fix (a missing or damaged file, a wrong space, a
+returns), and any fields an algorithm stores beside a transition (``Dataset.fields``, the
+replay buffer's declared fields, listed in the meta). Observations are held as rltrain's
+buffers hold them (:mod:`rltrain.observations`): images (uint8 Boxes with three axes) as
+uint8, Dict observations as uint8 rows packed by their
+:class:`~rltrain.observations.DictLayout`, anything else as float32; in memory and in files
+alike. Every problem a user can fix (a missing or damaged file, a wrong space, a
 missing package) raises :class:`rltrain.config.ConfigError` with one line that names the file
 or id.
 
@@ -20,13 +22,14 @@ One module per concern, each importing only those below it (checked by .importli
 - ``validation``  what was read, checked before training reads it, and the dataset's spaces
   against the env's; ``frames`` frame-stacked images written once per frame
 - ``dataset``     the :class:`~rltrain.data.datasets.dataset.Dataset` type: its fields (the
-  one list that files, validation, Minari and the buffer conversion follow), its meta record,
-  building and joining datasets
+  one list that files, validation, Minari and the buffer conversion follow) and the declared
+  fields beside them, its meta record, building and joining datasets
 - ``spaces``      spaces as plain data: described, read back, compared, shown in one line
 
 Importers name the module (``from rltrain.data.datasets.sources import load_dataset``); this
 file imports nothing. The package may import :mod:`rltrain.config`, :mod:`rltrain.files`,
-:mod:`rltrain.trust`, and (inside functions, as they import torch) :mod:`rltrain.observations`,
-:mod:`rltrain.actions` and :mod:`rltrain.data.storage`; h5py and minari only where a file of
-theirs is read or written.
+:mod:`rltrain.trust`, :mod:`rltrain.data.fields` (numpy only), and (inside functions, as
+they import torch) :mod:`rltrain.observations`, :mod:`rltrain.actions`,
+:mod:`rltrain.data.state_format` and :mod:`rltrain.data.storage`; h5py and minari only where
+a file of theirs is read or written.
 """

@@ -2,12 +2,18 @@
 
 The format: one array per field of :data:`~rltrain.data.datasets.dataset.ARRAYS` (obs and
 next_obs replaced by :data:`~rltrain.data.datasets.frames.FRAME_ARRAYS` where they are
-chained frame stacks) and the meta record as a JSON string: in HDF5 (h5py) one HDF5 dataset
-per array, gzip for the large ones, the meta as an attribute; in ``.npz`` (numpy) the meta as
-an entry. :func:`save_dataset` writes a file atomically, refusing before a byte is written
-one that cannot fit; :func:`load_file` reads one back, checked
+chained frame stacks), one more per declared field under its name (``Dataset.fields``, listed
+in the meta's ``fields``), and the meta record as a JSON string: in HDF5 (h5py) one HDF5
+dataset per array, gzip for the large ones, the meta as an attribute; in ``.npz`` (numpy) the
+meta as an entry. :func:`save_dataset` writes a file atomically, refusing before a byte is
+written one that cannot fit; :func:`load_file` reads one back, checked
 (:func:`~rltrain.data.datasets.validation.validated`). Every problem a user can fix raises
 :class:`rltrain.config.ConfigError` with one line that names the file.
+
+A reader takes rltrain's arrays and the declared fields the meta lists, by name; any other
+array in a file is not read, as files have always been read (refusing one would refuse files
+that load today). Training reaches only what is read, and the file's SHA-256 (the run's
+record of its dataset) covers every byte anyway.
 
 Imports: numpy, :mod:`rltrain.config`, :mod:`rltrain.files`, and of this package
 :mod:`~rltrain.data.datasets.dataset`, :mod:`~rltrain.data.datasets.frames` and
@@ -114,12 +120,13 @@ def encoded_size(ds: Dataset, suffix: str) -> int:
 
 def file_arrays(ds: Dataset) -> dict[str, Any]:
     """The arrays a file of ``ds`` holds: :data:`ARRAYS`, with obs and next_obs replaced by
-    :data:`FRAME_ARRAYS` where they are chained frame stacks."""
+    :data:`FRAME_ARRAYS` where they are chained frame stacks, then its declared fields."""
     arrays: dict[str, Any] = {name: getattr(ds, name) for name in ARRAYS}
     chained = chain_frames(ds.obs, ds.next_obs, ds.dones)
     if chained is not None:
         del arrays["obs"], arrays["next_obs"]
         arrays.update(zip(FRAME_ARRAYS, chained, strict=True))
+    arrays.update(ds.fields)
     return arrays
 
 
@@ -265,16 +272,31 @@ def _read_file(path: Path, spec: str) -> tuple[dict[str, np.ndarray], str | None
     return arrays, meta
 
 
+def _listed(meta: str | None) -> tuple[str, ...]:
+    """The arrays a file is read for: rltrain's, and the declared fields its meta lists
+    (their names only, which must be identifiers: an HDF5 name with a "/" would be a path;
+    the list itself is checked with the arrays, :func:`validated`)."""
+    try:
+        listed = json.loads(meta)["fields"] if meta is not None else []
+    except (ValueError, TypeError, KeyError, IndexError, RecursionError):
+        listed = []
+    names = [d.get("name") for d in listed if isinstance(d, dict)] \
+        if isinstance(listed, list) else []
+    extra = (n for n in names if isinstance(n, str) and n.isidentifier())
+    return tuple(dict.fromkeys((*ARRAYS, *FRAME_ARRAYS, *extra)))
+
+
 def _read_npz(path: Path, spec: str) -> tuple[dict[str, np.ndarray], str | None]:
-    """The arrays of an ``.npz`` file that rltrain knows, and its meta entry (None: none)."""
+    """The arrays of an ``.npz`` file that rltrain knows or its meta lists, and its meta
+    entry (None: none)."""
     arrays: dict[str, np.ndarray] = {}
     try:
         with np.load(path, allow_pickle=False) as z:
             names = set(z.files)
-            for name in (*ARRAYS, *FRAME_ARRAYS):
+            meta = str(z["meta"][()]) if "meta" in names else None
+            for name in _listed(meta):
                 if name in names:
                     arrays[name] = z[name]
-            meta = str(z["meta"][()]) if "meta" in names else None
     except MemoryError:
         raise ConfigError(f"dataset {spec} declares arrays larger than the memory "
                           "available; it cannot be loaded here") from None
@@ -285,20 +307,20 @@ def _read_npz(path: Path, spec: str) -> tuple[dict[str, np.ndarray], str | None]
 
 
 def _read_hdf5(path: Path, spec: str) -> tuple[dict[str, np.ndarray], str | None]:
-    """The arrays of an HDF5 file that rltrain knows (each stored in the file itself), and
-    its meta attribute as text (None: none)."""
+    """The arrays of an HDF5 file that rltrain knows or its meta lists (each stored in the
+    file itself), and its meta attribute as text (None: none)."""
     import h5py
 
     arrays: dict[str, np.ndarray] = {}
     try:
         with h5py.File(path, "r") as f:
-            for name in (*ARRAYS, *FRAME_ARRAYS):
+            meta = _text(f.attrs.get("meta"))
+            for name in _listed(meta):
                 if name not in f:
                     continue
                 _check_stored_here(f, name, spec)
                 if isinstance(f[name], h5py.Dataset):
                     arrays[name] = f[name][()]
-            meta = f.attrs.get("meta")
     except ConfigError:
         raise
     except MemoryError:
@@ -307,11 +329,14 @@ def _read_hdf5(path: Path, spec: str) -> tuple[dict[str, np.ndarray], str | None
     except (OSError, KeyError, ValueError, RuntimeError, TypeError) as e:
         raise ConfigError(f"dataset {spec} is not a readable HDF5 file (damaged or "
                           f"truncated?): {first_line(e)}") from None
-    if isinstance(meta, bytes):
-        meta = meta.decode("utf-8", "replace")
-    elif meta is not None and not isinstance(meta, str):
-        meta = str(meta)
     return arrays, meta
+
+
+def _text(meta: Any) -> str | None:
+    """An HDF5 meta attribute as text (None: none)."""
+    if isinstance(meta, bytes):
+        return meta.decode("utf-8", "replace")
+    return meta if meta is None or isinstance(meta, str) else str(meta)
 
 
 def _check_stored_here(f: Any, name: str, spec: str) -> None:

@@ -3,10 +3,12 @@
 :func:`validated` checks arrays and a meta record as read against rltrain's layout (spaces
 that parse, one entry per transition in every array, shapes and dtypes that fit the spaces,
 actions inside their space, integer observations inside their bounds, finite values within
-float32's range) and raises one :class:`~rltrain.config.ConfigError` naming the source and
-the first problem. :func:`check_spaces` refuses a dataset whose spaces are not the env's.
+float32's range; each declared field the meta lists present, of the shape and dtype it
+lists, finite) and raises one :class:`~rltrain.config.ConfigError` naming the source and the
+first problem. :func:`check_spaces` refuses a dataset whose spaces are not the env's,
+:func:`check_fields` one that lacks a field an algorithm stores beside each transition.
 
-Imports: gymnasium, numpy, :mod:`rltrain.config`, and of this package
+Imports: gymnasium, numpy, :mod:`rltrain.config`, :mod:`rltrain.data.fields`, and of this package
 :mod:`~rltrain.data.datasets.spaces` and :mod:`~rltrain.data.datasets.dataset`;
 :mod:`rltrain.observations` only for a Dict observation (it imports torch).
 """
@@ -20,7 +22,7 @@ import gymnasium as gym
 import numpy as np
 
 from rltrain.config import ConfigError
-from rltrain.data.datasets.dataset import Dataset, make_dataset
+from rltrain.data.datasets.dataset import Dataset, fields_of_meta, fields_text, make_dataset
 from rltrain.data.datasets.spaces import (
     SPACES_HELD,
     describe_space,
@@ -30,6 +32,7 @@ from rltrain.data.datasets.spaces import (
     space_mismatch,
     space_text,
 )
+from rltrain.data.fields import Field
 
 #: a refusal naming the source: ``dataset SPEC PROBLEM``
 Refusal = Callable[[str], ConfigError]
@@ -48,6 +51,14 @@ def validated(arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any], spec: s
         return ConfigError(f"dataset {spec} {problem}")
 
     spaces, texts = _meta_spaces(meta, bad)
+    try:
+        declared = fields_of_meta(meta)
+    except ValueError as e:
+        raise bad(f"has a damaged fields list in its meta ({e})") from None
+    for f in declared:
+        if f.name not in arrays:
+            raise bad(f"lists the field {f.name!r} in its meta but holds no {f.name} array; "
+                      "recollect it with rltrain-collect")
     lengths = {name: (len(a) if np.ndim(a) else 0) for name, a in arrays.items()}
     if len(set(lengths.values())) > 1:
         shown = ", ".join(f"{name} {count}" for name, count in lengths.items())
@@ -59,8 +70,11 @@ def validated(arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any], spec: s
     _check_actions(arrays["act"], spaces["action_space"], texts["action_space"], bad)
     _check_rewards_and_ends(arrays, bad)
     _check_finite(arrays, bad)
+    for f in declared:
+        _check_field(f, arrays[f.name], bad)
     return make_dataset(arrays["obs"], arrays["act"], arrays["rew"], arrays["next_obs"],
-                        arrays["terminated"], arrays["truncated"], meta=dict(meta))
+                        arrays["terminated"], arrays["truncated"], meta=dict(meta),
+                        fields={f.name: arrays[f.name] for f in declared})
 
 
 def _meta_spaces(meta: Mapping[str, Any], bad: Refusal
@@ -150,6 +164,17 @@ def _check_finite(arrays: Mapping[str, np.ndarray], bad: Refusal) -> None:
                 raise bad(f"has {name} {value:g} (transition {where}), beyond float32's "
                           f"range (±{largest:.3g}) that rltrain trains in; rescale or remove "
                           "it")
+
+
+def _check_field(f: Field, a: np.ndarray, bad: Refusal) -> None:
+    """A declared field's array: the shape and dtype its meta lists, finite if floats."""
+    if a.shape[1:] != f.shape or a.dtype != f.dtype:
+        raise bad(f"has {f.name} of shape {a.shape[1:]} and dtype {a.dtype}, but its meta "
+                  f"lists {fields_text((f,))}; recollect it with rltrain-collect")
+    if a.dtype.kind == "f" and not np.isfinite(a).all():
+        where = int(np.flatnonzero(~np.isfinite(a.reshape(len(a), -1)).all(axis=1))[0])
+        raise bad(f"has a non-finite value in {f.name} (transition {where}); remove or "
+                  "recollect it")
 
 
 #: rows scanned at a time for values beyond an integer space's bounds (a few MB of images)
@@ -262,3 +287,24 @@ def check_spaces(ds: Dataset, obs_space: gym.Space, action_space: gym.Space, env
                               f"{a.shape[1:]}, but {env_id}'s observations "
                               f"({space_line(obs_space)}) are stored as {dtype} {shape}; collect "
                               "the dataset on the same env with rltrain-collect")
+
+
+def check_fields(ds: Dataset, fields: tuple[Field, ...], spec: str) -> None:
+    """Refuse a dataset that lacks a field the algorithm stores beside each transition
+    (``AlgoSpec.stored``), or holds it in another shape or in a dtype it cannot take without
+    loss, naming the field and what would work. A field the dataset holds that the
+    algorithm does not store is left out of training."""
+    held = {f.name: f for f in ds.declared}
+    for want in fields:
+        have = held.get(want.name)
+        if have is None:
+            raise ConfigError(
+                f"dataset {spec} holds no {want.name} ({fields_text(ds.declared)}), which "
+                f"this algorithm stores beside each transition as {fields_text((want,))}; "
+                "train it on a dataset that holds it (rltrain-collect --buffer RUN_DIR writes "
+                "the fields of a run's replay buffer), or online")
+        if have.shape != want.shape or not np.can_cast(have.dtype, want.dtype, "safe"):
+            raise ConfigError(
+                f"dataset {spec} holds {fields_text((have,))}, but this algorithm stores "
+                f"{fields_text((want,))} beside each transition; train it on a dataset "
+                f"collected from a run of it (rltrain-collect --buffer RUN_DIR)")
