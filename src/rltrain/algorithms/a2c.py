@@ -29,7 +29,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from rltrain.algorithms.actor_critic import ActorCritic, ActorCriticConfig, explained_variance
+from rltrain.algorithms.actor_critic import (
+    ActorCritic,
+    ActorCriticConfig,
+    explained_variance,
+    learnt_slots,
+)
 from rltrain.algorithms.base import UpdateReport, clip_and_step
 from rltrain.algorithms.registry import (
     CONTINUOUS,
@@ -120,7 +125,7 @@ class PolicyGradient(ActorCritic):
     def update(
         self, rollout: Rollout, *, batch_size: int | None, repetitions: int, progress: Progress
     ) -> UpdateReport:
-        learn = rollout.valid if rollout.learn is None else rollout.learn
+        learn = learnt_slots(rollout)
         obs, act, adv_t, old_v, ret = self.learning_tensors(rollout, learn)
         lr = self.step_lr(progress)
         n = len(obs)

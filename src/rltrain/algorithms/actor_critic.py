@@ -1,7 +1,9 @@
 """What the feed-forward on-policy algorithms share (PPO, A2C, REINFORCE): a stochastic actor
 for the env's actions and a state-value critic, on one encoder or two, and the passes over a
-rollout that every one of their updates makes. Each algorithm keeps its own losses, optimiser
-and schedule.
+rollout that every one of their updates makes. The critic's values of a rollout are what the
+GAE transform they declare asks for (:meth:`ActorCritic.rollout_values`, called by the
+trainer's read path before the update); the update reads the advantages and returns from the
+rollout it is given. Each algorithm keeps its own losses, optimiser and schedule.
 """
 
 from __future__ import annotations
@@ -105,6 +107,12 @@ def computed(algorithm: OnPolicyAlgorithm, rollout: Rollout
                         "Algorithm.transforms) and read the rollout through "
                         "rltrain.data.reading.read_rollout")
     return rollout.advantages, rollout.returns, rollout.values
+
+
+def learnt_slots(rollout: Rollout) -> np.ndarray:
+    """The slots of a rollout an update learns from, ``(lanes, T)``: those a transform chose
+    (``Rollout.learn``: REINFORCE's finished episodes), else every valid one."""
+    return rollout.valid if rollout.learn is None else rollout.learn
 
 
 def explained_variance(ret: torch.Tensor, old_v: torch.Tensor) -> float:

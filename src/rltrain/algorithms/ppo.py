@@ -22,7 +22,12 @@ import torch
 
 from rltrain import stacking
 from rltrain.algorithms import ppo_by_hand
-from rltrain.algorithms.actor_critic import ActorCritic, ActorCriticConfig, explained_variance
+from rltrain.algorithms.actor_critic import (
+    ActorCritic,
+    ActorCriticConfig,
+    explained_variance,
+    learnt_slots,
+)
 from rltrain.algorithms.base import UpdateReport, clip_and_step, compiled
 from rltrain.algorithms.ppo_by_hand import Coefficients
 from rltrain.algorithms.ppo_stacked import MEMBER_FIELDS, StackedSteps
@@ -89,14 +94,14 @@ class PPO(ActorCritic):
     def update(
         self, rollout: Rollout, *, batch_size: int | None, repetitions: int, progress: Progress
     ) -> UpdateReport:
-        valid = rollout.valid
-        obs, act, adv_t, old_v, ret = self.learning_tensors(rollout, valid)
+        learn = learnt_slots(rollout)
+        obs, act, adv_t, old_v, ret = self.learning_tensors(rollout, learn)
         features = rollout.fields.get("features")
         with torch.no_grad():
             if features is None:
                 old_logp, _ = self.pi.log_prob_entropy(obs, act)
-            else:  # the valid slots' features, computed with the values (rollout_values)
-                mask = torch.from_numpy(valid.reshape(-1)).to(self.device)
+            else:  # the slots' features, computed with the values (rollout_values)
+                mask = torch.from_numpy(learn.reshape(-1)).to(self.device)
                 old_logp, _ = self.pi.log_prob_entropy(obs, act, features=features[mask])
 
         lr = self.step_lr(progress)

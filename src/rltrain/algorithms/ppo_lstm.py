@@ -16,15 +16,17 @@ observation, and is solved from a few.
 - **Acting.** The collector keeps each env's state (rltrain.recurrent.RecurrentPolicy): the
   actor's and, while training, the critic's, so the critic's state at a rollout's start is
   its state of the episodes in flight. Test and eval episodes carry the actor's alone.
-- **Learning.** The rollout buffer holds each lane's start state. An update first replays
-  every lane from it with the parameters that collected the rollout (no gradient): the
-  values, the old log-probabilities, V(s') from the state after each step (a truncated
-  episode bootstraps from its true final observation and state), and the state before each
-  step. Then each lane is cut into chunks of ``algo.seq_len`` steps (rltrain.recurrent.
-  sequence_chunks), each starting from its replayed state, with the state zeroed where an
-  episode starts inside a chunk; minibatches are ``trainer.batch_size // seq_len`` chunks,
-  shuffled each pass; the losses average over the stored transitions (a lane's padding is
-  masked out) and are PPO's own (``PPO._clipped_step``).
+- **Learning.** The rollout buffer holds each lane's start state. GAE (the read path's
+  transform, which asks :meth:`PPOLSTM.rollout_values`) first replays every lane from it
+  with the parameters that collected the rollout (no gradient): the values, V(s') from the
+  state after each step (a truncated episode bootstraps from its true final observation and
+  state), and the state before each step; the update reuses that replay (the core's outputs
+  give the old log-probabilities). Then each lane is cut into chunks of ``algo.seq_len``
+  steps (rltrain.recurrent.sequence_chunks), each starting from its replayed state, with the
+  state zeroed where an episode starts inside a chunk; minibatches are
+  ``trainer.batch_size // seq_len`` chunks, shuffled each pass; the losses average over the
+  stored transitions (a lane's padding is masked out) and are PPO's own
+  (``PPO._clipped_step``).
 - **Deploying.** The saved policy carries its state (:class:`RecurrentDeployedPolicy`):
   rltrain-eval threads it through episodes, zeros at each start; rltrain-export's graph takes
   the observation and ``h`` (and ``c``) and returns the action and the next state.

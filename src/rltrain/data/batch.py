@@ -2,7 +2,8 @@
 n-step :class:`Window` of consecutive transitions.
 
 Plain types, built by :mod:`rltrain.data.storage` (rollouts, windows) and the read path,
-:mod:`rltrain.data.reading` (batches), read by the algorithms. Imports numpy and torch only.
+:mod:`rltrain.data.reading` (batches, and rollouts with what their transforms computed), read
+by the algorithms. Imports numpy and torch only.
 """
 
 from __future__ import annotations
