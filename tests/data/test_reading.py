@@ -5,6 +5,7 @@ through its transforms (GAE, finished episodes)."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -12,8 +13,9 @@ import pytest
 
 from conftest import SHORT_DQN, read_jsonl, run_in_process
 from rltrain.config import ConfigError, ReplayBufferConfig
+from rltrain.data.batch import Rollout
 from rltrain.data.fields import Field
-from rltrain.data.reading import ReadPath, gather, reach, read, read_rollout
+from rltrain.data.reading import ReadPath, gather, reach, read, read_rollout, transformed
 from rltrain.data.samplers import SAMPLERS, SamplerSpec, check_sampler, make_sampler
 from rltrain.data.samplers.prioritized import PrioritizedSampler
 from rltrain.data.samplers.uniform import UniformSampler
@@ -242,6 +244,14 @@ def test_the_on_policy_read_path_is_the_rollout_through_its_transforms():
     plain = read_rollout(buf, [GAE(critic, 0.9, 0.8)])
     np.testing.assert_array_equal(plain.learn, stored.valid)
     assert {"gae", "finished_episodes"} <= set(TRANSFORMS)
+    named_as_attribute = dataclasses.replace(stored, fields={"values": stored.rew})
+    with pytest.raises(ValueError, match="named as one of its attributes: {'values'}"):
+        read_rollout_of(named_as_attribute)
+
+
+def read_rollout_of(rollout: Rollout) -> Rollout:
+    """``rollout`` through GAE by a :class:`LinearCritic` (the storage beside it unread)."""
+    return transformed(rollout, [GAE(LinearCritic(), 0.9, 0.8)], appended())
 
 
 def test_an_empty_rollout_is_read_as_storage_gives_it():
