@@ -13,6 +13,7 @@ import torch
 from rltrain.algorithms import ALGORITHMS, CONTINUOUS, DISCRETE, Algorithm, UpdateReport
 from rltrain.core import Progress, SpaceInfo
 from rltrain.data.batch import Batch, Rollout
+from rltrain.data.reading import transformed
 from rltrain.data.storage import ReplayBuffer
 
 CPU = torch.device("cpu")
@@ -78,6 +79,17 @@ def random_rollout(info: SpaceInfo, lanes: int = 2, steps: int = 16, seed: int =
                    terminated=terminated, truncated=truncated, valid=valid)
 
 
+def learnable(algorithm: Algorithm, rollout: Rollout) -> Rollout:
+    """``rollout`` as the on-policy trainer's read path hands it to ``algorithm``'s update
+    (rltrain.data.reading.transformed): with what the transforms it declares compute (GAE, by
+    its critic as it is now). A rollout's transforms read its record alone: the storage
+    beside it is an empty one of its shapes."""
+    lanes, t = rollout.valid.shape
+    storage = ReplayBuffer(lanes, max(t, 1), rollout.obs.shape[2:], rollout.act.shape[2:],
+                           rollout.act.dtype, obs_dtype=rollout.obs.dtype, circular=False)
+    return transformed(rollout, algorithm.transforms(), storage)
+
+
 def kind(info: SpaceInfo) -> str:
     return DISCRETE if info.discrete else CONTINUOUS
 
@@ -98,8 +110,8 @@ def update(algorithm: Algorithm, info: SpaceInfo, seed: int, step: int) -> Updat
     """One update on random data: a rollout (on-policy) or a batch, at gradient step
     ``step``."""
     if "onpolicy" in ALGORITHMS[algorithm.cfg.name].trainers:
-        return algorithm.update(random_rollout(info, seed=seed), batch_size=8, repetitions=2,
-                                progress=progress(step, 10))
+        return algorithm.update(learnable(algorithm, random_rollout(info, seed=seed)),
+                                batch_size=8, repetitions=2, progress=progress(step, 10))
     return algorithm.update(random_batch(info, seed=seed), progress=progress(step, 10))
 
 

@@ -149,7 +149,7 @@ class DiscountedConfig(NetworkConfig):
 @dataclass
 class TDConfig(DiscountedConfig):
     """An algorithm that learns from replayed transitions by temporal differences; its batches
-    carry n-step returns (rltrain.data.returns)."""
+    carry n-step returns (rltrain.data.transforms.nstep)."""
 
     #: n-step returns (1 = one-step TD)
     n_step: int = 1

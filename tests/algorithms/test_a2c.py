@@ -14,7 +14,7 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from algo_helpers import BOX, CPU, DISC, progress, random_rollout
+from algo_helpers import BOX, CPU, DISC, learnable, progress, random_rollout
 from conftest import TESTS
 from rltrain.algorithms import UpdateReport
 from rltrain.algorithms.a2c import A2C, A2CConfig
@@ -88,9 +88,10 @@ def test_rmsprop_state_round_trip_continues_identically():
 
 # --------------------------------------------------------------------------- advantages
 def one_lane(terminated: list[bool], truncated: list[bool]) -> Rollout:
-    """A lane of 3 transitions (only the flags matter to the advantages)."""
+    """A lane of 3 transitions, rewards 1, 2, 3 (the critic's values are given)."""
     z = np.zeros((1, 3, 3), np.float32)
-    return Rollout(obs=z, act=np.zeros((1, 3), np.int64), rew=np.zeros((1, 3), np.float32),
+    return Rollout(obs=z, act=np.zeros((1, 3), np.int64),
+                   rew=np.array([[1.0, 2.0, 3.0]], np.float32),
                    next_obs=z, terminated=np.array([terminated]),
                    truncated=np.array([truncated]), valid=np.ones((1, 3), bool))
 
@@ -103,17 +104,22 @@ def one_lane(terminated: list[bool], truncated: list[bool]) -> Rollout:
     # cut by its time limit at t = 1: G1 bootstraps from V(s'_1) = 30
     ([False] * 3, [False, True, False], [9.5, 17.0, 23.0]),
 ])
-def test_advantages_are_n_step_returns_minus_values(terminated, truncated, returns):
+def test_advantages_are_n_step_returns_minus_values(monkeypatch, terminated, truncated,
+                                                     returns):
     """lambda = 1: each advantage is the discounted rewards to the rollout's end (or the
-    episode's), bootstrapped from the critic there, minus V(s); hand-computed, gamma 0.5."""
+    episode's), bootstrapped from the critic there, minus V(s); hand-computed, gamma 0.5,
+    through the transforms A2C declares, its critic's values given."""
     a2c = A2C(A2CConfig(gamma=0.5, gae_lambda=1.0, hidden_sizes=[8]), DISC, CPU, seed=0)
     rollout = one_lane(terminated, truncated)
     values = np.array([[10.0, 20.0, 30.0]], np.float32)
     next_values = np.array([[20.0, 30.0, 40.0]], np.float32)
-    adv, learn = a2c.advantages(rollout, np.array([[1.0, 2.0, 3.0]], np.float32), values,
-                                next_values)
-    np.testing.assert_allclose(adv[0], np.array(returns) - values[0])
-    assert learn.all()
+    monkeypatch.setattr(a2c, "rollout_values",
+                        lambda record: {"values": values, "next_values": next_values})
+    got = learnable(a2c, rollout)
+    assert got.advantages is not None and got.learn is not None
+    np.testing.assert_allclose(got.advantages[0], np.array(returns) - values[0])
+    np.testing.assert_allclose(got.returns[0], np.array(returns))
+    assert got.learn.all()
 
 
 # --------------------------------------------------------------------------- the update
@@ -174,7 +180,8 @@ def test_an_update_is_one_rmsprop_step_on_the_a2c_loss(info):
             [rng.integers(n, size=(2, 8)) for n in info.nvec], -1)})
     rollout = consistent(rollout)
 
-    report = a2c.update(rollout, batch_size=None, repetitions=1, progress=progress(0))
+    report = a2c.update(learnable(a2c, rollout), batch_size=None, repetitions=1,
+                        progress=progress(0))
     assert report.gradient_steps == 1 and a2c.optim.steps == 1
 
     params = [*pi.parameters(), *critic.parameters()]
@@ -214,14 +221,15 @@ def test_the_trainer_settings_and_minibatches_are_honoured():
     repetitions otherwise, each a step, as the report says."""
     a2c = A2C(A2CConfig(hidden_sizes=[8]), DISC, CPU, seed=0)
     rollout = random_rollout(DISC, lanes=2, steps=16, invalid=3)  # 29 transitions
-    report = a2c.update(rollout, batch_size=10, repetitions=2, progress=progress(0))
+    report = a2c.update(learnable(a2c, rollout), batch_size=10, repetitions=2,
+                        progress=progress(0))
     assert isinstance(report, UpdateReport)
     assert report.gradient_steps == 2 * 3 == a2c.optim.steps
 
 
 def test_the_learning_rate_anneals_when_asked():
     a2c = A2C(A2CConfig(hidden_sizes=[8], lr=1e-3, lr_annealing=True), DISC, CPU, seed=0)
-    stats = a2c.update(random_rollout(DISC), batch_size=None, repetitions=1,
+    stats = a2c.update(learnable(a2c, random_rollout(DISC)), batch_size=None, repetitions=1,
                        progress=progress(1, 4)).stats
     assert stats.lr == pytest.approx(7.5e-4) and a2c.optim.lr == pytest.approx(7.5e-4)
 

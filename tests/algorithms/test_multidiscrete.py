@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from action_envs import MULTIBINARY_ID, MULTIDISCRETE_ID, MultiDiscreteEnv
-from algo_helpers import CPU, progress
+from algo_helpers import CPU, learnable, progress
 from conftest import command, run_in_process
 from rltrain import collect, evaluate, export
 from rltrain.actions import ShiftActions, integer_start
@@ -191,8 +191,8 @@ def test_the_on_policy_algorithms_learn_from_multidiscrete_rollouts(name, info):
     spec = ALGORITHMS[name]
     algorithm = spec.build(spec.config(hidden_sizes=[8]), info, CPU, 0)
     before = [p.detach().clone() for p in algorithm.parameters()]
-    report = algorithm.update(multi_rollout(info), batch_size=None, repetitions=1,
-                              progress=progress(0))
+    report = algorithm.update(learnable(algorithm, multi_rollout(info)), batch_size=None,
+                              repetitions=1, progress=progress(0))
     assert report.gradient_steps == 1
     assert all(np.isfinite(v) for k, v in vars(report.stats).items()
                if k.endswith("loss") and v is not None)

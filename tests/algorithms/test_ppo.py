@@ -13,7 +13,7 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from algo_helpers import BOX, CPU, DISC, progress, random_rollout
+from algo_helpers import BOX, CPU, DISC, learnable, progress, random_rollout
 from conftest import TESTS
 from rltrain.algorithms import ALGORITHMS, UpdateReport
 from rltrain.algorithms.ppo import PPO, PPOConfig
@@ -21,6 +21,8 @@ from rltrain.build import build_parts, build_trainer
 from rltrain.catalogue import register_configs
 from rltrain.core import Progress, SpaceInfo
 from rltrain.data.batch import Rollout
+from rltrain.data.reading import rollout_record
+from rltrain.data.transforms.gae import gae
 from rltrain.settings import settings
 from rltrain.trainer import OnPolicyTrainer
 
@@ -56,19 +58,19 @@ def test_update_reports_repetitions_times_minibatches(info, batch_size, repetiti
     rollout = random_rollout(info, lanes=2, steps=32, invalid=5)
     assert rollout.num_transitions == 59
     before = ppo.optim.steps
-    report = ppo.update(rollout, batch_size=batch_size, repetitions=repetitions,
-                        progress=progress(0))
+    report = ppo.update(learnable(ppo, rollout), batch_size=batch_size,
+                        repetitions=repetitions, progress=progress(0))
     assert isinstance(report, UpdateReport)
     assert report.gradient_steps == repetitions * minibatches == ppo.optim.steps - before
 
 
 def test_update_reports_the_annealed_learning_rate():
     ppo = PPO(PPOConfig(hidden_sizes=[16], lr=1e-3), DISC, CPU, seed=0)
-    stats = ppo.update(random_rollout(DISC), batch_size=8, repetitions=1,
+    stats = ppo.update(learnable(ppo, random_rollout(DISC)), batch_size=8, repetitions=1,
                        progress=Progress(0, 0, 0.25)).stats
     assert stats.lr == pytest.approx(7.5e-4) and ppo.optim.lr == pytest.approx(7.5e-4)
     fixed = PPO(PPOConfig(hidden_sizes=[16], lr=1e-3, lr_annealing=False), DISC, CPU, seed=0)
-    assert fixed.update(random_rollout(DISC), batch_size=8, repetitions=1,
+    assert fixed.update(learnable(fixed, random_rollout(DISC)), batch_size=8, repetitions=1,
                         progress=Progress(0, 0, 0.25)).stats.lr == 1e-3
 
 
@@ -131,6 +133,46 @@ def test_the_on_policy_trainer_counts_the_gradient_steps_the_update_reports(
     assert math.isfinite(info.wall_time)
 
 
+def test_the_trainer_hands_the_update_gae_by_the_critic_as_it_is_at_the_update(monkeypatch):
+    """Built and trained as a run is, the observations and rewards normalised (the
+    normaliser moves during each collection): every rollout the update receives carries the
+    advantages, returns and values of GAE by the critic and normalisers as they are when the
+    update begins (recomputed there, before it changes anything, they are equal bit for bit),
+    and the shared by-products of the values' pass are none for a vector PPO."""
+    register_configs()
+    with initialize_config_dir(config_dir=str(TESTS.parent / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=[*RUN, "trainer.max_epochs=1",
+                                           "env.normalize.obs=true", "env.normalize.reward=true"])
+    s = settings(cfg)
+    parts = build_parts(s)
+    try:
+        trainer = build_trainer(s, parts)
+        algorithm = parts.algorithm
+        assert isinstance(algorithm, PPO)
+        seen: list[Rollout] = []
+        update = algorithm.update
+
+        def checked(rollout: Rollout, **kwargs: Any) -> UpdateReport:
+            got = algorithm.rollout_values(rollout_record(rollout))
+            adv = gae(algorithm.learning_rewards(rollout.rew), got["values"], got["next_values"],
+                      rollout.terminated, rollout.dones, rollout.valid, algorithm.cfg.gamma,
+                      algorithm.cfg.gae_lambda)
+            assert rollout.values is not None and rollout.advantages is not None
+            np.testing.assert_array_equal(rollout.values, got["values"])
+            np.testing.assert_array_equal(rollout.advantages, adv)
+            np.testing.assert_array_equal(rollout.returns, adv + got["values"])
+            np.testing.assert_array_equal(rollout.learn, rollout.valid)
+            assert "features" not in rollout.fields
+            seen.append(rollout)
+            return update(rollout, **kwargs)
+
+        monkeypatch.setattr(algorithm, "update", checked)
+        trainer.run()
+    finally:
+        parts.close()
+    assert len(seen) == 4
+
+
 def chained_rollout(info: SpaceInfo, lanes: int, steps: int, seed: int = 0) -> Rollout:
     """A rollout as the collector writes it: each slot's next observation is the next slot's
     observation, except where an episode ended (its own last state; the next slot starts a new
@@ -171,12 +213,13 @@ def test_rollout_values_evaluate_each_distinct_next_observation_once(info):
     first = ppo.pi.encoder if ppo.shared else ppo.critic
     hook = first.register_forward_pre_hook(lambda _m, args: rows.append(len(args[0])))
     try:
-        values, next_values, features = ppo.rollout_values(rollout)
+        got = ppo.rollout_values(rollout_record(rollout))
     finally:
         hook.remove()
+    values, next_values = got["values"], got["next_values"]
     fresh = int(rollout.dones[:, :-1].sum()) + 3
     assert rows == [3 * 20 + fresh]
-    assert (features is not None) == ppo.shared
+    assert ("features" in got) == ppo.shared
 
     def alone(obs: np.ndarray) -> float:
         with torch.no_grad():
@@ -193,7 +236,8 @@ def test_rollout_values_of_one_step_lanes():
     """A rollout one slot long: every s' is its own (nothing to share)."""
     ppo = PPO(PPOConfig(hidden_sizes=[16]), DISC, CPU, seed=0)
     rollout = chained_rollout(DISC, lanes=2, steps=1)
-    values, next_values, _ = ppo.rollout_values(rollout)
+    got = ppo.rollout_values(rollout_record(rollout))
+    values, next_values = got["values"], got["next_values"]
     with torch.no_grad():
         want = ppo.value(ppo._obs(rollout.next_obs.reshape(2, -1))).numpy()
     np.testing.assert_allclose(next_values.reshape(-1), want, atol=1e-6)

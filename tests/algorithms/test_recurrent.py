@@ -18,6 +18,7 @@ import torch
 from gymnasium.vector import AutoresetMode
 
 import toy_envs  # noqa: F401 - registers the toy envs
+from algo_helpers import learnable
 from conftest import (
     command,
     learning_records,
@@ -34,6 +35,7 @@ from rltrain.collector import Collector
 from rltrain.config import ConfigError
 from rltrain.core import Progress
 from rltrain.data.batch import Rollout
+from rltrain.data.reading import transformed
 from rltrain.data.storage import ReplayBuffer
 from rltrain.envs import space_info
 from rltrain.recurrent import (
@@ -163,7 +165,8 @@ def test_the_update_replays_the_initial_state_after_each_done(kind, shared_core)
     zero = (states == 0).all(-1)
     assert zero.sum() == 2, zero
     # and the update learns from it
-    report = algo.update(rollout, batch_size=None, repetitions=2, progress=Progress(0, 0, 0.0))
+    report = algo.update(learnable(algo, rollout), batch_size=None, repetitions=2,
+                         progress=Progress(0, 0, 0.0))
     assert report.gradient_steps == 2
 
 
@@ -259,7 +262,8 @@ def test_the_update_replays_the_states_the_collector_acted_with(mode):
                 k += 1
             if mode is AutoresetMode.SAME_STEP:
                 assert k == len(steps) == 40
-        algo.update(rollout, batch_size=64, repetitions=1, progress=Progress(0, 0, 0.0))
+        algo.update(transformed(rollout, algo.transforms(), buffer), batch_size=64,
+                    repetitions=1, progress=Progress(0, 0, 0.0))
     envs.close()
 
 

@@ -14,12 +14,13 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from algo_helpers import BOX, CPU, DISC, progress, random_rollout
+from algo_helpers import BOX, CPU, DISC, learnable, progress, random_rollout
 from conftest import TESTS, learning_records, resume_in_process, run_in_process, signal_when
-from rltrain.algorithms.reinforce import Reinforce, ReinforceConfig, ReinforceStats, finished
+from rltrain.algorithms.reinforce import Reinforce, ReinforceConfig, ReinforceStats
 from rltrain.build import build_parts, build_trainer
 from rltrain.catalogue import register_configs
 from rltrain.data.batch import Rollout
+from rltrain.data.transforms.finished import finished
 from rltrain.settings import settings
 
 
@@ -29,22 +30,12 @@ def compose_run(*overrides: str) -> Any:
         return compose("config", overrides=list(overrides))
 
 
-def test_finished_marks_the_slots_whose_episode_ends_in_the_lane():
-    dones = np.array([[0, 1, 0, 0, 1, 0, 0],
-                      [0, 0, 0, 0, 0, 0, 0],
-                      [1, 0, 0, 1, 0, 0, 0]], bool)
-    valid = np.ones((3, 7), bool)
-    valid[2, 5:] = False
-    want = np.array([[1, 1, 1, 1, 1, 0, 0],
-                     [0, 0, 0, 0, 0, 0, 0],
-                     [1, 1, 1, 1, 0, 0, 0]], bool)
-    np.testing.assert_array_equal(finished(dones, valid), want)
-
-
 def lane(terminated: list[int], truncated: list[int]) -> Rollout:
+    """A lane of 5 transitions, rewards 1 to 5."""
     n = len(terminated)
     z = np.zeros((1, n, 3), np.float32)
-    return Rollout(obs=z, act=np.zeros((1, n), np.int64), rew=np.zeros((1, n), np.float32),
+    return Rollout(obs=z, act=np.zeros((1, n), np.int64),
+                   rew=np.arange(1, n + 1, dtype=np.float32)[None],
                    next_obs=z, terminated=np.array([terminated], bool),
                    truncated=np.array([truncated], bool), valid=np.ones((1, n), bool))
 
@@ -58,20 +49,22 @@ def lane(terminated: list[int], truncated: list[int]) -> Rollout:
     ([1, 0, 0, 0, 1], [0] * 5, [1.0, 2 + 0.5 * (3 + 0.5 * (4 + 0.5 * 5)), 3 + 0.5 * (4 + 2.5),
                                 4 + 2.5, 5.0], [1] * 5),
 ])
-def test_advantages_are_monte_carlo_returns_minus_the_baseline(terminated, truncated, returns,
-                                                               learn):
+def test_advantages_are_monte_carlo_returns_minus_the_baseline(monkeypatch, terminated,
+                                                               truncated, returns, learn):
     """G_t - V(s_t), G_t the discounted rewards to the episode's end (gamma 0.5, rewards 1 to
     5, V(s_t) = 10 t + 10, V(s'_t) = 10 t + 20), hand-computed; no bootstrap but at a
-    truncation."""
+    truncation; through the transforms REINFORCE declares, its critic's values given."""
     algo = Reinforce(ReinforceConfig(gamma=0.5, hidden_sizes=[8]), DISC, CPU, seed=0)
-    rewards = np.array([[1.0, 2.0, 3.0, 4.0, 5.0]], np.float32)
     values = np.array([[10.0, 20.0, 30.0, 40.0, 50.0]], np.float32)
     next_values = values + 10
-    adv, got = algo.advantages(lane(terminated, truncated), rewards, values, next_values)
-    np.testing.assert_array_equal(got[0], np.array(learn, bool))
+    monkeypatch.setattr(algo, "rollout_values",
+                        lambda record: {"values": values, "next_values": next_values})
+    got = learnable(algo, lane(terminated, truncated))
+    assert got.advantages is not None and got.learn is not None
+    np.testing.assert_array_equal(got.learn[0], np.array(learn, bool))
     for t, g in enumerate(returns):
         if g is not None:
-            assert adv[0, t] == pytest.approx(g - values[0, t]), t
+            assert got.advantages[0, t] == pytest.approx(g - values[0, t]), t
 
 
 @pytest.mark.parametrize("info", [DISC, BOX], ids=["discrete", "box"])
@@ -92,7 +85,7 @@ def test_the_unfinished_episode_is_not_learnt_from(info):
     first, second = (Reinforce(ReinforceConfig(hidden_sizes=[8]), info, CPU, seed=0)
                      for _ in range(2))
     second.load_state_dict(first.state_dict())
-    reports = [a.update(r, batch_size=None, repetitions=1, progress=progress(0))
+    reports = [a.update(learnable(a, r), batch_size=None, repetitions=1, progress=progress(0))
                for a, r in ((first, rollout), (second, other))]
     for a, b in zip(first.parameters(), second.parameters(), strict=True):
         assert torch.equal(a, b)
@@ -106,7 +99,8 @@ def test_an_update_with_no_finished_episode_takes_no_step():
     rollout = Rollout(**{**vars(rollout), "terminated": np.zeros((1, 4), bool),
                          "truncated": np.zeros((1, 4), bool)})
     algo = Reinforce(ReinforceConfig(hidden_sizes=[8]), DISC, CPU, seed=0)
-    report = algo.update(rollout, batch_size=None, repetitions=1, progress=progress(0))
+    report = algo.update(learnable(algo, rollout), batch_size=None, repetitions=1,
+                         progress=progress(0))
     assert report.gradient_steps == 0 and algo.optim.steps == 0
     assert report.stats.pg_loss is None and report.stats.learnt_fraction == 0.0
 

@@ -1,9 +1,11 @@
 """The read path (rltrain.data.reading): sampler -> gather -> transforms -> batch, one way
 through; the sampler and transform registries, and a new sampler and a new transform added
-from outside the package, as an extension would add them."""
+from outside the package, as an extension would add them; on-policy, the whole rollout
+through its transforms (GAE, finished episodes)."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -11,12 +13,16 @@ import pytest
 
 from conftest import SHORT_DQN, read_jsonl, run_in_process
 from rltrain.config import ConfigError, ReplayBufferConfig
-from rltrain.data.reading import ReadPath, gather, reach, read
+from rltrain.data.batch import Rollout
+from rltrain.data.fields import Field
+from rltrain.data.reading import ReadPath, gather, reach, read, read_rollout, transformed
 from rltrain.data.samplers import SAMPLERS, SamplerSpec, check_sampler, make_sampler
 from rltrain.data.samplers.prioritized import PrioritizedSampler
 from rltrain.data.samplers.uniform import UniformSampler
 from rltrain.data.storage import ReplayBuffer
 from rltrain.data.transforms import TRANSFORMS, Record
+from rltrain.data.transforms.finished import FinishedEpisodes, finished
+from rltrain.data.transforms.gae import GAE, gae
 from rltrain.data.transforms.nstep import NStepReturns
 
 
@@ -177,3 +183,81 @@ def test_a_new_sampler_trains_through_the_trainer(newest_first, tmp_path: Path):
                    "trainer.max_epochs=1")
     (record,) = read_jsonl(tmp_path / "run" / "epochs.jsonl")
     assert NewestFirst.draws == record["gradient_step"] > 0
+
+
+# --------------------------------------------------------------------------- on-policy
+class LinearCritic:
+    """A critic whose value of an observation is a fixed function of it (twice its first
+    entry), whose losses take the rewards halved, and which hands back a by-product of its
+    pass and counts its calls."""
+
+    calls = 0
+
+    def rollout_values(self, record: Record) -> Record:
+        self.calls += 1
+        return {"values": 2 * record["obs"][..., 0], "next_values": 2 * record["next_obs"][..., 0],
+                "pass": "by-product"}
+
+    def learning_rewards(self, rew: np.ndarray) -> np.ndarray:
+        return rew / 2
+
+
+def appended(lanes: int = 3, steps: int = 9, seed: int = 0) -> ReplayBuffer:
+    """Append-only lanes of random steps with episode ends (on-policy storage), with a
+    declared field beside each transition; lane 0 a step short."""
+    rng = np.random.default_rng(seed)
+    buf = ReplayBuffer(lanes, 16, (2,), (), np.int64, circular=False,
+                       fields=(Field("logp", (), np.dtype(np.float32)),))
+    for t in range(steps):
+        obs = rng.normal(size=(lanes, 2)).astype(np.float32)
+        valid = np.ones(lanes, bool)
+        valid[0] = t < steps - 1
+        buf.add(obs, rng.integers(0, 4, lanes), rng.normal(size=lanes).astype(np.float32),
+                obs + 0.5, rng.random(lanes) < 0.2, rng.random(lanes) < 0.1, valid,
+                fields={"logp": np.full(lanes, -t, np.float32)})
+    return buf
+
+
+def test_the_on_policy_read_path_is_the_rollout_through_its_transforms():
+    """read_rollout: storage's rollout, unchanged, with GAE by the critic (its rewards, its
+    values at this call) and the finished-episode mask added; the declared field and the
+    critic's by-product ride along in ``fields``; without a mask transform every valid slot
+    is learnt from."""
+    buf = appended()
+    stored = buf.rollout()
+    critic = LinearCritic()
+    got = read_rollout(buf, [GAE(critic, 0.9, 0.8), FinishedEpisodes()])
+    for name in ("obs", "act", "rew", "next_obs", "terminated", "truncated", "valid"):
+        np.testing.assert_array_equal(getattr(got, name), getattr(stored, name))
+    values, next_values = 2 * stored.obs[..., 0], 2 * stored.next_obs[..., 0]
+    want = gae(stored.rew / 2, values, next_values, stored.terminated, stored.dones,
+               stored.valid, 0.9, 0.8)
+    assert got.advantages is not None and got.values is not None and got.learn is not None
+    np.testing.assert_array_equal(got.advantages, want)
+    np.testing.assert_array_equal(got.returns, want + values)
+    np.testing.assert_array_equal(got.values, values)
+    np.testing.assert_array_equal(got.learn, finished(stored.dones, stored.valid))
+    assert not got.learn.all() and not got.valid.all()
+    assert sorted(got.fields) == ["logp", "next_values", "pass"]
+    np.testing.assert_array_equal(got.fields["logp"], stored.fields["logp"])
+    assert critic.calls == 1
+    plain = read_rollout(buf, [GAE(critic, 0.9, 0.8)])
+    np.testing.assert_array_equal(plain.learn, stored.valid)
+    assert {"gae", "finished_episodes"} <= set(TRANSFORMS)
+    named_as_attribute = dataclasses.replace(stored, fields={"values": stored.rew})
+    with pytest.raises(ValueError, match="named as one of its attributes: {'values'}"):
+        read_rollout_of(named_as_attribute)
+
+
+def read_rollout_of(rollout: Rollout) -> Rollout:
+    """``rollout`` through GAE by a :class:`LinearCritic` (the storage beside it unread)."""
+    return transformed(rollout, [GAE(LinearCritic(), 0.9, 0.8)], appended())
+
+
+def test_an_empty_rollout_is_read_as_storage_gives_it():
+    """Only reset steps collected (next-step autoreset): nothing to compute, the critic is
+    not asked."""
+    buf = ReplayBuffer(2, 4, (2,), (), np.int64, circular=False)
+    critic = LinearCritic()
+    got = read_rollout(buf, [GAE(critic, 0.9, 0.8)])
+    assert got.num_transitions == 0 and got.advantages is None and critic.calls == 0

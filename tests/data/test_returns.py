@@ -1,7 +1,7 @@
-"""GAE and n-step returns against plain per-transition loops and known values; n-step
-batches read from a buffer's indices (the read path with the n-step transform) against hand
-computations, a per-transition reference and the previous release's ``ReplayBuffer.sample``
-maths."""
+"""GAE and n-step returns against plain per-transition loops and known values, and the
+finished-episode mask Monte-Carlo returns learn from; n-step batches read from a buffer's
+indices (the read path with the n-step transform) against hand computations, a
+per-transition reference and the previous release's ``ReplayBuffer.sample`` maths."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ import pytest
 
 from rltrain.data.batch import Batch
 from rltrain.data.reading import read
-from rltrain.data.returns import gae
 from rltrain.data.samplers.uniform import UniformSampler
 from rltrain.data.storage import ReplayBuffer
+from rltrain.data.transforms.finished import finished
+from rltrain.data.transforms.gae import gae
 from rltrain.data.transforms.nstep import NStepReturns, nstep_returns
 
 
@@ -134,6 +135,18 @@ def test_gae_truncation_bootstraps_from_next_values():
 
 
 # --------------------------------------------------------------------------- n-step
+def test_finished_marks_the_slots_whose_episode_ends_in_the_lane():
+    dones = np.array([[0, 1, 0, 0, 1, 0, 0],
+                      [0, 0, 0, 0, 0, 0, 0],
+                      [1, 0, 0, 1, 0, 0, 0]], bool)
+    valid = np.ones((3, 7), bool)
+    valid[2, 5:] = False
+    want = np.array([[1, 1, 1, 1, 1, 0, 0],
+                     [0, 0, 0, 0, 0, 0, 0],
+                     [1, 1, 1, 1, 0, 0, 0]], bool)
+    np.testing.assert_array_equal(finished(dones, valid), want)
+
+
 def reference_nstep(rew, terminated, dones, valid, gamma):
     batch, n = rew.shape
     returns, lasts, discounts = np.zeros(batch), np.zeros(batch, int), np.zeros(batch)

@@ -19,6 +19,7 @@ from algo_helpers import (
     CPU,
     SMALL,
     build,
+    learnable,
     progress,
     random_batch,
     random_rollout,
@@ -208,7 +209,8 @@ def test_an_algorithm_built_with_a_named_encoder_uses_it_in_every_network(dummy_
     act = algorithm.act(obs, deterministic=True, progress=progress(0))
     assert act.shape == (4, *info.action_shape)
     if "onpolicy" in ALGORITHMS[name].trainers:
-        algorithm.update(random_rollout(info), batch_size=8, repetitions=1, progress=progress(0))
+        algorithm.update(learnable(algorithm, random_rollout(info)), batch_size=8,
+                         repetitions=1, progress=progress(0))
     else:
         algorithm.update(random_batch(info), progress=progress(0))
 

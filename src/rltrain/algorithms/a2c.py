@@ -24,13 +24,17 @@ what PPO's clipped objective is for.
 
 from __future__ import annotations
 
-from abc import abstractmethod
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from rltrain.algorithms.actor_critic import ActorCritic, ActorCriticConfig, explained_variance
+from rltrain.algorithms.actor_critic import (
+    ActorCritic,
+    ActorCriticConfig,
+    explained_variance,
+    learnt_slots,
+)
 from rltrain.algorithms.base import UpdateReport, clip_and_step
 from rltrain.algorithms.registry import (
     CONTINUOUS,
@@ -42,7 +46,8 @@ from rltrain.algorithms.registry import (
 from rltrain.config import ConfigError, check_positive, check_unit_interval
 from rltrain.core import Progress, SpaceInfo
 from rltrain.data.batch import Rollout
-from rltrain.data.returns import gae
+from rltrain.data.transforms import Transform
+from rltrain.data.transforms.gae import GAE
 from rltrain.optim import Adam, FlatOptimizer, RMSprop
 
 OPTIMIZERS = ("rmsprop", "adam")
@@ -97,7 +102,8 @@ class A2CStats:
 class PolicyGradient(ActorCritic):
     """An actor and a state-value critic learnt by the policy gradient with advantages
     (the critic as the baseline), one loss, one optimiser. Subclasses say how the advantages
-    are estimated (:meth:`advantages`)."""
+    are estimated, and which slots they are known for, by the transforms they declare
+    (:meth:`transforms`)."""
 
     cfg: PolicyGradientConfig
 
@@ -112,14 +118,6 @@ class PolicyGradient(ActorCritic):
     def optimizers(self) -> dict[str, FlatOptimizer]:
         return {"optim": self.optim}
 
-    @abstractmethod
-    def advantages(self, rollout: Rollout, rewards: np.ndarray, values: np.ndarray,
-                   next_values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(advantages, learn)``, each ``(lanes, T)``: the advantage of every slot, and
-        which slots to learn from (a subset of ``rollout.valid``). ``rewards`` are the
-        rollout's as the losses take them (scaled), ``values`` and ``next_values`` the
-        critic's V(s) and V(s') of every slot."""
-
     def update_stats(self, rollout: Rollout, learn: np.ndarray, stats: A2CStats) -> A2CStats:
         """The stats record of an update (a subclass adds its own facts)."""
         return stats
@@ -127,9 +125,8 @@ class PolicyGradient(ActorCritic):
     def update(
         self, rollout: Rollout, *, batch_size: int | None, repetitions: int, progress: Progress
     ) -> UpdateReport:
-        values, next_values, _ = self.rollout_values(rollout)
-        adv, learn = self.advantages(rollout, self._rew(rollout.rew), values, next_values)
-        obs, act, adv_t, old_v, ret = self.learning_tensors(rollout, adv, values, learn)
+        learn = learnt_slots(rollout)
+        obs, act, adv_t, old_v, ret = self.learning_tensors(rollout, learn)
         lr = self.step_lr(progress)
         n = len(obs)
         size = n if batch_size is None else min(batch_size, n)
@@ -165,13 +162,11 @@ class PolicyGradient(ActorCritic):
 class A2C(PolicyGradient):
     cfg: A2CConfig
 
-    def advantages(self, rollout: Rollout, rewards: np.ndarray, values: np.ndarray,
-                   next_values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """GAE over each lane; every collected transition is learnt from (the last of a lane
-        bootstraps from the critic's value of its next state)."""
-        adv = gae(rewards, values, next_values, rollout.terminated, rollout.dones,
-                  rollout.valid, self.cfg.gamma, self.cfg.gae_lambda)
-        return adv, rollout.valid
+    def transforms(self) -> tuple[Transform, ...]:
+        """GAE over each lane by its critic as it is at the update; every collected
+        transition is learnt from (the last of a lane bootstraps from the critic's value of
+        its next state)."""
+        return (GAE(self, self.cfg.gamma, self.cfg.gae_lambda),)
 
 
 register(AlgoSpec(

@@ -1,7 +1,9 @@
 """What the feed-forward on-policy algorithms share (PPO, A2C, REINFORCE): a stochastic actor
 for the env's actions and a state-value critic, on one encoder or two, and the passes over a
-rollout that every one of their updates makes. Each algorithm keeps its own losses, optimiser
-and schedule.
+rollout that every one of their updates makes. The critic's values of a rollout are what the
+GAE transform they declare asks for (:meth:`ActorCritic.rollout_values`, called by the
+trainer's read path before the update); the update reads the advantages and returns from the
+rollout it is given. Each algorithm keeps its own losses, optimiser and schedule.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -91,6 +94,27 @@ def policy_actor(info: SpaceInfo, cfg: ActorCriticConfig, encoder: Encoder,
 HandBackward = Callable[[torch.Tensor, "torch.Tensor | None", torch.Tensor], None]
 
 
+def computed(algorithm: OnPolicyAlgorithm, rollout: Rollout
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(advantages, returns, values)`` of a rollout, ``(lanes, T)`` each, as the algorithm's
+    transforms (GAE) computed them.
+
+    :raises TypeError: the rollout has none (the algorithm declares no transform that
+        computes them, or the rollout did not come through the read path)."""
+    if rollout.advantages is None or rollout.returns is None or rollout.values is None:
+        raise TypeError(f"{type(algorithm).__name__} learns from advantages, and its rollout "
+                        "has none: declare a transform that computes them (GAE, "
+                        "Algorithm.transforms) and read the rollout through "
+                        "rltrain.data.reading.read_rollout")
+    return rollout.advantages, rollout.returns, rollout.values
+
+
+def learnt_slots(rollout: Rollout) -> np.ndarray:
+    """The slots of a rollout an update learns from, ``(lanes, T)``: those a transform chose
+    (``Rollout.learn``: REINFORCE's finished episodes), else every valid one."""
+    return rollout.valid if rollout.learn is None else rollout.learn
+
+
 def explained_variance(ret: torch.Tensor, old_v: torch.Tensor) -> float:
     """1 - Var(returns - values) / Var(returns): how much of the returns the critic explained
     before the update (NaN when the returns do not vary)."""
@@ -136,47 +160,55 @@ class ActorCritic(OnPolicyAlgorithm):
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         return self.critic(obs).squeeze(-1)
 
-    def rollout_values(self, rollout: Rollout) -> tuple[np.ndarray, np.ndarray,
-                                                        torch.Tensor | None]:
-        """``(values, next_values, features)``: V(s) and V(s') of every slot, ``(lanes, T)``,
+    def rollout_values(self, record: Mapping[str, Any]) -> dict[str, Any]:
+        """What GAE (rltrain.data.transforms.gae) asks of the critic: ``values`` and
+        ``next_values``, V(s) and V(s') of every slot of a rollout's record, ``(lanes, T)``,
         in one pass; s' is each transition's own next observation, so an episode cut by its
-        time limit bootstraps from its true last state. ``features`` are the shared
-        encoder's of every slot's s (None without one), for a caller that needs them again.
+        time limit bootstraps from its true last state. With a shared encoder, ``features``
+        too: the encoder's of every slot's s, which the update reuses.
 
         Most slots' s' is the next slot's s, byte for byte: those take that slot's V(s), and
         the pass runs over the slots' s and only the other s' (each lane's last, and where an
         episode ended), about half the work of V(s) and V(s') of every slot (for Atari's
         convolutions, most of the update outside its minibatch steps)."""
-        lanes, t = rollout.valid.shape
-        obs, next_obs = rollout.obs, rollout.next_obs
+        obs, next_obs = record["obs"], record["next_obs"]
+        lanes, t = record["valid"].shape
         fresh = np.ones((lanes, t), dtype=bool)  # slots whose s' is not the next slot's s
         if t > 1:  # compared lane by lane: a bool array the size of one lane's observations
             for lane in range(lanes):
                 equal = next_obs[lane, :-1] == obs[lane, 1:]
                 fresh[lane, :-1] = ~equal.reshape(t - 1, -1).all(axis=1)
         n = lanes * t
+        out: dict[str, Any] = {}
         with torch.no_grad():
             both = self._obs(np.concatenate([obs.reshape(n, *obs.shape[2:]), next_obs[fresh]]))
             if self.shared:
                 features = self.pi.encoder(both)
                 v_both = self.critic.head(features).squeeze(-1).cpu().numpy()
-                features = features[:n]
+                out["features"] = features[:n]
             else:
-                v_both, features = self.value(both).cpu().numpy(), None
+                v_both = self.value(both).cpu().numpy()
         values = v_both[:n].reshape(lanes, t)
         next_values = np.empty_like(values)
         next_values[:, :-1] = values[:, 1:]
         next_values[fresh] = v_both[n:]
-        return values, next_values, features
+        return {**out, "values": values, "next_values": next_values}
 
-    def learning_tensors(self, rollout: Rollout, adv: np.ndarray, values: np.ndarray,
-                         which: np.ndarray) -> tuple[torch.Tensor, ...]:
+    def learning_rewards(self, rew: np.ndarray) -> np.ndarray:
+        """The rewards as the losses take them (scaled, with ``env.normalize.reward``): what
+        GAE sums."""
+        return self._rew(rew)
+
+    def learning_tensors(self, rollout: Rollout, which: np.ndarray
+                         ) -> tuple[torch.Tensor, ...]:
         """``(obs, act, adv, old_v, ret)`` of the slots ``which`` selects, as tensors on the
-        device; the returns are the advantages plus the critic's values before the update."""
+        device: the advantages, the critic's values before the update and the returns the
+        algorithm's transforms computed (:func:`computed`)."""
+        adv, ret, values = computed(self, rollout)
         obs = self._obs(rollout.obs[which])
         act = self._tensor(rollout.act[which], torch.long if self.discrete else None)
-        adv_t, old_v = self._tensor(adv[which]), self._tensor(values[which])
-        return obs, act, adv_t, old_v, adv_t + old_v
+        return (obs, act, self._tensor(adv[which]), self._tensor(values[which]),
+                self._tensor(ret[which]))
 
     def step_lr(self, progress: Progress) -> float:
         """The learning rate of this update (annealed linearly to 0 over the planned env

@@ -221,6 +221,13 @@ class Algorithm(nn.Module, ABC):
         batch's tensors from the buffer's device copy."""
         return rew if self.reward_scaler is None else self.reward_scaler.scale(rew)
 
+    def transforms(self) -> tuple[Transform, ...]:
+        """What the data it learns from is computed with, in order (rltrain.data.transforms),
+        applied by the trainer's read path before :meth:`update`: n-step returns for a
+        sampled batch, GAE for a rollout. None, by default, for a loss that reads the stored
+        transitions as they are (BC's states and actions)."""
+        return ()
+
     def batch_weights(self, batch: Batch) -> torch.Tensor | None:
         """The batch's importance-sampling weights on the device (prioritised replay), or
         None under uniform sampling: pass them to :func:`weighted_mean`."""
@@ -339,23 +346,23 @@ def policy_inputs(info: SpaceInfo, obs: np.ndarray) -> tuple[torch.Tensor, ...]:
 
 
 class OnPolicyAlgorithm(Algorithm):
+    """Learns from the whole rollout just collected. It never reads the storage: the
+    trainer's read path (rltrain.data.reading.read_rollout) reads the rollout, applies the
+    :meth:`transforms` this algorithm declares (GAE, by the critic as it is now) and hands
+    :meth:`update` the result."""
+
     @abstractmethod
     def update(
         self, rollout: Rollout, *, batch_size: int | None, repetitions: int, progress: Progress
     ) -> UpdateReport:
-        """Learn from the whole rollout, ``repetitions`` passes in minibatches."""
+        """Learn from the whole rollout, ``repetitions`` passes in minibatches; ``rollout``
+        holds what :meth:`transforms` computed (``Rollout.advantages``, ...)."""
 
 
 class OffPolicyAlgorithm(Algorithm):
     """Learns from batches sampled from a replay buffer or a dataset. It never reads the
     storage: the trainer's read path (rltrain.data.reading) samples, gathers and applies the
     :meth:`transforms` this algorithm declares, and hands :meth:`update` the batch."""
-
-    def transforms(self) -> tuple[Transform, ...]:
-        """What the batches it learns from are computed with, in order (rltrain.data
-        .transforms): none, by default, for a loss that reads the stored transitions as they
-        are (BC's states and actions)."""
-        return ()
 
     def random_fields(self, obs: np.ndarray, actions: np.ndarray
                       ) -> dict[str, np.ndarray] | None:

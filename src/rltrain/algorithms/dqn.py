@@ -1,11 +1,11 @@
 """DQN: Mnih et al. 2015, "Human-level control through deep reinforcement learning".
 
 With a target network, double Q-learning (van Hasselt et al. 2016, arXiv:1509.06461),
-the Huber loss, n-step returns (rltrain.data.returns, in the batches it samples) and a linearly
-annealed epsilon-greedy policy. Discrete actions only. Its network may be dueling (Wang et al.
-2016) and noisy (Fortunato et al. 2018), see :mod:`rltrain.qnets`; its update weights each
-sample's loss by prioritised replay's importance weights and reports |TD error| as the
-sample's new priority (Schaul et al. 2016, arXiv:1511.05952).
+the Huber loss, n-step returns (rltrain.data.transforms.nstep, in the batches it samples) and
+a linearly annealed epsilon-greedy policy. Discrete actions only. Its network may be dueling
+(Wang et al. 2016) and noisy (Fortunato et al. 2018), see :mod:`rltrain.qnets`; its update
+weights each sample's loss by prioritised replay's importance weights and reports |TD error|
+as the sample's new priority (Schaul et al. 2016, arXiv:1511.05952).
 
 :class:`QLearning` is what DQN, C51 (``c51.py``) and QR-DQN (``qrdqn.py``) share: the Q
 network and its target copy, acting (epsilon-greedy on the greedy action of the expected

@@ -22,7 +22,12 @@ import torch
 
 from rltrain import stacking
 from rltrain.algorithms import ppo_by_hand
-from rltrain.algorithms.actor_critic import ActorCritic, ActorCriticConfig, explained_variance
+from rltrain.algorithms.actor_critic import (
+    ActorCritic,
+    ActorCriticConfig,
+    explained_variance,
+    learnt_slots,
+)
 from rltrain.algorithms.base import UpdateReport, clip_and_step, compiled
 from rltrain.algorithms.ppo_by_hand import Coefficients
 from rltrain.algorithms.ppo_stacked import MEMBER_FIELDS, StackedSteps
@@ -31,7 +36,8 @@ from rltrain.algorithms.registry import CONTINUOUS, DISCRETE, MULTIDISCRETE, Alg
 from rltrain.config import check_positive, check_unit_interval
 from rltrain.core import Progress, SpaceInfo
 from rltrain.data.batch import Rollout
-from rltrain.data.returns import gae
+from rltrain.data.transforms import Transform
+from rltrain.data.transforms.gae import GAE
 from rltrain.optim import Adam
 
 
@@ -81,20 +87,21 @@ class PPO(ActorCritic):
     def optimizers(self) -> dict[str, Adam]:
         return {"optim": self.optim}
 
+    def transforms(self) -> tuple[Transform, ...]:
+        """GAE by its critic as it is at the update (rollout_values)."""
+        return (GAE(self, self.cfg.gamma, self.cfg.gae_lambda),)
+
     def update(
         self, rollout: Rollout, *, batch_size: int | None, repetitions: int, progress: Progress
     ) -> UpdateReport:
-        cfg = self.cfg
-        values, next_values, features = self.rollout_values(rollout)
-        adv = gae(self._rew(rollout.rew), values, next_values, rollout.terminated, rollout.dones,
-                  rollout.valid, cfg.gamma, cfg.gae_lambda)
-        valid = rollout.valid
-        obs, act, adv_t, old_v, ret = self.learning_tensors(rollout, adv, values, valid)
+        learn = learnt_slots(rollout)
+        obs, act, adv_t, old_v, ret = self.learning_tensors(rollout, learn)
+        features = rollout.fields.get("features")
         with torch.no_grad():
             if features is None:
                 old_logp, _ = self.pi.log_prob_entropy(obs, act)
-            else:  # the valid slots' features, already computed above
-                mask = torch.from_numpy(valid.reshape(-1)).to(self.device)
+            else:  # the slots' features, computed with the values (rollout_values)
+                mask = torch.from_numpy(learn.reshape(-1)).to(self.device)
                 old_logp, _ = self.pi.log_prob_entropy(obs, act, features=features[mask])
 
         lr = self.step_lr(progress)

@@ -16,15 +16,17 @@ observation, and is solved from a few.
 - **Acting.** The collector keeps each env's state (rltrain.recurrent.RecurrentPolicy): the
   actor's and, while training, the critic's, so the critic's state at a rollout's start is
   its state of the episodes in flight. Test and eval episodes carry the actor's alone.
-- **Learning.** The rollout buffer holds each lane's start state. An update first replays
-  every lane from it with the parameters that collected the rollout (no gradient): the
-  values, the old log-probabilities, V(s') from the state after each step (a truncated
-  episode bootstraps from its true final observation and state), and the state before each
-  step. Then each lane is cut into chunks of ``algo.seq_len`` steps (rltrain.recurrent.
-  sequence_chunks), each starting from its replayed state, with the state zeroed where an
-  episode starts inside a chunk; minibatches are ``trainer.batch_size // seq_len`` chunks,
-  shuffled each pass; the losses average over the stored transitions (a lane's padding is
-  masked out) and are PPO's own (``PPO._clipped_step``).
+- **Learning.** The rollout buffer holds each lane's start state. GAE (the read path's
+  transform, which asks :meth:`PPOLSTM.rollout_values`) first replays every lane from it
+  with the parameters that collected the rollout (no gradient): the values, V(s') from the
+  state after each step (a truncated episode bootstraps from its true final observation and
+  state), and the state before each step; the update reuses that replay (the core's outputs
+  give the old log-probabilities). Then each lane is cut into chunks of ``algo.seq_len``
+  steps (rltrain.recurrent.sequence_chunks), each starting from its replayed state, with the
+  state zeroed where an episode starts inside a chunk; minibatches are
+  ``trainer.batch_size // seq_len`` chunks, shuffled each pass; the losses average over the
+  stored transitions (a lane's padding is masked out) and are PPO's own
+  (``PPO._clipped_step``).
 - **Deploying.** The saved policy carries its state (:class:`RecurrentDeployedPolicy`):
   rltrain-eval threads it through episodes, zeros at each start; rltrain-export's graph takes
   the observation and ``h`` (and ``c``) and returns the action and the next state.
@@ -33,21 +35,22 @@ observation, and is solved from a few.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 from torch import nn
 
+from rltrain.algorithms.actor_critic import computed
 from rltrain.algorithms.base import OnPolicyAlgorithm, RecurrentDeployedPolicy, UpdateReport
 from rltrain.algorithms.ppo import PPO, PPOConfig, PPOStats
 from rltrain.algorithms.registry import CONTINUOUS, DISCRETE, AlgoSpec, register
 from rltrain.config import ConfigError, check_positive
 from rltrain.core import Policy, Progress, SpaceInfo
 from rltrain.data.batch import Rollout
-from rltrain.data.returns import gae
 from rltrain.nets import CategoricalActor, EncodedMLP, GaussianActor
 from rltrain.observations import raw_tensors
 from rltrain.optim import Adam
@@ -249,46 +252,64 @@ class PPOLSTM(PPO):
             out, _ = self.v_net.step(next_obs, after[:, self.pi_state:])
         return self._value_head()(out).squeeze(-1)
 
-    def _replay_rollout(self, rollout: Rollout) -> Replay:
-        """Every lane of a rollout replayed from its start state, step by step, by the
-        parameters that collected it (no gradient): the states it was acted on with, so that
-        chunks can start anywhere, and what the losses compare with."""
-        lanes, t = rollout.valid.shape
-        obs = self._obs(rollout.obs.reshape(lanes * t, *rollout.obs.shape[2:]))
-        obs = obs.reshape(lanes, t, *obs.shape[1:])
+    def _replay_rollout(self, obs: np.ndarray, valid: np.ndarray,
+                        start_state: np.ndarray | None, dones: np.ndarray) -> Replay:
+        """Every lane of a rollout (its observations ``(lanes, T, ...)``, which slots hold a
+        transition, each lane's start state and where episodes ended) replayed from its start
+        state, step by step, by the parameters that collected it (no gradient): the states it
+        was acted on with, so that chunks can start anywhere, and what the losses compare
+        with."""
+        lanes, t = valid.shape
+        x = self._obs(obs.reshape(lanes * t, *obs.shape[2:]))
+        x = x.reshape(lanes, t, *x.shape[1:])
         # no start state: every lane begins an episode (the initial state)
         start = (torch.zeros(lanes, self.state_size, device=self.device)
-                 if rollout.start_state is None else self._tensor(rollout.start_state))
-        keep = self._tensor((~episode_starts(rollout.dones)).astype(np.float32))
+                 if start_state is None else self._tensor(start_state))
+        keep = self._tensor((~episode_starts(dones)).astype(np.float32))
         with torch.no_grad():
-            pi_out, values, after = self._replay(obs, start, keep)
+            pi_out, values, after = self._replay(x, start, keep)
             before = torch.cat((start[:, None], after[:, :-1]), 1) * keep[..., None]
-        return Replay(obs, keep, pi_out, values, after, before)
+        return Replay(x, keep, pi_out, values, after, before)
 
     def replayed_states(self, rollout: Rollout) -> np.ndarray:
         """The state each transition of a rollout ``(lanes, T, state_size)`` was acted on with,
         as an update replays it (zeros where an episode starts)."""
-        return self._replay_rollout(rollout).before.cpu().numpy()
+        replay = self._replay_rollout(rollout.obs, rollout.valid, rollout.start_state,
+                                      rollout.dones)
+        return replay.before.cpu().numpy()
+
+    def rollout_values(self, record: Mapping[str, Any]) -> dict[str, Any]:
+        """What GAE asks of the critic (``values``, ``next_values``: V(s) and V(s') of every
+        slot, ``(lanes, T)``), from a replay of the rollout's lanes (:meth:`_replay_rollout`),
+        which the update reuses (``replay``): V(s') is one more step of the critic's core
+        from the state after each step, on the transition's own next observation."""
+        lanes, t = record["valid"].shape
+        replay = self._replay_rollout(record["obs"], record["valid"], record["start_state"],
+                                      record["terminated"] | record["truncated"])
+        next_obs = record["next_obs"]
+        with torch.no_grad():
+            next_values = self._next_values(
+                self._obs(next_obs.reshape(lanes * t, *next_obs.shape[2:])),
+                replay.after.reshape(lanes * t, -1))
+        return {"values": replay.values.cpu().numpy(),
+                "next_values": next_values.cpu().numpy().reshape(lanes, t), "replay": replay}
 
     def update(
         self, rollout: Rollout, *, batch_size: int | None, repetitions: int, progress: Progress
     ) -> UpdateReport:
         cfg = self.cfg
+        adv, returns, _ = computed(self, rollout)
         lanes, t = rollout.valid.shape
         flat = lanes * t
         act_dtype = torch.long if self.discrete else torch.get_default_dtype()
         act = self._tensor(rollout.act.reshape(flat, *rollout.act.shape[2:]), act_dtype)
-        obs, keep, pi_out, values, after, before = self._replay_rollout(rollout)
+        replay: Replay = rollout.fields["replay"]  # rollout_values's, with the advantages
+        obs, keep, pi_out, values, _, before = replay
         with torch.no_grad():
-            next_obs = self._obs(rollout.next_obs.reshape(flat, *rollout.next_obs.shape[2:]))
-            next_values = self._next_values(next_obs, after.reshape(flat, -1))
             old_logp, _ = self.pi_head.log_prob_entropy(pi_out.reshape(flat, -1), act)
-        values_np = values.cpu().numpy()
-        adv = gae(self._rew(rollout.rew), values_np, next_values.cpu().numpy().reshape(lanes, t),
-                  rollout.terminated, rollout.dones, rollout.valid, cfg.gamma, cfg.gae_lambda)
         adv_t = self._tensor(adv.reshape(flat))
         old_v = values.reshape(flat)
-        ret = adv_t + old_v
+        ret = self._tensor(returns.reshape(flat))
 
         index, mask = sequence_chunks(rollout.valid, cfg.seq_len)
         index_t = torch.from_numpy(index).to(self.device)

@@ -36,7 +36,9 @@ from rltrain.algorithms.registry import (
     register,
 )
 from rltrain.data.batch import Rollout
-from rltrain.data.returns import gae
+from rltrain.data.transforms import Transform
+from rltrain.data.transforms.finished import FinishedEpisodes
+from rltrain.data.transforms.gae import GAE
 
 
 @dataclass
@@ -56,24 +58,14 @@ class ReinforceStats(A2CStats):
     learnt_fraction: float
 
 
-def finished(dones: np.ndarray, valid: np.ndarray) -> np.ndarray:
-    """For each slot of ``(lanes, T)`` arrays: whether it is valid and its episode ends in
-    its lane, at it or later (a done at or after it)."""
-    ends = (dones & valid)[:, ::-1]
-    return np.logical_or.accumulate(ends, axis=1)[:, ::-1] & valid
-
-
 class Reinforce(PolicyGradient):
     cfg: ReinforceConfig
 
-    def advantages(self, rollout: Rollout, rewards: np.ndarray, values: np.ndarray,
-                   next_values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def transforms(self) -> tuple[Transform, ...]:
         """G_t - V(s_t), with G_t the discounted return to the episode's end: GAE with
         lambda = 1 sums the rewards to the first done (the TD errors telescope, V cancels but
         for a truncated episode's last state), and only finished episodes are learnt from."""
-        adv = gae(rewards, values, next_values, rollout.terminated, rollout.dones,
-                  rollout.valid, self.cfg.gamma, 1.0)
-        return adv, finished(rollout.dones, rollout.valid)
+        return (GAE(self, self.cfg.gamma, 1.0), FinishedEpisodes())
 
     def update_stats(self, rollout: Rollout, learn: np.ndarray, stats: A2CStats
                      ) -> ReinforceStats:

@@ -19,9 +19,11 @@ Storage, bottom up (each module imports only the ones above it in this list):
 Reading, one way through, called by the trainer (``reading``): a sampler of the ``samplers``
 registry chooses indices (uniform, prioritised), ``reading.gather`` reads their fields as far
 as the algorithm's transforms reach, and the ``transforms`` registry's transforms compute what
-the loss needs (n-step returns); the result is the ``Batch`` the update receives. ``returns``:
-GAE, which the on-policy algorithms compute on their rollouts. ``datasets``: offline datasets
-(files, validation, Minari) and their conversion from and to storage.
+the loss needs (n-step returns); the result is the ``Batch`` the update receives. On-policy,
+``reading.read_rollout`` reads the whole rollout and the same registry's transforms compute
+GAE (by the algorithm's critic at the update) and which slots to learn from; the result is
+the ``Rollout`` the update receives. ``datasets``: offline datasets (files, validation,
+Minari) and their conversion from and to storage.
 
 The package is the data layer of ``.importlinter``: it may import the shared parts and the
 ground floor (``rltrain.config``, ``rltrain.observations``, ``rltrain.actions``,

@@ -2,13 +2,14 @@
 n-step :class:`Window` of consecutive transitions.
 
 Plain types, built by :mod:`rltrain.data.storage` (rollouts, windows) and the read path,
-:mod:`rltrain.data.reading` (batches), read by the algorithms. Imports numpy and torch only.
+:mod:`rltrain.data.reading` (batches, and rollouts with what their transforms computed), read
+by the algorithms. Imports numpy and torch only.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -43,7 +44,12 @@ class Batch:
 @dataclass(frozen=True)
 class Rollout:
     """Every stored transition as ``(num_lanes, T, ...)`` arrays in time order, with a
-    ``valid`` mask for the unused slots at the end of shorter lanes."""
+    ``valid`` mask for the unused slots at the end of shorter lanes.
+
+    As storage hands it out (``ReplayBuffer.rollout``) it holds what was stored; as the
+    on-policy read path hands it to an update (rltrain.data.reading.read_rollout) it holds
+    what the algorithm's transforms computed too (rltrain.data.transforms: GAE's advantages,
+    returns and values; the slots to learn from), ``(num_lanes, T)`` each."""
 
     obs: np.ndarray
     act: np.ndarray
@@ -55,8 +61,20 @@ class Rollout:
     #: a recurrent policy's state ``(num_lanes, state_size)`` on each lane's first transition:
     #: what the policy acted on it with (rltrain.recurrent); None for a policy without memory
     start_state: np.ndarray | None = None
-    #: the algorithm's declared fields (``AlgoSpec.stored``), ``(num_lanes, T, ...)`` each
-    fields: dict[str, np.ndarray] = field(default_factory=dict)
+    #: the algorithm's declared fields (``AlgoSpec.stored``), ``(num_lanes, T, ...)`` each,
+    #: and what its transforms computed beside the attributes below, by name (e.g. a shared
+    #: encoder's features of the observations, which the update reuses)
+    fields: dict[str, Any] = field(default_factory=dict)
+    #: the advantage of every slot (0 on the unused ones), from the algorithm's transforms
+    #: (GAE, rltrain.data.transforms.gae); None as storage hands it out
+    advantages: np.ndarray | None = None
+    #: the advantages plus :attr:`values`: the critic's regression targets
+    returns: np.ndarray | None = None
+    #: the critic's V(s) of every slot at the update, which the advantages were computed with
+    values: np.ndarray | None = None
+    #: the slots to learn from: the valid ones, or fewer (a transform's choice: REINFORCE
+    #: learns from finished episodes alone); None as storage hands it out
+    learn: np.ndarray | None = None
 
     @property
     def dones(self) -> np.ndarray:

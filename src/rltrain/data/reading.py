@@ -8,18 +8,25 @@ V-trace are more of the same), and the record becomes a :class:`~rltrain.data.ba
 The algorithm receives the batch; it never holds the storage or the sampler. What the update
 reports back (priorities) goes to the sampler through :meth:`ReadPath.learned`.
 
+On-policy, the same stages over the whole rollout (:func:`read_rollout`): every stored
+transition is read, lanes x time, into a record of ``(lanes, T, ...)`` fields, the algorithm's
+transforms compute what its losses need (GAE's advantages and returns, by the critic as it is
+at the update), and the record becomes the :class:`~rltrain.data.batch.Rollout` the update
+learns from, in minibatches of its own.
+
 Layer: the data path; imports storage, samplers and transforms, never an algorithm.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
-from rltrain.data.batch import Batch
+from rltrain.data.batch import Batch, Rollout
 from rltrain.data.samplers import Sampler
 from rltrain.data.storage import ReplayBuffer
 from rltrain.data.transforms import Record, Transform
@@ -120,3 +127,47 @@ class ReadPath:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.sampler.load_state_dict(state)
+
+
+# --------------------------------------------------------------------------- on-policy
+def read_rollout(storage: ReplayBuffer, transforms: Sequence[Transform]) -> Rollout:
+    """The whole rollout of append-only storage, through ``transforms`` in order
+    (:func:`transformed`). A rollout with no transition (next-step autoreset: only reset
+    steps were collected) comes back as storage gave it: nothing to compute or learn."""
+    rollout = storage.rollout()
+    if rollout.num_transitions == 0:
+        return rollout
+    return transformed(rollout, transforms, storage)
+
+
+def transformed(rollout: Rollout, transforms: Sequence[Transform], storage: ReplayBuffer
+                ) -> Rollout:
+    """``rollout`` with what ``transforms`` compute from its fields, applied in order
+    (``storage``: the storage it was read from, for a transform that reads more)."""
+    record = rollout_record(rollout)
+    for transform in transforms:
+        record = transform(record, storage)
+    return _rollout(record)
+
+
+#: the record's entries a :class:`Rollout` has attributes for; the rest are its ``fields``
+_ROLLOUT_ENTRIES = tuple(f.name for f in dataclasses.fields(Rollout) if f.name != "fields")
+
+
+def rollout_record(rollout: Rollout) -> Record:
+    """A rollout's fields by name, ``(lanes, T, ...)`` each (its declared fields among them):
+    the record its transforms read."""
+    record: Record = {name: getattr(rollout, name) for name in _ROLLOUT_ENTRIES}
+    clash = set(record) & set(rollout.fields)
+    if clash:
+        raise ValueError(f"a rollout's field is named as one of its attributes: {clash}")
+    record.update(rollout.fields)
+    return record
+
+
+def _rollout(record: Record) -> Rollout:
+    """The rollout of a transformed record; ``learn`` is every valid slot unless a transform
+    chose fewer."""
+    learn = record["learn"] if record["learn"] is not None else record["valid"]
+    return Rollout(**{**{name: record[name] for name in _ROLLOUT_ENTRIES}, "learn": learn},
+                   fields={k: v for k, v in record.items() if k not in _ROLLOUT_ENTRIES})

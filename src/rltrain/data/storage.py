@@ -19,8 +19,9 @@ holds is :mod:`rltrain.data.state_format`'s.
 Storage is allocated with ``np.zeros`` (calloc: pages are mapped on first write), so a large
 buffer costs memory as it fills, not when it is built.
 
-A buffer only stores; a sampler (:mod:`rltrain.data.samplers`) chooses indices and the return
-computations (:mod:`rltrain.data.returns`) build batches from the primitives here. Imports
+A buffer only stores; a sampler (:mod:`rltrain.data.samplers`) chooses indices and the
+transforms (:mod:`rltrain.data.transforms`: n-step returns, GAE) compute what the losses need
+from what the read path (:mod:`rltrain.data.reading`) gathers here. Imports
 numpy, torch and the modules of :mod:`rltrain.data` named above, and :mod:`rltrain.data.batch`.
 """
 

@@ -1,4 +1,6 @@
-"""The on-policy trainer: collects a rollout, learns from all of it, forgets it."""
+"""The on-policy trainer: collects a rollout, learns from all of it, forgets it. The rollout
+reaches the update through the read path (rltrain.data.reading.read_rollout), with what the
+algorithm's transforms compute from it (GAE)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from typing import Any
 from rltrain.algorithms.base import OnPolicyAlgorithm
 from rltrain.config import AlgoConfig, OnPolicyTrainerParams, env_steps_per_collection
 from rltrain.core import Progress
+from rltrain.data.reading import read_rollout
 from rltrain.stats import Episodes
 from rltrain.trainer.online import OnlineTrainer
 from rltrain.trainer.storage import Storage, StoragePlan, StorageRequest, make_buffer
@@ -50,8 +53,13 @@ class OnPolicyTrainer(OnlineTrainer):
     def storage(cls, params: OnPolicyTrainerParams, request: StorageRequest) -> Storage:
         return Storage(make_buffer(request.info, cls.storage_plan(params, request)))
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: what the algorithm learns from is computed with (GAE), applied to each rollout
+        self.transforms = self.algorithm.transforms()
+
     def update_step(self, episodes: Episodes, start: Progress) -> list[Any]:
-        rollout = self.buffer.rollout()
+        rollout = read_rollout(self.buffer, self.transforms)
         if rollout.num_transitions == 0:  # next-step autoreset: only reset steps collected
             return []
         report = self.algorithm.update(

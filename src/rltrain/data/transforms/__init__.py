@@ -3,8 +3,11 @@
 The third stage of the read path (:mod:`rltrain.data.reading`). A transform takes the record
 :func:`~rltrain.data.reading.gather` read for the sampled transitions (a dict of named
 fields) and returns it with the fields the loss needs: n-step returns and their discounts
-(:mod:`.nstep`) today; hindsight relabelling (a goal replaced, the reward recomputed) and
-V-trace corrections are the same shape. A transform says how far it reads
+(:mod:`.nstep`) for sampled batches; for an on-policy rollout (a record of ``(lanes, T)``
+fields, :func:`~rltrain.data.reading.read_rollout`), GAE's advantages and returns by the
+algorithm's critic at the update (:mod:`.gae`) and the finished episodes Monte-Carlo returns
+are known for (:mod:`.finished`); hindsight relabelling (a goal replaced, the reward
+recomputed) and V-trace corrections are the same shape. A transform says how far it reads
 (:attr:`Transform.window`: consecutive transitions from each sampled one), so that the
 gather reads exactly that much; where it needs more from storage (the observation an n-step
 window bootstraps from) it is given the storage to read it.

@@ -6,7 +6,7 @@ discounted, and the discount its bootstrap value takes: ``rew + discount * V(nex
 the target. ``n == 1`` is one-step TD. A window stops after the first transition that ended
 its episode and before any not yet stored; a terminated transition bootstraps from nothing
 (discount 0), a truncated one keeps its bootstrap. Tested against per-transition reference
-loops (``tests/test_returns.py``).
+loops (``tests/data/test_returns.py``).
 """
 
 from __future__ import annotations
