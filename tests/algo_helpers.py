@@ -83,8 +83,15 @@ def learnable(algorithm: Algorithm, rollout: Rollout) -> Rollout:
     """``rollout`` as the on-policy trainer's read path hands it to ``algorithm``'s update
     (rltrain.data.reading.transformed): with what the transforms it declares compute (GAE, by
     its critic as it is now). A rollout's transforms read its record alone: the storage
-    beside it is an empty one of its shapes."""
+    beside it is an empty one of its shapes. The fields the algorithm declares
+    (``AlgoSpec.stored``) that ``rollout`` lacks are zeros, as a random rollout has no
+    acting time to take them from (a recurrent policy's state: every lane starts afresh)."""
     lanes, t = rollout.valid.shape
+    declared = ALGORITHMS[algorithm.cfg.name].stored_fields(algorithm.cfg, algorithm.info)
+    missing = {f.name: np.zeros((lanes, t, *f.shape), f.dtype) for f in declared
+               if f.name not in rollout.fields}
+    if missing:
+        rollout = dataclasses.replace(rollout, fields={**rollout.fields, **missing})
     storage = ReplayBuffer(lanes, max(t, 1), rollout.obs.shape[2:], rollout.act.shape[2:],
                            rollout.act.dtype, obs_dtype=rollout.obs.dtype, circular=False)
     return transformed(rollout, algorithm.transforms(), storage)

@@ -41,7 +41,7 @@ from rltrain.errors import NonFiniteError, mark_env_failure
 from rltrain.masking import KEY as MASK_KEY
 from rltrain.masking import is_masked
 from rltrain.observations import Packer, layout
-from rltrain.recurrent import RecurrentPolicy, reset_where
+from rltrain.recurrent import STATE_FIELD, RecurrentPolicy, reset_where
 from rltrain.stats import Episodes
 
 #: sees each batch of observations before the policy acts on it (observation statistics)
@@ -166,22 +166,24 @@ class Collector:
 
     def _remembering(self, policy: RecurrentPolicy) -> Policy:
         """``policy`` as a plain one that acts with this collector's memory of each env and
-        keeps the next states; the buffer (if any) is told the state each of its empty lanes'
-        first transition is acted on with. Under inference mode (collect() enters it)."""
+        keeps the next states. When the buffer (if any) stores the state each transition was
+        acted on with (its algorithm declares :data:`rltrain.recurrent.STATE_FIELD`), the
+        policy returns it beside the actions (:class:`~rltrain.core.Acted`). Under inference
+        mode (collect() enters it)."""
         if self._memory is None:
             self._memory = policy.initial_state(self.num_envs)
         elif self._memory.shape != (self.num_envs, policy.state_size):
             raise ValueError(f"the collector holds states of shape {tuple(self._memory.shape)}"
                              f", but the policy's are {policy.state_size} wide; reset() first")
-        if self.buffer is not None:
-            # next-step mode: an env whose coming step is a reset step stores its first
-            # transition on the step after, which starts an episode
-            first = self._starts | self._resetting if self.next_step_mode else self._starts
-            self.buffer.set_start_state(reset_where(self._memory, first).cpu().numpy())
+        stores = self.buffer is not None and any(f.name == STATE_FIELD
+                                                 for f in self.buffer.declared)
 
-        def act(obs: np.ndarray) -> np.ndarray:
+        def act(obs: np.ndarray) -> np.ndarray | Acted:
             assert self._memory is not None  # made above
-            actions, self._memory = policy.step(obs, reset_where(self._memory, self._starts))
+            acted_with = reset_where(self._memory, self._starts)
+            actions, self._memory = policy.step(obs, acted_with)
+            if stores:
+                return Acted(actions, {STATE_FIELD: acted_with.cpu().numpy()})
             return actions
 
         return act

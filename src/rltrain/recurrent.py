@@ -32,6 +32,17 @@ from rltrain.encoders import Encoder
 #: the cores ``algo.rnn`` may name
 RNN_KINDS = ("lstm", "gru")
 
+#: the field a recurrent algorithm declares (``AlgoSpec.stored``) for the state its policy
+#: acted on each transition with: the collector stores it beside the transition, and an
+#: update replays each lane's sequence from the state of its first transition
+STATE_FIELD = "policy_state"
+
+
+def core_state_size(kind: str, hidden_size: int) -> int:
+    """The width of a :class:`RecurrentCore`'s state: ``h`` and ``c`` (LSTM) or ``h`` (GRU),
+    each ``hidden_size`` wide."""
+    return hidden_size * (2 if kind == "lstm" else 1)
+
 #: one step of a recurrent policy: (observations, states) -> (actions, next states)
 StepFn = Callable[[np.ndarray, torch.Tensor], tuple[np.ndarray, torch.Tensor]]
 
@@ -64,7 +75,7 @@ class RecurrentCore(nn.Module):
                 nn.init.orthogonal_(p, 1.0)
         #: the parts of the state, in order (the ONNX graph's state inputs are named after them)
         self.state_names: tuple[str, ...] = ("h", "c") if self.lstm else ("h",)
-        self.state_size = hidden_size * len(self.state_names)
+        self.state_size = core_state_size(kind, hidden_size)
 
     def forward(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """One step: (output, next state)."""
@@ -225,8 +236,8 @@ class RecurrentPolicy:
 def episode_starts(dones: np.ndarray) -> np.ndarray:
     """Which transitions of a rollout's lanes ``(num_lanes, T)`` start an episode after the
     lane's first transition: those that follow a done (terminated or truncated). Position 0 is
-    never one: its state is the lane's start state (``Rollout.start_state``), the state the
-    policy acted on that transition with, already reset if an episode began there. Under
+    never one: its state is the one stored with it (:data:`STATE_FIELD`), the state the policy
+    acted on that transition with, already reset if an episode began there. Under
     next-step autoreset the reset step between a done and the next episode's first transition
     is not stored, so that transition still follows the done in its lane."""
     starts = np.zeros(dones.shape, dtype=bool)

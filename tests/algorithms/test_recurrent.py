@@ -6,6 +6,7 @@ through rltrain-eval and rltrain-export (ONNX against torch over whole episodes)
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 import time
@@ -30,16 +31,19 @@ from conftest import (
 )
 from rltrain import collect, evaluate, export
 from rltrain.algorithms.ppo_lstm import PPOLSTM, PPOLSTMConfig
+from rltrain.algorithms.registry import ALGORITHMS
 from rltrain.checkpoint import load_checkpoint
 from rltrain.collector import Collector
 from rltrain.config import ConfigError
 from rltrain.core import Progress
 from rltrain.data.batch import Rollout
+from rltrain.data.fields import Field
 from rltrain.data.reading import transformed
 from rltrain.data.storage import ReplayBuffer
 from rltrain.envs import space_info
 from rltrain.recurrent import (
     RNN_KINDS,
+    STATE_FIELD,
     RecurrentCore,
     RecurrentPolicy,
     episode_starts,
@@ -157,8 +161,16 @@ def test_the_update_replays_the_initial_state_after_each_done(kind, shared_core)
                       rew=np.ones((lanes, t), np.float32),
                       next_obs=rng.normal(size=(lanes, t, 4)).astype(np.float32),
                       terminated=terminated, truncated=truncated,
-                      valid=np.ones((lanes, t), bool), start_state=start)
+                      valid=np.ones((lanes, t), bool),
+                      # the state stored with each transition: the replay starts from the first
+                      fields={STATE_FIELD: np.concatenate(
+                          [start[:, None], np.full((lanes, t - 1, algo.state_size), 9.0,
+                                                   np.float32)], 1)})
     states = algo.replayed_states(rollout)
+    without = dataclasses.replace(rollout, fields={})
+    with pytest.raises(ValueError, match="replays each lane from the state stored with its "
+                                         "first transition"):
+        algo.replayed_states(without)  # never from zeros, silently
     np.testing.assert_array_equal(states[0, 3], 0.0)
     np.testing.assert_array_equal(states[1, 5], 0.0)
     np.testing.assert_array_equal(states[:, 0], start)
@@ -188,7 +200,8 @@ def test_the_collector_resets_each_envs_memory_where_its_episode_starts(mode):
     equals it, in both autoreset modes (next-step: the reset step acts on the final
     observation, T, with the state T), across collections."""
     envs = make_envs(COUNTER_ID, 3, mode)
-    buffer = ReplayBuffer(3, 64, (3,), (), np.int64, circular=False)
+    buffer = ReplayBuffer(3, 64, (3,), (), np.int64, circular=False,
+                          fields=(Field(STATE_FIELD, (1,), np.dtype(np.float32)),))
     collector = Collector(envs, buffer)
     collector.reset(seed=0)
     seen: list = []
@@ -196,8 +209,9 @@ def test_the_collector_resets_each_envs_memory_where_its_episode_starts(mode):
         buffer.clear()
         collector.collect(counting_policy(seen), n_steps=3 * n)
         rollout = buffer.rollout()
-        # the state each lane's first stored transition was acted on with
-        np.testing.assert_array_equal(rollout.start_state[:, 0], rollout.obs[:, 0, 0])
+        # the state each stored transition was acted on with, stored beside it
+        stored = rollout.fields[STATE_FIELD][..., 0]
+        np.testing.assert_array_equal(stored[rollout.valid], rollout.obs[..., 0][rollout.valid])
     assert len(seen) == 22
     for count, state in seen:
         np.testing.assert_array_equal(state, count)
@@ -236,7 +250,8 @@ def test_the_update_replays_the_states_the_collector_acted_with(mode):
     envs = make_envs("CartPole-v1", 3, mode)
     info = space_info(envs, "CartPole-v1", 500, 475.0)
     algo = small_ppo_lstm(info)
-    buffer = ReplayBuffer(3, 64, info.obs_shape, (), np.int64, circular=False)
+    buffer = ReplayBuffer(3, 64, info.obs_shape, (), np.int64, circular=False,
+                          fields=ALGORITHMS["ppo_lstm"].stored_fields(algo.cfg, info))
     collector = Collector(envs, buffer)
     collector.reset(seed=1)
     for _ in range(3):

@@ -16,7 +16,9 @@ observation, and is solved from a few.
 - **Acting.** The collector keeps each env's state (rltrain.recurrent.RecurrentPolicy): the
   actor's and, while training, the critic's, so the critic's state at a rollout's start is
   its state of the episodes in flight. Test and eval episodes carry the actor's alone.
-- **Learning.** The rollout buffer holds each lane's start state. GAE (the read path's
+- **Learning.** The rollout buffer stores the state each transition was acted on with, a
+  field this algorithm declares (``AlgoSpec.stored``: rltrain.recurrent.STATE_FIELD); a
+  lane's start state is its first transition's. GAE (the read path's
   transform, which asks :meth:`PPOLSTM.rollout_values`) first replays every lane from it
   with the parameters that collected the rollout (no gradient): the values, V(s') from the
   state after each step (a truncated episode bootstraps from its true final observation and
@@ -51,15 +53,18 @@ from rltrain.algorithms.registry import CONTINUOUS, DISCRETE, AlgoSpec, register
 from rltrain.config import ConfigError, check_positive
 from rltrain.core import Policy, Progress, SpaceInfo
 from rltrain.data.batch import Rollout
+from rltrain.data.fields import Field
 from rltrain.nets import CategoricalActor, EncodedMLP, GaussianActor
 from rltrain.observations import raw_tensors
 from rltrain.optim import Adam
 from rltrain.recurrent import (
     RNN_KINDS,
+    STATE_FIELD,
     CoreFeatures,
     MemoryNet,
     RecurrentCore,
     RecurrentPolicy,
+    core_state_size,
     episode_starts,
     sequence_chunks,
 )
@@ -132,8 +137,7 @@ class PPOLSTM(PPO):
         self.discrete = info.discrete
         encoder = self.encoder()
         raw = raw_tensors(info.obs_space)
-        shared_core = ((raw and cfg.share_encoder is not False) if cfg.shared_core is None
-                       else cfg.shared_core)
+        shared_core = _shared_core(cfg, info)
         #: one encoder for both networks: a minibatch encodes its observations once
         self.shared = shared_core or (raw if cfg.share_encoder is None else cfg.share_encoder)
         hidden = cfg.rnn_hidden_size
@@ -157,6 +161,7 @@ class PPOLSTM(PPO):
         self.pi_state = self.pi_net.core.state_size
         self.state_size = self.pi_state + (0 if self.v_net is None else
                                            self.v_net.core.state_size)
+        assert (self.state_size,) == _stored(cfg, info)[0].shape  # what storage was made for
         self.to(device)
         self.optim = Adam(self.parameters(), lr=cfg.lr, eps=1e-5)
 
@@ -255,10 +260,10 @@ class PPOLSTM(PPO):
     def _replay_rollout(self, obs: np.ndarray, valid: np.ndarray,
                         start_state: np.ndarray | None, dones: np.ndarray) -> Replay:
         """Every lane of a rollout (its observations ``(lanes, T, ...)``, which slots hold a
-        transition, each lane's start state and where episodes ended) replayed from its start
-        state, step by step, by the parameters that collected it (no gradient): the states it
-        was acted on with, so that chunks can start anywhere, and what the losses compare
-        with."""
+        transition, each lane's start state: the state stored with its first transition, and
+        where episodes ended) replayed from its start state, step by step, by the parameters
+        that collected it (no gradient): the states it was acted on with, so that chunks can
+        start anywhere, and what the losses compare with."""
         lanes, t = valid.shape
         x = self._obs(obs.reshape(lanes * t, *obs.shape[2:]))
         x = x.reshape(lanes, t, *x.shape[1:])
@@ -274,8 +279,8 @@ class PPOLSTM(PPO):
     def replayed_states(self, rollout: Rollout) -> np.ndarray:
         """The state each transition of a rollout ``(lanes, T, state_size)`` was acted on with,
         as an update replays it (zeros where an episode starts)."""
-        replay = self._replay_rollout(rollout.obs, rollout.valid, rollout.start_state,
-                                      rollout.dones)
+        replay = self._replay_rollout(rollout.obs, rollout.valid,
+                                      _start_state(rollout.fields), rollout.dones)
         return replay.before.cpu().numpy()
 
     def rollout_values(self, record: Mapping[str, Any]) -> dict[str, Any]:
@@ -284,7 +289,7 @@ class PPOLSTM(PPO):
         which the update reuses (``replay``): V(s') is one more step of the critic's core
         from the state after each step, on the transition's own next observation."""
         lanes, t = record["valid"].shape
-        replay = self._replay_rollout(record["obs"], record["valid"], record["start_state"],
+        replay = self._replay_rollout(record["obs"], record["valid"], _start_state(record),
                                       record["terminated"] | record["truncated"])
         next_obs = record["next_obs"]
         with torch.no_grad():
@@ -353,8 +358,41 @@ class PPOLSTM(PPO):
         return self._clipped_step(logp, entropy_all, v[mask], adv, ret, old_v, old_logp)
 
 
+def _shared_core(cfg: PPOLSTMConfig, info: SpaceInfo) -> bool:
+    """One core for the actor and the critic (``algo.shared_core``; null: for image and Dict
+    observations unless ``algo.share_encoder=false``)."""
+    if cfg.shared_core is not None:
+        return cfg.shared_core
+    return raw_tensors(info.obs_space) and cfg.share_encoder is not False
+
+
+def _stored(cfg: PPOLSTMConfig, info: SpaceInfo) -> tuple[Field, ...]:
+    """What storage keeps beside each transition: the state the policy acted on it with
+    (the actor's core's, then the critic's when it has its own), from which an update
+    replays each lane's sequence."""
+    one = core_state_size(cfg.rnn, cfg.rnn_hidden_size)
+    size = one if _shared_core(cfg, info) else 2 * one
+    return (Field(STATE_FIELD, (size,), np.dtype(np.float32)),)
+
+
+def _start_state(fields: Mapping[str, Any]) -> np.ndarray | None:
+    """Each lane's start state: the state stored with its first transition (None for a
+    rollout of no steps).
+
+    :raises ValueError: the rollout's storage did not keep the states (it was not built with
+        this algorithm's declared fields): replaying from zeros instead would be wrong.
+    """
+    state = fields.get(STATE_FIELD)
+    if state is None:
+        raise ValueError(f"ppo_lstm replays each lane from the state stored with its first "
+                         f"transition ({STATE_FIELD!r}), and this rollout has none: build its "
+                         "storage with the algorithm's declared fields (AlgoSpec.stored)")
+    return None if state.shape[1] == 0 else state[:, 0]
+
+
 register(AlgoSpec(
     name="ppo_lstm", config=PPOLSTMConfig, build=PPOLSTM, trainers=("onpolicy",),
+    stored=_stored,
     actions=(DISCRETE, CONTINUOUS),
     console=(("pg_loss", "pg"), ("v_loss", "vf"), ("entropy", "ent"), ("approx_kl", "kl")),
     paper="Schulman et al. 2017, arXiv:1707.06347; Hochreiter & Schmidhuber 1997 (LSTM)",

@@ -58,9 +58,6 @@ class Rollout:
     terminated: np.ndarray
     truncated: np.ndarray
     valid: np.ndarray
-    #: a recurrent policy's state ``(num_lanes, state_size)`` on each lane's first transition:
-    #: what the policy acted on it with (rltrain.recurrent); None for a policy without memory
-    start_state: np.ndarray | None = None
     #: the algorithm's declared fields (``AlgoSpec.stored``), ``(num_lanes, T, ...)`` each,
     #: and what its transforms computed beside the attributes below, by name (e.g. a shared
     #: encoder's features of the observations, which the update reuses)

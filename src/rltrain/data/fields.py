@@ -65,7 +65,7 @@ TRANSITION_FIELDS = ("obs", "act", "rew", "terminated", "truncated")
 RESERVED = frozenset({*TRANSITION_FIELDS, "next_obs", "frames", "back", "history",
                       "frame_stack", "lane_capacity", "ptr", "size", "added", "aside_rows",
                       "asides", "pending", "lanes", "positions", "window", "discount",
-                      "weights", "valid", "start_state", "obs_frames", "next_obs_frames",
+                      "weights", "valid", "obs_frames", "next_obs_frames",
                       "meta"})
 
 

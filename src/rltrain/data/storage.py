@@ -117,8 +117,6 @@ class ReplayBuffer:
         self.size = np.zeros(num_lanes, dtype=np.int64)
         #: transitions ever written per lane (a prioritised sampler finds the new ones by it)
         self.added = np.zeros(num_lanes, dtype=np.int64)
-        #: a recurrent policy's state on each lane's first transition (:meth:`set_start_state`)
-        self.start_state: np.ndarray | None = None
         self._touched = np.zeros(num_lanes, dtype=np.int64)  # slots ever written, per lane
         #: every lane's ptr is the same (False may be wrong, True never is)
         self._lockstep = True
@@ -182,20 +180,6 @@ class ReplayBuffer:
         return np.where(self.size == self.lane_capacity, self.ptr % self.lane_capacity, 0)
 
     # ------------------------------------------------------------------ writing
-    def set_start_state(self, state: np.ndarray) -> None:
-        """For each lane that holds no transition yet, the state ``(num_lanes, state_size)`` a
-        recurrent policy acts on the lane's next (its first) transition with; lanes that hold
-        transitions keep theirs. :meth:`rollout` hands it on: an on-policy update replays each
-        lane's sequence from it (rltrain.recurrent)."""
-        state = np.asarray(state, dtype=np.float32)
-        if self.start_state is None or self.start_state.shape != state.shape:
-            if self.start_state is not None and (self.size > 0).any():
-                raise ValueError(f"start state of shape {state.shape}, but the lanes' states "
-                                 f"are {self.start_state.shape}")
-            self.start_state = np.zeros_like(state)
-        empty = self.size == 0
-        self.start_state[empty] = state[empty]
-
     def add(
         self,
         obs: np.ndarray,
@@ -500,7 +484,6 @@ class ReplayBuffer:
         next_obs[~valid] = 0
         first = {name: self.codecs[name].first(t, valid) for name in TRANSITION_FIELDS[1:]}
         return Rollout(obs=obs, next_obs=next_obs, valid=valid, **first,
-                       start_state=None if self.start_state is None else self.start_state.copy(),
                        fields={f.name: self.codecs[f.name].first(t, valid)
                                for f in self.declared})
 
