@@ -189,7 +189,6 @@ def task(cfg: Any) -> Any:
 
 def _task(cfg: Any) -> Any:
     from hydra.core.hydra_config import HydraConfig
-    from omegaconf import OmegaConf
 
     from rltrain import batch_scheduler, rundir, trust
     from rltrain.config import ConfigError, overrides_as_typed
@@ -198,8 +197,6 @@ def _task(cfg: Any) -> Any:
     from rltrain.settings import plain
     from rltrain.sweeps import attempts, status, stopping, workers
     from rltrain.sweeps.command import STATE
-    from rltrain.sweeps.jobs import JobFailed
-    from rltrain.trainer import failure_text
 
     hydra_cfg = HydraConfig.get()
     single = hydra_cfg.mode is None or hydra_cfg.mode.name == "RUN"
@@ -256,37 +253,61 @@ def _task(cfg: Any) -> Any:
         if _full_error():
             raise
         ended = Ended(2, f"error: {said}{clip_long_words(str(e))}", error=e)
-    code, message, info = ended.code, ended.message, ended.info
-    refused = not single and isinstance(ended.error, rundir.RunDirError)
-    if refused:  # the directory is another run's, or cannot be used
+    if not single:
+        _record_failure(ended, run_dir, cfg, overrides)
+    if ended.message is not None:
+        _say(ended.message)
+    signals.hand_over_preemption()  # a submitit job: requeued now, and resumed when it runs
+    if single:
+        if ended.code:
+            raise _Done(ended.code)
+        if not cfg.logger.get("quiet"):
+            print(rundir.next_step(run_dir), flush=True)
+        assert ended.info is not None  # it trained: every other end has a code
+        return ended.info.best_score
+    return _job_result(ended, ctx, label)
+
+
+def _record_failure(ended: Any, run_dir: Path, cfg: Any, overrides: list[str]) -> None:
+    """A sweep job that did not train says why in its directory (the sweep's list reads it):
+    refused (the directory is another run's, or cannot be used), or failed before training
+    (with the config snapshot a failed job's directory keeps)."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    from rltrain import rundir
+    from rltrain.config import ConfigError
+    from rltrain.sweeps import status
+    from rltrain.trainer import failure_text
+
+    if isinstance(ended.error, rundir.RunDirError):
         status.refuse(run_dir, clip_long_words(str(ended.error)))
-    elif not single and isinstance(ended.error, ConfigError):
+    elif isinstance(ended.error, ConfigError):
         status.write_status(run_dir, "failed", str(ended.error))
         if not (run_dir / ".hydra").exists():
             rundir.write_hydra_snapshot(run_dir, OmegaConf.create(cfg),
                                         HydraConfig.instance().cfg, overrides)
-    elif not single and ended.error is not None:
+    elif ended.error is not None:
         status.write_status(run_dir, "failed", failure_text(ended.error))
-    if message is not None:
-        _say(message)
-    signals.hand_over_preemption()  # a submitit job: requeued now, and resumed when it runs
-    if single:
-        if code:
-            raise _Done(code)
-        if not cfg.logger.get("quiet"):
-            print(rundir.next_step(run_dir), flush=True)
-        assert info is not None  # it trained: every other end has a code
-        return info.best_score
-    if code in (1, 2) and refused:
-        raise JobFailed(f"rltrain: {label}not run: {run_dir} is not this job's to use")
-    if code in (1, 2):
-        raise JobFailed(f"rltrain: {label}failed (see {run_dir}/summary.json)")
-    if code:
+
+
+def _job_result(ended: Any, ctx: Any, label: str) -> Any:
+    """What a sweep job returns to Hydra's launcher: the best score (an Optuna trial: its
+    objective and status), None when it stopped, or JobFailed when it failed or was refused."""
+    from rltrain import rundir
+    from rltrain.sweeps.jobs import JobFailed
+
+    if ended.code in (1, 2) and isinstance(ended.error, rundir.RunDirError):
+        raise JobFailed(f"rltrain: {label}not run: {ctx.run_dir} is not this job's to use")
+    if ended.code in (1, 2):
+        raise JobFailed(f"rltrain: {label}failed (see {ctx.run_dir}/summary.json)")
+    if ended.code:
         return None
+    info = ended.info
     assert info is not None  # it trained: every other end has a code
     if ctx.trial is not None:  # an Optuna trial: what the sweeper tells the study
         return {"value": ctx.trial.value(), "status": info.status, "epochs": info.epochs,
-                "run_dir": str(run_dir)}
+                "run_dir": str(ctx.run_dir)}
     return info.best_score
 
 

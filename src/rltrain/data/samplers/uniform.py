@@ -37,7 +37,10 @@ class UniformSampler:
         ends = np.cumsum(size)
         lanes = np.searchsorted(ends, flat, side="right")
         offsets = flat - (ends - size)[lanes]
-        return lanes, (buffer.oldest()[lanes] + offsets) % cap
+        # each lane's oldest slot: its write position once full, else 0 (the ring's layout,
+        # read from the two arrays this sampler already reads, without a call back)
+        oldest = np.where(size == cap, buffer.ptr % cap, 0)
+        return lanes, (oldest[lanes] + offsets) % cap
 
     def weights(self, lanes: np.ndarray, positions: np.ndarray, fraction: float) -> None:
         return None
