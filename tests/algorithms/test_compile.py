@@ -44,7 +44,7 @@ def test_ppos_compiled_minibatch_steps_equal_eager_ones(float64):
                    CARTPOLE, CPU, 0)
 
     eager, compiled = make(False), make(True)
-    assert not compiled.by_hand and not compiled.batchable()
+    assert not compiled.by_hand and not compiled.batchable
     eager.by_hand = False  # the autograd step the compiled one compiles
     g = torch.Generator().manual_seed(1)
     n = 64

@@ -273,8 +273,8 @@ def test_members_with_and_without_value_clipping_stack_in_separate_batches():
 
 
 def test_ppo_on_images_or_with_a_shared_encoder_updates_alone():
-    assert _ppo("CartPole-v1", 0).batchable()
-    assert not _ppo("CartPole-v1", 0, share_encoder=True).batchable()
+    assert _ppo("CartPole-v1", 0).batchable
+    assert not _ppo("CartPole-v1", 0, share_encoder=True).batchable
 
 
 # --------------------------------------------------------------------------- the launcher

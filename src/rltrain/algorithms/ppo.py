@@ -83,6 +83,10 @@ class PPO(ActorCritic):
         #: MLPs on vector observations, not compiled; tests set it False to compare with
         #: autograd
         self.by_hand = type(self) is PPO and self.stackable() and not cfg.compile
+        #: its minibatch steps may run stacked with other members' of a batched sweep (plain
+        #: PPO on a stackable network, not compiled), decided once: any other PPO run in a
+        #: batched sweep updates alone, as it would in its own process
+        self.batchable = self.by_hand
 
     def optimizers(self) -> dict[str, Adam]:
         return {"optim": self.optim}
@@ -111,7 +115,7 @@ class PPO(ActorCritic):
         # stream as drawing each before its pass)
         perms = [torch.randperm(n, device=self.device) for _ in range(repetitions)]
         tensors = (obs, act, adv_t, ret, old_v, old_logp)
-        if self.batchable():
+        if self.batchable and stacking.meeting() is not None:
             # in a member of a batched sweep, the members' minibatch steps run as one
             # computation (ppo_stacked.py); anywhere else, this run's own
             sums, steps = stacking.stack(StackedSteps(self, tensors, perms, size))
@@ -219,12 +223,6 @@ class PPO(ActorCritic):
         """The numbers in this run's loss, as its faster forms take them."""
         cfg = self.cfg
         return Coefficients(cfg.clip_ratio, cfg.value_clip, cfg.ent_coef, cfg.vf_coef)
-
-    def batchable(self) -> bool:
-        """Whether this run's minibatch steps can run stacked with other members' of a
-        batched sweep (plain PPO on a :meth:`stackable` network). Any other PPO run in a
-        batched sweep updates alone, as it would in its own process."""
-        return type(self) is PPO and self.stackable() and not self.cfg.compile
 
 
 register(AlgoSpec(
