@@ -35,7 +35,7 @@ from mkdocs.exceptions import PluginError
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 
-#: the package of an env's entry point -> the rltrain extra it needs (rltrain.envs.EXTRAS)
+#: the package of an env's entry point -> the rltrain extra it needs (rltrain.envs.vector.EXTRAS)
 ENV_EXTRAS = (("gymnasium.envs.mujoco", "mujoco"), ("gymnasium.envs.box2d", "box2d"),
               ("ale_py", "atari"), ("minatar", "minatar"), ("minigrid", "minigrid"))
 
@@ -161,7 +161,7 @@ def options(group: str) -> list[Path]:
 def group_table(group: str) -> str:
     """A group's options; one a command line chooses as ``GROUP=OPTION`` (rltrain --help's
     groups), any other by its path (``tuned/sac_pendulum``, applied automatically)."""
-    from rltrain.cli import USER_GROUPS  # light: the CLI imports torch only when it runs
+    from rltrain.commands.train import USER_GROUPS  # light: the CLI imports torch only when it runs
 
     sep = "=" if group in USER_GROUPS else "/"
     rows = [f"| `{group}{sep}{p.stem}` | {first_sentence(p)} |" for p in options(group)]

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 
 from hydra import compose, initialize_config_dir
 
-from rltrain.build import Parts, build_parts, build_trainer
-from rltrain.catalogue import register_configs
-from rltrain.cli import conf_dir
-from rltrain.settings import Settings, settings
-from rltrain.trainer import Trainer
+from rltrain.assembly.build import Parts, build_parts, build_trainer
+from rltrain.assembly.checked_config import Settings, settings
+from rltrain.assembly.registered_schemas import register_configs
+from rltrain.commands.train import conf_dir
+from rltrain.trainers import Trainer
 
 
 @dataclass

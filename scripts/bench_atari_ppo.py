@@ -48,7 +48,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.vec_env import VecFrameStack
-from rltrain.wrappers import FireReset
+from rltrain.envs.wrappers import FireReset
 gym.register_envs(ale_py)
 game, steps, device, out = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 EPOCH, SCHEDULE = 10240, 10240 * 1000

@@ -39,9 +39,9 @@ import gymnasium as gym
 import numpy as np
 from hydra import compose, initialize_config_dir
 
-from rltrain.catalogue import register_configs
-from rltrain.envs import make_vector_env
-from rltrain.settings import settings
+from rltrain.assembly.checked_config import settings
+from rltrain.assembly.registered_schemas import register_configs
+from rltrain.envs.vector import make_vector_env
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 

@@ -66,7 +66,7 @@ TASKS = {
 #: batched: the batched launcher in one process (hydra.launcher.n_jobs=1); batched2: with
 #: hydra.launcher.n_jobs=2 (two worker processes, forked; the launcher's default on 2 CPUs)
 LAUNCHERS = ("basic", "joblib", "batched", "batched2")
-#: the batched launcher's last line (rltrain.batched), printed once per batch
+#: the batched launcher's last line (rltrain.sweeps.batched), printed once per batch
 BATCH_LINE = re.compile(r"rltrain: the batch (?:of jobs [\d, ]+ )?ran \d+ updates as \d+ "
                         r"stacked computations")
 #: the batched launcher's line for a job it runs as an ordinary job

@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 from _build import build
-from rltrain.checkpoint import load_checkpoint, save_checkpoint
-from rltrain.lifecycle import rng_state
+from rltrain.assembly.lifecycle import rng_state
+from rltrain.rundir.checkpoint import load_checkpoint, save_checkpoint
 
 
 def vm_kib(field: str) -> int:

@@ -1,6 +1,6 @@
 """The image encoders' training step on the CPU: forward and backward of each convolutional
 torso at a training batch, its input in NCHW memory (contiguous) against NHWC memory
-(``channels_last``, what rltrain.encoders.image.ImageInput gives the convolutions), on raw
+(``channels_last``, what rltrain.nets.encoders.image.ImageInput gives the convolutions), on raw
 uint8 observations scaled inside the network either way. Before ImageInput asked for NHWC,
 a CHW observation (Atari's frame stack) reached the convolutions as NCHW; an HWC one (MinAtar,
 MiniGrid, CarRacing) already as NHWC, its permuted view.
@@ -26,7 +26,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rltrain.encoders.image import ConvEncoder, ImageInput, impala_cnn, minatar_cnn, nature_cnn
+from rltrain.nets.encoders.image import ConvEncoder, ImageInput, impala_cnn, minatar_cnn, nature_cnn
 
 CASES: dict[str, tuple[Callable[[gym.Space], ConvEncoder], tuple[int, ...]]] = {
     "nature (Atari, 4x84x84)": (nature_cnn, (4, 84, 84)),

@@ -74,7 +74,7 @@ def update_worker(algo_name: str, device: str, compile_: bool, steps: int, pinne
 
     sys.path.insert(0, str(ROOT / "scripts"))
     from _build import build
-    from rltrain.core import Progress
+    from rltrain.common.types import Progress
 
     b = build([f"algo={algo_name}", "env=halfcheetah", f"device={device}",
                f"algo.compile={str(compile_).lower()}"])
@@ -136,7 +136,7 @@ def update_worker(algo_name: str, device: str, compile_: bool, steps: int, pinne
 EAGER_ACTING = ("import sys; from rltrain.algorithms import actor_critic, ddpg, sac; "
                 "plain = lambda algo, name: getattr(algo, name); "
                 "sac.acting = ddpg.acting = actor_critic.acting = plain; "
-                "from rltrain.cli import main; sys.argv[0] = 'rltrain'; main()")
+                "from rltrain.commands.train import main; sys.argv[0] = 'rltrain'; main()")
 
 
 def cli_rate(overrides: list[str], timeout: float, eager_acting: bool = False
@@ -254,7 +254,7 @@ def section(name: str, args: argparse.Namespace, emit) -> None:
             emit({"section": name, "launcher": launcher, "rc": res.returncode})
     elif name == "tests":
         res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                              "-n", "0", "-k", "cuda", "tests/run/test_settings.py",
+                              "-n", "0", "-k", "cuda", "tests/assembly/test_checked_config.py",
                               "tests/nets/test_image_encoders.py",
                               "tests/data/test_device_copies.py",
                               "tests/algorithms/test_compile.py",

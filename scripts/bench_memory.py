@@ -217,7 +217,7 @@ def atari_nominal(kind: str, buffer) -> float:  # rltrain's or SB3's buffer
 def atari_child(kind: str, size: int, part: int, limit: float) -> dict:
     """Build one Atari buffer, at ``size`` if its nominal bytes fit under ``limit`` and the
     memory available, else at ``part``; fill it whole; report (run in a fresh process)."""
-    from rltrain.system import available_memory
+    from rltrain.process.system import available_memory
 
     nominal = atari_nominal(kind, atari_buffer(kind, 1))
     room = min(limit, 0.8 * (available_memory() or limit))

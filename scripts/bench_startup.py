@@ -49,7 +49,7 @@ def timed(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float
 def import_report(work: Path, env: dict[str, str], top: int = 15) -> list[tuple[str, float]]:
     """Import seconds of one smoke run (-X importtime) by top-level package: each module's
     own time, so that torch imported from inside rltrain counts as torch's."""
-    res = subprocess.run([sys.executable, "-X", "importtime", "-m", "rltrain.cli",
+    res = subprocess.run([sys.executable, "-X", "importtime", "-m", "rltrain.commands.train",
                           "experiment=smoke", f"hydra.run.dir={work / 'imp'}", "-q"],
                          cwd=work, env=env, capture_output=True, text=True, check=True)
     own: collections.Counter[str] = collections.Counter()

@@ -29,8 +29,8 @@ import torch
 
 from _build import build
 from rltrain.algorithms.ppo import PPO
-from rltrain.core import Progress
-from rltrain.nets import mlp
+from rltrain.common.types import Progress
+from rltrain.nets.actors_critics import mlp
 
 #: rltrain overrides equal to rl-zoo3's hyperparams/ppo.yml for CartPole-v1
 ZOO_PPO = ["algo=ppo", "env=cartpole", "env.num_train_envs=8",

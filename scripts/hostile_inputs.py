@@ -1365,7 +1365,7 @@ def issue45_s2_dict_cases() -> list[Case]:
         trains("env=minigrid env.num_train_envs=1"),
         trains("env=minigrid algo=dqn env.num_train_envs=1 env.num_test_envs=1"),
         trains("env=minigrid env.num_train_envs=3 env.num_test_envs=3"),
-        Case("batched sweep on MiniGrid, one env per lane", sweep, "ok", check=both_jobs),
+        Case("batched sweep on MiniGrid, one env per member", sweep, "ok", check=both_jobs),
     ]
 
 
@@ -1424,7 +1424,7 @@ def issue45_s4_domain_cases() -> list[Case]:
         import h5py  # imported here: only the dataset cases need it
 
         made = subprocess.run(resolve(["rltrain-collect", "--random", "--env",
-                                       "rltrain.wrappers:MinAtar/Breakout-v1", "--steps",
+                                       "rltrain.envs.wrappers:MinAtar/Breakout-v1", "--steps",
                                        "300", "--out", "m.h5"]), cwd=tmp, env=child_env(tmp),
                               capture_output=True, timeout=300)
         if made.returncode != 0:
@@ -1611,12 +1611,12 @@ def issue45_s5_sweep_cases() -> list[Case]:
 
     smoke_tiny = [SMOKE, "trainer.max_epochs=1", "trainer.epoch_num_steps=256", *sweep]
     return [
-        Case("batched sweep, SIGTERM twice as its lanes are built, then the finish command",
+        Case("batched sweep, SIGTERM twice as its members are built, then the finish command",
              ["rltrain", "--multirun", "hydra/launcher=batched", "hydra.launcher.n_jobs=2",
               SMOKE, "trainer.max_epochs=6", "trainer.epoch_num_steps=2048", "seed=0,1,2,3",
               *sweep], "ok", check=finished_as_listed(4, 6),
              runner=stopped_twice_then_finished("[job 1] env ")),
-        Case("batched sweep in one process, SIGTERM twice as lane 1 is built, then finish",
+        Case("batched sweep in one process, SIGTERM twice as member 1 is built, then finish",
              ["rltrain", "--multirun", "hydra/launcher=batched", "hydra.launcher.n_jobs=1",
               SMOKE, "seed=0,1", *sweep], "ok", check=finished_as_listed(2, 2),
              runner=stopped_twice_then_finished("[job 1] env ")),
@@ -2005,7 +2005,7 @@ def issue45_s8_file_cases() -> list[Case]:
              check=no_lone_interval),
         Case("rltrain-collect --random --env MinAtar/Breakout-v1",
              ["rltrain-collect", "--random", "--env", "MinAtar/Breakout-v1", "--episodes", "2",
-              "--out", "m.h5"], "either", ("rltrain.wrappers:MinAtar/Breakout-v1",)),
+              "--out", "m.h5"], "either", ("rltrain.envs.wrappers:MinAtar/Breakout-v1",)),
         Case("rltrain-collect --random --env ALE/Pong-v5",
              ["rltrain-collect", "--random", "--env", "ALE/Pong-v5", "--episodes", "1",
               "--out", "p.h5"], "either", ("ale_py:ALE/Pong-v5",)),

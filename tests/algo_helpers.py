@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from rltrain.algorithms import ALGORITHMS, CONTINUOUS, DISCRETE, Algorithm, UpdateReport
-from rltrain.core import Progress, SpaceInfo
+from rltrain.common.types import Progress, SpaceInfo
 from rltrain.data.batch import Batch, Rollout
 from rltrain.data.reading import transformed
 from rltrain.data.storage import ReplayBuffer

@@ -26,18 +26,19 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from rltrain import collect, trust
 from rltrain.algorithms import ALGORITHMS
-from rltrain.catalogue import register_configs
-from rltrain.config import ConfigError
-from rltrain.lifecycle import RunContext
-from rltrain.overrides import prepare
-from rltrain.resume import resume
-from rltrain.run import run
-from rltrain.rundir import write_hydra_snapshot
-from rltrain.settings import plain
-from rltrain.stats import InfoStats
-from rltrain.streams import clip_long_words
+from rltrain.assembly.checked_config import plain
+from rltrain.assembly.lifecycle import RunContext
+from rltrain.assembly.registered_schemas import register_configs
+from rltrain.assembly.run import run
+from rltrain.commands import collect
+from rltrain.commands.command_line import prepare
+from rltrain.commands.resume import resume
+from rltrain.common.stats import InfoStats
+from rltrain.config.schemas import ConfigError
+from rltrain.process.streams import clip_long_words
+from rltrain.rundir import trust
+from rltrain.rundir.directory import write_hydra_snapshot
 
 BIN = Path(sys.executable).parent
 RLTRAIN = BIN / "rltrain"
@@ -60,7 +61,7 @@ def pytest_configure(config: pytest.Config) -> None:
             compileall.compile_dir(folder, quiet=1)
 
 
-# what rltrain records as set up on this machine (rltrain.trust) goes to a folder of this
+# what rltrain records as set up on this machine (rltrain.rundir.trust) goes to a folder of this
 # test process, in-process and in every CLI run it starts, never to the user's home
 os.environ["RLTRAIN_STATE_DIR"] = tempfile.mkdtemp(prefix="rltrain-test-state-")
 
@@ -68,9 +69,10 @@ os.environ["RLTRAIN_STATE_DIR"] = tempfile.mkdtemp(prefix="rltrain-test-state-")
 # --------------------------------------------------------------------------- in this process
 def compose_run(*overrides: str, hydra: bool = False) -> DictConfig:
     """The run config ``rltrain OVERRIDES`` composes, in-process (Hydra's compose API), the
-    command line first checked and prepared as the CLI does (:func:`rltrain.overrides.prepare`:
-    ``env.kwargs.KEY=VALUE`` needs no ``+``); ``--config-dir DIR`` adds DIR to the search
-    path, as Hydra's main does. ``hydra``: with Hydra's own config under ``hydra``."""
+    command line first checked and prepared as the CLI does
+    (:func:`rltrain.commands.command_line.prepare`: ``env.kwargs.KEY=VALUE`` needs no ``+``);
+    ``--config-dir DIR`` adds DIR to the search path, as Hydra's main does. ``hydra``: with Hydra's
+    own config under ``hydra``."""
     register_configs()
     composed: list[str] = []
     prepared = iter(prepare(list(overrides), CONF))
@@ -87,9 +89,9 @@ def compose_run(*overrides: str, hydra: bool = False) -> DictConfig:
 
 def run_in_process(run_dir: Path, *overrides: str) -> InfoStats:
     """Train ``rltrain OVERRIDES`` into ``run_dir`` in this process, through the composition
-    root the CLI calls (:func:`rltrain.run.run`); no live progress bar. As the CLI's job does,
-    the run, once accepted, gets its ``.hydra/`` snapshot, and the code its env config names
-    is recorded as consented to (rltrain.trust). The console's lines go to stdout (pytest's
+    root the CLI calls (:func:`rltrain.assembly.run.run`); no live progress bar. As the CLI's job
+    does, the run, once accepted, gets its ``.hydra/`` snapshot, and the code its env config names
+    is recorded as consented to (rltrain.rundir.trust). The console's lines go to stdout (pytest's
     ``capsys``), what the run logs to ``caplog``. The rest of the CLI's part (the run
     directory claimed, rltrain.log, the exit status and its message) runs in the tests that
     start ``rltrain``."""
@@ -109,8 +111,8 @@ def run_in_process(run_dir: Path, *overrides: str) -> InfoStats:
 def refusal(run_dir: Path, *overrides: str) -> str:
     """The message ``rltrain OVERRIDES`` refuses its input with, before training (the CLI
     prints ``rltrain: error: `` and this, and exits 2), found in this process: the command
-    line checked (:func:`rltrain.overrides.prepare`), composed and built by
-    :func:`rltrain.run.run` into ``run_dir``, which must be left empty."""
+    line checked (:func:`rltrain.commands.command_line.prepare`), composed and built by
+    :func:`rltrain.assembly.run.run` into ``run_dir``, which must be left empty."""
     run_dir.mkdir(parents=True, exist_ok=True)
     with pytest.raises(ConfigError) as refused:
         run(compose_run(*overrides, "logger.progress_bar=false"), RunContext(run_dir))
@@ -120,7 +122,7 @@ def refusal(run_dir: Path, *overrides: str) -> str:
 
 def resume_in_process(run_dir: Path, *args: str) -> tuple[int, list[str]]:
     """``rltrain resume=RUN_DIR ARGS`` in this process: the command's own function
-    (:func:`rltrain.resume.resume`, through the one door into a run). Returns the exit
+    (:func:`rltrain.commands.resume.resume`, through the one door into a run). Returns the exit
     status and what it says on stderr (each line after ``rltrain: ``); what the run logs
     goes to ``caplog``."""
     said: list[str] = []
@@ -131,9 +133,9 @@ def resume_in_process(run_dir: Path, *args: str) -> tuple[int, list[str]]:
 
 def command(main: Callable[[list[str]], None], *args: str | Path,
             cwd: Path | None = None) -> subprocess.CompletedProcess:
-    """A companion command (``rltrain-eval``'s :func:`rltrain.evaluate.main`, ``-export``'s,
-    ``-collect``'s, ``-report``'s) in this process, in ``cwd`` if given: its exit status (0,
-    or what it passed to ``sys.exit``) and what it wrote to stdout and stderr. The signal
+    """A companion command (``rltrain-eval``'s :func:`rltrain.commands.evaluate.main`,
+    ``-export``'s, ``-collect``'s, ``-report``'s) in this process, in ``cwd`` if given: its exit
+    status (0, or what it passed to ``sys.exit``) and what it wrote to stdout and stderr. The signal
     handlers a command installs for its process are put back afterwards."""
     handlers = {sig: signal.getsignal(sig) for sig in (SIGINT, SIGTERM, signal.SIGHUP)}
     out, err = io.StringIO(), io.StringIO()
@@ -339,7 +341,7 @@ def learning_records(run_dir: Path) -> list[dict]:
 
 def job_dir(sweep: Path, num: int) -> Path:
     """The directory of job ``num`` of a sweep (named ``<overrides that differ>_job<num>``)."""
-    from rltrain.config import job_number
+    from rltrain.config.schemas import job_number
 
     found = [p for p in sweep.iterdir() if p.is_dir() and job_number(p.name) == num]
     assert len(found) == 1, f"job {num} in {sweep}: {sorted(p.name for p in sweep.iterdir())}"

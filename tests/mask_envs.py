@@ -5,7 +5,7 @@
   one-hot of the allowed set's lowest action); reward 1 for the lowest allowed action,
   else 0. 20 steps per episode.
 * ``rltrain-test/InfoMasked-v0``: the same, but the observation is the float32 vector alone
-  and the mask is in ``info["action_mask"]`` (the other convention; ``rltrain.masking.
+  and the mask is in ``info["action_mask"]`` (the other convention; ``rltrain.spaces.masking.
   InfoActionMask`` moves it into the observation).
 
 A disallowed action raises, so a run that completes never took one: the tests' proof that

@@ -1,6 +1,6 @@
 """Tiny deterministic gymnasium envs whose state lives in odd places, registered at import.
 
-They exercise :mod:`rltrain.envstate` (and the CLI's resume, as
+They exercise :mod:`rltrain.envs.state` (and the CLI's resume, as
 ``env.id=state_envs:rltrain-test/DictState-v0``). All three share the same dynamics: a noisy
 walk ``pos`` pushed left or right by a Discrete(2) action, the noise drawn from
 ``self.np_random`` so that a resume that misses any state (or the RNG) diverges. An episode

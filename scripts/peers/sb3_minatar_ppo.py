@@ -37,7 +37,7 @@ from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from torch import nn
 
-from rltrain.wrappers import register_minatar
+from rltrain.envs.wrappers import register_minatar
 
 EPOCH = 10_240
 

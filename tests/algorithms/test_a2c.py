@@ -18,14 +18,14 @@ from algo_helpers import BOX, CPU, DISC, learnable, progress, random_rollout
 from conftest import TESTS
 from rltrain.algorithms import UpdateReport
 from rltrain.algorithms.a2c import A2C, A2CConfig
-from rltrain.build import build_parts, build_trainer
-from rltrain.catalogue import register_configs
-from rltrain.config import ConfigError
-from rltrain.core import SpaceInfo
+from rltrain.assembly.build import build_parts, build_trainer
+from rltrain.assembly.checked_config import settings
+from rltrain.assembly.registered_schemas import register_configs
+from rltrain.common.types import SpaceInfo
+from rltrain.config.schemas import ConfigError
 from rltrain.data.batch import Rollout
-from rltrain.nets import mlp
-from rltrain.optim import RMSprop
-from rltrain.settings import settings
+from rltrain.nets.actors_critics import mlp
+from rltrain.nets.optim import RMSprop
 
 #: MultiDiscrete([3, 2, 4]) actions: uneven entries, so the logits are padded
 MULTI = SpaceInfo((3,), None, (3,), None, None, None, "test", nvec=(3, 2, 4))

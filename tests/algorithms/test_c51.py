@@ -23,7 +23,6 @@ from conftest import (
     run_in_process,
     signal_when,
 )
-from rltrain import export
 from rltrain.algorithms import ALGORITHMS
 from rltrain.algorithms.c51 import (
     C51,
@@ -32,8 +31,9 @@ from rltrain.algorithms.c51 import (
     categorical_projection,
     check_support,
 )
-from rltrain.config import ConfigError
-from rltrain.orchestrator import open_run
+from rltrain.assembly.orchestrator import open_run
+from rltrain.commands import export
+from rltrain.config.schemas import ConfigError
 
 SUPPORT = torch.tensor([0.0, 1.0, 2.0, 3.0, 4.0])
 PROBS = torch.tensor([0.1, 0.2, 0.3, 0.4, 0.0])

@@ -20,7 +20,7 @@ from rltrain.algorithms.base import _COMPILED
 from rltrain.algorithms.ppo import PPO, PPOConfig
 from rltrain.algorithms.sac import SAC, SACConfig
 from rltrain.algorithms.td3 import TD3, TD3Config
-from rltrain.core import SpaceInfo
+from rltrain.common.types import SpaceInfo
 
 TINY = {"hidden_sizes": [16, 16]}
 CARTPOLE = SpaceInfo((4,), 2, (), None, None, None, "test")

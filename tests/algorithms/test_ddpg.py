@@ -12,7 +12,7 @@ import torch
 
 from algo_helpers import BOX, CPU, SMALL, progress, random_batch
 from rltrain.algorithms.ddpg import DDPG, DDPGConfig
-from rltrain.core import Progress
+from rltrain.common.types import Progress
 
 
 def test_exploration_noise_is_gaussian_and_clipped_to_the_box():

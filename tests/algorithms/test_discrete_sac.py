@@ -22,10 +22,10 @@ from conftest import (
     run_in_process,
 )
 from rltrain.algorithms.discrete_sac import DiscreteSAC, DiscreteSACConfig
-from rltrain.checkpoint import load_checkpoint
-from rltrain.config import ConfigError
-from rltrain.core import SpaceInfo
+from rltrain.common.types import SpaceInfo
+from rltrain.config.schemas import ConfigError
 from rltrain.data.batch import Batch
+from rltrain.rundir.checkpoint import load_checkpoint
 
 
 def make(seed: int = 0, **fields) -> DiscreteSAC:

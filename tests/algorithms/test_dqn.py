@@ -14,8 +14,8 @@ import torch.nn.functional as F
 from algo_helpers import CPU, DISC, SMALL, bandit_learns, progress, random_batch
 from rltrain.algorithms import ALGORITHMS
 from rltrain.algorithms.dqn import DQN, DQNConfig
-from rltrain.config import ConfigError
-from rltrain.core import Progress
+from rltrain.common.types import Progress
+from rltrain.config.schemas import ConfigError
 from rltrain.data.batch import Batch
 
 

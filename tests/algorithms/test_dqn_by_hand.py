@@ -14,10 +14,10 @@ import pytest
 import torch
 
 from rltrain.algorithms.dqn import DQN, DQNConfig
-from rltrain.core import Progress, SpaceInfo
+from rltrain.common.types import Progress, SpaceInfo
 from rltrain.data.batch import Batch
-from rltrain.envs import space_info
-from rltrain.observations import layout, stored_shape
+from rltrain.envs.vector import space_info
+from rltrain.spaces.observations import layout, stored_shape
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import torch
 
 from algo_helpers import BOX, BOX1, CPU, DISC, SMALL, bandit_learns, progress, random_batch
 from rltrain.algorithms.iql import IQL, IQLConfig, awr_weights, cosine_lr, expectile_loss
-from rltrain.core import Progress
+from rltrain.common.types import Progress
 
 
 def test_expectile_loss_weighs_positive_residuals_tau_and_negative_one_minus_tau():

@@ -1,4 +1,4 @@
-"""Action masks (rltrain.masking): never sampled, never the argmax, in both conventions
+"""Action masks (rltrain.spaces.masking): never sampled, never the argmax, in both conventions
 (a Dict observation's ``action_mask`` key, ``info["action_mask"]``), through training, the
 random warm-up, the deployable policy and the ONNX graph; and refused where they cannot work."""
 
@@ -14,11 +14,12 @@ import torch
 
 import mask_envs
 from conftest import cheap_smoke, command, refusal, run_in_process
-from rltrain import evaluate, export
 from rltrain.algorithms import ALGORITHMS
-from rltrain.encoders import make_encoder
-from rltrain.envs import space_info
-from rltrain.masking import (
+from rltrain.commands import evaluate, export
+from rltrain.envs.vector import space_info
+from rltrain.nets.actors_critics import CategoricalActor
+from rltrain.nets.encoders import make_encoder
+from rltrain.spaces.masking import (
     KEY,
     ActionMask,
     ActionMaskError,
@@ -27,8 +28,7 @@ from rltrain.masking import (
     mask_space_problem,
     random_allowed,
 )
-from rltrain.nets import CategoricalActor
-from rltrain.observations import DictLayout
+from rltrain.spaces.observations import DictLayout
 
 BIN = Path(sys.executable).parent
 SPACE = gym.spaces.Dict({"obs": gym.spaces.Box(0.0, 1.0, (3,), np.float32),
@@ -150,7 +150,8 @@ def test_masked_env_trains_evaluates_and_exports_without_a_disallowed_action(tmp
 
 def test_info_masks_work_through_the_wrapper_and_fail_loudly_without(tmp_path):
     info = run_in_process(tmp_path / "run", "experiment=smoke", "algo=ppo", "env=gym",
-                          f"env.id={INFO_MASKED}", "env.wrappers=[rltrain.masking.InfoActionMask]")
+                          f"env.id={INFO_MASKED}",
+                          "env.wrappers=[rltrain.spaces.masking.InfoActionMask]")
     assert info.status == "completed", info.error
 
 

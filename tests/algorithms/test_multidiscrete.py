@@ -18,21 +18,21 @@ import torch
 from action_envs import MULTIBINARY_ID, MULTIDISCRETE_ID, MultiDiscreteEnv
 from algo_helpers import CPU, learnable, progress
 from conftest import command, run_in_process
-from rltrain import collect, evaluate, export
-from rltrain.actions import ShiftActions, integer_start
 from rltrain.algorithms import ALGORITHMS, MULTIDISCRETE
 from rltrain.algorithms.bc import BC, BCConfig, DiscreteBCStats
-from rltrain.build import check_actions
-from rltrain.collect.sources import noisy
-from rltrain.config import ConfigError
-from rltrain.core import SpaceInfo
+from rltrain.assembly.build import check_actions
+from rltrain.commands import collect, evaluate, export
+from rltrain.commands.collect.sources import noisy
+from rltrain.common.types import SpaceInfo
+from rltrain.config.schemas import ConfigError
 from rltrain.data.batch import Batch, Rollout
 from rltrain.data.datasets.dataset import make_dataset, new_meta
 from rltrain.data.datasets.replay import to_buffer
 from rltrain.data.datasets.spaces import describe_space
-from rltrain.encoders import make_encoder
-from rltrain.envs import space_info
-from rltrain.nets import MultiCategoricalActor
+from rltrain.envs.vector import space_info
+from rltrain.nets.actors_critics import MultiCategoricalActor
+from rltrain.nets.encoders import make_encoder
+from rltrain.spaces.actions import ShiftActions, integer_start
 
 #: uneven entries (their logits are padded) with a start that is not 0
 MULTI = SpaceInfo((3,), None, (3,), None, None, None, "test", nvec=(3, 2, 4),

@@ -23,8 +23,8 @@ from conftest import (
     run_in_process,
     signal_when,
 )
-from rltrain import collect, evaluate
 from rltrain.algorithms import ALGORITHMS, DISCRETE
+from rltrain.commands import collect, evaluate
 
 OFFLINE = sorted(name for name, spec in ALGORITHMS.items() if "offline" in spec.trainers)
 #: every offline algorithm on each action space it accepts (listed from the registry, so a

@@ -17,14 +17,14 @@ from algo_helpers import BOX, CPU, DISC, learnable, progress, random_rollout
 from conftest import TESTS
 from rltrain.algorithms import ALGORITHMS, UpdateReport
 from rltrain.algorithms.ppo import PPO, PPOConfig
-from rltrain.build import build_parts, build_trainer
-from rltrain.catalogue import register_configs
-from rltrain.core import Progress, SpaceInfo
+from rltrain.assembly.build import build_parts, build_trainer
+from rltrain.assembly.checked_config import settings
+from rltrain.assembly.registered_schemas import register_configs
+from rltrain.common.types import Progress, SpaceInfo
 from rltrain.data.batch import Rollout
 from rltrain.data.reading import rollout_record
 from rltrain.data.transforms.gae import gae
-from rltrain.settings import settings
-from rltrain.trainer import OnPolicyTrainer
+from rltrain.trainers import OnPolicyTrainer
 
 
 def test_act_takes_float64_and_reversed_observations():
@@ -98,7 +98,7 @@ RUN = ["algo=ppo", "env=cartpole", "experiment=smoke", "algo.hidden_sizes=[16]",
                          ids=["one-step", "ppo"])
 def test_the_on_policy_trainer_counts_the_gradient_steps_the_update_reports(
         monkeypatch, build, per_rollout):
-    """Built and trained as a run is (composed config, rltrain.build, OnPolicyTrainer): the
+    """Built and trained as a run is (composed config, rltrain.assembly.build, OnPolicyTrainer): the
     trainer's gradient step grows by what each update reports, one per rollout for the
     one-step subclass, repetitions x minibatches for PPO (each rollout holds at most 64
     transitions: 4 minibatches of 16 or fewer)."""

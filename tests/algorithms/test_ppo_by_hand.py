@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from rltrain.algorithms.ppo import PPO, PPOConfig
-from rltrain.envs import space_info
-from rltrain.nets import (
+from rltrain.envs.vector import space_info
+from rltrain.nets.actors_critics import (
     MLP,
     categorical_log_prob_entropy,
     categorical_log_prob_entropy_kept,
@@ -37,7 +37,8 @@ def test_an_mlps_backward_by_hand_equals_autograds(float64, activation):
     for p in net.parameters():
         p.grad = torch.full_like(p, float("nan"))  # every entry must be written over
     inputs, out = net.forward_kept(x)
-    # tanh written as 2 sigmoid(2x) - 1 (rltrain.nets._tanh_of_doubled_): equal up to rounding
+    # tanh written as 2 sigmoid(2x) - 1 (rltrain.nets.actors_critics._tanh_of_doubled_): equal up to
+    # rounding
     assert torch.allclose(out, net.forward(x).detach(), rtol=1e-13, atol=1e-15)
     assert not out.requires_grad
     net.backward_into(inputs, grad_out)
@@ -46,7 +47,7 @@ def test_an_mlps_backward_by_hand_equals_autograds(float64, activation):
 
 
 def test_the_written_out_tanh_is_tanh_to_float_precision():
-    from rltrain.nets import _tanh_of_doubled_
+    from rltrain.nets.actors_critics import _tanh_of_doubled_
 
     def _tanh_(x: torch.Tensor) -> torch.Tensor:  # as a layer gives it: 2x, then in place
         return _tanh_of_doubled_(x.mul_(2.0))
@@ -68,7 +69,7 @@ def test_the_doubled_layers_tanh_is_the_four_pass_tanh_bit_for_bit(dtype, device
     product (``addmm``/``baddbmm`` with alpha = beta = 2) and takes two passes after it: the
     same bits as ``2 sigmoid(2z) - 1`` in four passes on the plain product. (On CUDA the -1
     is a CPU number tensor, which a CUDA op takes as a number.)"""
-    from rltrain.nets import _tanh_of_doubled_
+    from rltrain.nets.actors_critics import _tanh_of_doubled_
 
     g = torch.Generator().manual_seed(4)
     for batch, width, copies in ((256, 64, 1), (7, 33, 3), (1, 5, 2)):

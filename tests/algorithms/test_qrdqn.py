@@ -12,10 +12,10 @@ import torch
 
 from algo_helpers import CPU, DISC, SMALL, progress, random_batch
 from conftest import command, run_in_process
-from rltrain import export
 from rltrain.algorithms.qrdqn import QRDQN, QRDQNConfig, quantile_huber_loss, quantile_midpoints
-from rltrain.config import ConfigError
-from rltrain.orchestrator import open_run
+from rltrain.assembly.orchestrator import open_run
+from rltrain.commands import export
+from rltrain.config.schemas import ConfigError
 
 THETA = torch.tensor([[0.0, 1.0]])
 TAUS = torch.tensor([0.25, 0.75])

@@ -1,4 +1,4 @@
-"""Recurrent policies (rltrain.recurrent, algo=ppo_lstm): how rollouts become sequences, that a
+"""Recurrent policies (rltrain.nets.recurrent, algo=ppo_lstm): how rollouts become sequences, that a
 state is reset where an episode starts (in the collector and in the update's replay alike),
 that the update replays exactly the states the collector acted with, the velocity-masked envs,
 exact resume with the train envs' states in the checkpoint, and the deployable policy's state
@@ -29,19 +29,19 @@ from conftest import (
     run_in_process,
     signal_when,
 )
-from rltrain import collect, evaluate, export
 from rltrain.algorithms.ppo_lstm import PPOLSTM, PPOLSTMConfig
 from rltrain.algorithms.registry import ALGORITHMS
-from rltrain.checkpoint import load_checkpoint
-from rltrain.collector import Collector
-from rltrain.config import ConfigError
-from rltrain.core import Progress
+from rltrain.commands import collect, evaluate, export
+from rltrain.common.types import Progress
+from rltrain.config.schemas import ConfigError
 from rltrain.data.batch import Rollout
+from rltrain.data.collector import Collector
 from rltrain.data.fields import Field
 from rltrain.data.reading import transformed
 from rltrain.data.storage import ReplayBuffer
-from rltrain.envs import space_info
-from rltrain.recurrent import (
+from rltrain.envs.vector import space_info
+from rltrain.envs.wrappers import MaskVelocity
+from rltrain.nets.recurrent import (
     RNN_KINDS,
     STATE_FIELD,
     RecurrentCore,
@@ -49,8 +49,8 @@ from rltrain.recurrent import (
     episode_starts,
     sequence_chunks,
 )
-from rltrain.trainer import OnPolicyTrainer
-from rltrain.wrappers import MaskVelocity
+from rltrain.rundir.checkpoint import load_checkpoint
+from rltrain.trainers import OnPolicyTrainer
 from toy_envs import COUNTER_ID, COUNTER_T
 
 MODES = [AutoresetMode.SAME_STEP, AutoresetMode.NEXT_STEP]
@@ -368,7 +368,7 @@ def test_export_takes_and_returns_the_state_and_matches_torch_over_episodes(runs
     env stepped by the graph alone, its state fed back, acts as the torch policy does."""
     import onnxruntime as ort
 
-    from rltrain.orchestrator import open_run
+    from rltrain.assembly.orchestrator import open_run
 
     out = tmp_path / "policy.onnx"
     res = command(export.main, runs[name], "--out", out)
@@ -412,8 +412,8 @@ def test_collect_threads_each_envs_state_through_its_episodes(runs, tmp_path, na
     the deployable policy, its state carried within each episode and zeroed at each start,
     gives back every action collected (GRU: Pendulum's actions to float tolerance). The same
     observations acted on from a zero state each step give other actions: the state matters."""
+    from rltrain.assembly.orchestrator import open_run
     from rltrain.data.datasets.sources import load_dataset
-    from rltrain.orchestrator import open_run
 
     out = tmp_path / "data.h5"
     res = command(collect.main, runs[name], "--episodes", "4", "--out", out)

@@ -27,11 +27,11 @@ from rltrain.algorithms import (
 )
 from rltrain.algorithms.cql import ContinuousCQL, CQLConfig, DiscreteCQL, build_cql
 from rltrain.algorithms.ppo import PPO, PPOConfig
-from rltrain.build import build_algorithm
-from rltrain.catalogue import key_problem, register_configs
-from rltrain.config import ConfigError
-from rltrain.core import Progress, SpaceInfo
-from rltrain.settings import settings
+from rltrain.assembly.build import build_algorithm
+from rltrain.assembly.checked_config import settings
+from rltrain.assembly.registered_schemas import key_problem, register_configs
+from rltrain.common.types import Progress, SpaceInfo
+from rltrain.config.schemas import ConfigError
 
 CONF = TESTS.parent / "conf"
 
@@ -110,7 +110,7 @@ def test_no_algorithm_class_overrides_new():
 
 
 def test_the_build_calls_the_specs_build(monkeypatch):
-    """rltrain.build.build_algorithm makes the algorithm with the registered spec's build,
+    """rltrain.assembly.build.build_algorithm makes the algorithm with the registered spec's build,
     given the run's algo settings, the env's info, device and seed."""
     calls = []
 

@@ -17,11 +17,11 @@ from hydra import compose, initialize_config_dir
 from algo_helpers import BOX, CPU, DISC, learnable, progress, random_rollout
 from conftest import TESTS, learning_records, resume_in_process, run_in_process, signal_when
 from rltrain.algorithms.reinforce import Reinforce, ReinforceConfig, ReinforceStats
-from rltrain.build import build_parts, build_trainer
-from rltrain.catalogue import register_configs
+from rltrain.assembly.build import build_parts, build_trainer
+from rltrain.assembly.checked_config import settings
+from rltrain.assembly.registered_schemas import register_configs
 from rltrain.data.batch import Rollout
 from rltrain.data.transforms.finished import finished
-from rltrain.settings import settings
 
 
 def compose_run(*overrides: str) -> Any:

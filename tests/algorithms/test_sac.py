@@ -12,7 +12,7 @@ import torch
 
 from algo_helpers import BOX, CPU, SMALL, progress, random_batch
 from rltrain.algorithms.sac import SAC, SACConfig
-from rltrain.core import Progress
+from rltrain.common.types import Progress
 
 
 @pytest.mark.parametrize(("target_entropy", "direction"), [(-50.0, -1), (50.0, 1)])

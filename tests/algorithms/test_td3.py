@@ -12,7 +12,7 @@ import torch
 
 from algo_helpers import BOX, CPU, SMALL, progress, random_batch
 from rltrain.algorithms.td3 import TD3, TD3Config, smoothed
-from rltrain.stats import mean_stats
+from rltrain.common.stats import mean_stats
 
 
 def test_target_smoothing_noise_is_clipped():

@@ -321,10 +321,11 @@ def test_multirun_writes_one_dir_per_job(cli, tmp_path, launcher):
 def test_a_plain_run_skips_hydras_mode_probe_and_hydra_mode_still_sweeps(cli, tmp_path,
                                                                         monkeypatch):
     """Hydra composes the whole config once just to read ``hydra.mode``; a plain run skips
-    that probe (rltrain.hydra_compat), an override of hydra.mode keeps it and still sweeps."""
+    that probe (rltrain.commands.hydra_compat), an override of hydra.mode keeps it and still
+    sweeps."""
     from hydra._internal.hydra import Hydra
 
-    from rltrain.hydra_compat import skip_mode_probe
+    from rltrain.commands.hydra_compat import skip_mode_probe
 
     original = Hydra.get_mode
     monkeypatch.setattr(Hydra, "get_mode", original)  # restored after the test
@@ -348,8 +349,8 @@ def test_task_returns_best_score_for_sweepers(tmp_path):
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import open_dict
 
-    from rltrain.catalogue import register_configs
-    from rltrain.cli import conf_dir, task
+    from rltrain.assembly.registered_schemas import register_configs
+    from rltrain.commands.train import conf_dir, task
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()

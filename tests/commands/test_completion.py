@@ -99,7 +99,7 @@ def _query(line: str, cache: Path, cwd: Path, importtime: bool = False
 
     env = cli_env({"COMP_LINE": line, "COMP_POINT": str(len(line)),
                    "XDG_CACHE_HOME": str(cache)})
-    argv = ([sys.executable, "-X", "importtime", "-m", "rltrain.cli"] if importtime
+    argv = ([sys.executable, "-X", "importtime", "-m", "rltrain.commands.train"] if importtime
             else [str(BIN / "rltrain")])
     return subprocess.run([*argv, "-sc", "query=bash"], cwd=cwd, capture_output=True,
                           text=True, timeout=300, env=env)
@@ -110,7 +110,7 @@ LINES = ["rltrain algo=sac algo.", "rltrain env.", "rltrain logger.", "rltrain a
 
 def test_completion_keeps_the_schemas_and_then_answers_without_torch(tmp_path):
     """The first completion writes the schemas' plain values to the cache; the next ones
-    answer the same from it and never import torch (rltrain.completion)."""
+    answer the same from it and never import torch (rltrain.commands.completion)."""
     cache = tmp_path / "cache"
     cold = [_query(line, tmp_path / f"cold{i}", tmp_path) for i, line in enumerate(LINES)]
     assert all(r.returncode == 0 and r.stdout.strip() for r in cold), cold
@@ -122,7 +122,7 @@ def test_completion_keeps_the_schemas_and_then_answers_without_torch(tmp_path):
     assert [r.stdout for r in warm] == [r.stdout for r in cold]
     imported = {line.split("|")[-1].strip() for r in warm for line in r.stderr.splitlines()
                 if line.startswith("import time:")}
-    assert "rltrain.completion" in imported and "hydra" in imported
+    assert "rltrain.commands.completion" in imported and "hydra" in imported
     assert "torch" not in imported and "rltrain.algorithms" not in imported
 
 

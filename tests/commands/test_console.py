@@ -225,7 +225,7 @@ def test_warnings_are_labelled_on_stderr_and_info_on_stdout(cli, tmp_path):
 
 
 def test_the_console_handler_folds_info_lines_on_a_terminal_only():
-    from rltrain.streams import fit
+    from rltrain.process.streams import fit
 
     line = ("env Pendulum-v1: 1 train / 10 test envs (same-step autoreset), obs (3,), "
             "actions Box(1,), reward threshold -200.0, episodes of at most 200 steps")
@@ -333,7 +333,7 @@ def test_echo_shortens_spaces_arrays_lists_and_strings():
     import gymnasium as gym
     import numpy as np
 
-    from rltrain.streams import echo
+    from rltrain.process.streams import echo
 
     image = gym.spaces.Box(0, np.array([[[10, 5, 3]] * 7] * 7), (7, 7, 3), np.uint8)
     minigrid = gym.spaces.Dict({"direction": gym.spaces.Discrete(4), "image": image})
@@ -355,7 +355,7 @@ def test_every_message_a_command_prints_has_its_echoed_arrays_folded():
     whole (numpy prints a (7, 7, 3) array in 55 lines) reaches the console short."""
     import numpy as np
 
-    from rltrain.streams import clip_long_words
+    from rltrain.process.streams import clip_long_words
 
     bounds = np.array([[[10, 5, 3]] * 7] * 7)
     message = clip_long_words(f"no encoder takes Box(0, {bounds}, (7, 7, 3), uint8); use auto")
@@ -371,7 +371,7 @@ def test_the_console_keeps_file_only_detail_for_rltrain_log(tmp_path, capsys):
     alone; the console's other lines are shortened as the error lines are."""
     import logging
 
-    from rltrain.streams import FILE_ONLY, ConsoleHandler
+    from rltrain.process.streams import FILE_ONLY, ConsoleHandler
 
     log = logging.getLogger("rltrain.test_console")
     log.propagate = False
@@ -405,11 +405,11 @@ def test_wrapper_entries_are_said_as_a_user_writes_them():
     """Issue 45: the run's header printed env.wrappers as Python dicts ({'name': ...,
     'kwargs': {'keep_dim': False}}); it says them in YAML's flow style, as they are
     written."""
-    from rltrain.config import flow_text
+    from rltrain.config.schemas import flow_text
 
     assert flow_text({"name": "GrayscaleObservation", "kwargs": {"keep_dim": False}}) == (
         "{name: GrayscaleObservation, kwargs: {keep_dim: false}}")
-    assert flow_text("rltrain.wrappers.FireReset") == "rltrain.wrappers.FireReset"
+    assert flow_text("rltrain.envs.wrappers.FireReset") == "rltrain.envs.wrappers.FireReset"
     assert flow_text({"name": "x", "train_only": True, "kwargs": {"a": None, "b": [1, 0.5]}}) == (
         "{name: x, train_only: true, kwargs: {a: null, b: [1, 0.5]}}")
     assert flow_text({"_target_": "m.W", "s": "a: b", "t": "true"}) == (
@@ -431,7 +431,7 @@ def test_a_state_checkpoints_cannot_hold_is_said_in_one_line_a_user_understands(
     """Issue 45: CarRacing's warning listed internals (envs.envs[0-7].env.env.env...) and ended
     "and 614 more". It now names what is not saved, what a resume does, and the setting that
     changes it (or that none does); the values go to rltrain.log."""
-    from rltrain.lifecycle import (
+    from rltrain.assembly.lifecycle import (
         partial_state_line,
         resume_note_line,
         state_detail,

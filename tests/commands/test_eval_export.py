@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from conftest import command, run_in_process, tmpfs
-from rltrain import evaluate, export
+from rltrain.commands import evaluate, export
 
 BIN = Path(sys.executable).parent
 EVAL = BIN / "rltrain-eval"

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import command, run_in_process
 from pixel_envs import DICT_ID, PIXELS_ID
-from rltrain import evaluate, export
+from rltrain.commands import evaluate, export
 
 CASES = {
     "image": (PIXELS_ID, "dqn", [("obs", onnx.TensorProto.UINT8, ["batch", 12, 12, 2])]),

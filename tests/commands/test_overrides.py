@@ -1,5 +1,6 @@
-"""The command line checked before Hydra composes it (``rltrain.overrides.prepare``): keys are
-checked against the schema of the algorithm the command will run, whichever way it is chosen."""
+"""The command line checked before Hydra composes it (``rltrain.commands.command_line.prepare``):
+keys are checked against the schema of the algorithm the command will run, whichever way it is
+chosen."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import pytest
 
 from conftest import CONF
 from conftest import refusal as run_refusal
-from rltrain.config import ConfigError
-from rltrain.overrides import prepare
+from rltrain.commands.command_line import prepare
+from rltrain.config.schemas import ConfigError
 
 PPO_ONLY, SAC_ONLY = "clip_ratio", "actor_lr"
 

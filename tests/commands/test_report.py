@@ -26,8 +26,8 @@ import pytest
 import yaml
 
 from conftest import command, job_dir, run_cli, run_tool, tmpfs, wait_for
-from rltrain.report import cli, compose, stats
-from rltrain.report.runs import group_runs, load_run
+from rltrain.commands.report import cli, compose, stats
+from rltrain.commands.report.runs import group_runs, load_run
 
 TOOL = "rltrain-report"
 REPS = ["--reps", "100"]
@@ -233,7 +233,7 @@ def test_runs_stopped_early_are_said_not_to_compare(sweep: Path, tmp_path: Path)
 def test_the_command_to_run_instead(sweep: Path, tmp_path: Path) -> None:
     """The runs' own overrides, swept where they differ, with the compare preset (or the stop
     score off, when they chose another preset); none when they do not make one command."""
-    from rltrain.report.early import rerun_command
+    from rltrain.commands.report.early import rerun_command
 
     def runs(*overrides: list[str]):
         return [load_run(make_run(job_dir(sweep, 0), tmp_path / f"r{len(list(tmp_path.iterdir()))}",

@@ -1,5 +1,5 @@
-"""``rltrain resume=RUN_DIR`` (rltrain.resume): what a resume accepts (extending the run: more
-epochs, another stop score), what it refuses by name, and when a run is already complete;
+"""``rltrain resume=RUN_DIR`` (rltrain.commands.resume): what a resume accepts (extending the run:
+more epochs, another stop score), what it refuses by name, and when a run is already complete;
 in-process on the command's own functions, and through a real `rltrain`."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from conftest import RLTRAIN, cli_env, compose_run, read_jsonl, run_in_process
-from rltrain.lifecycle import ResumePoint
-from rltrain.resume import _UNSET, ResumeRefused, extend, parse, resume
-from rltrain.rundir import resume_command
+from rltrain.assembly.lifecycle import ResumePoint
+from rltrain.commands.resume import _UNSET, ResumeRefused, extend, parse, resume
+from rltrain.rundir.directory import resume_command
 
 OTHER = ("'{arg}' cannot change on resume: a resumed run keeps the config stored in its "
          "checkpoint (only trainer.max_epochs=N and trainer.stop_score=X|null may extend it); "

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import refusal
 from rltrain.data.storage import ReplayBuffer
-from rltrain.system import available_memory, size_text
+from rltrain.process.system import available_memory, size_text
 
 ATARI_OBS = (4, 84, 84)
 #: far more than any machine holds: refused at build time, before an env step

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from conftest import command, random_dataset, refusal, run_in_process
-from rltrain import collect
 from rltrain.algorithms import ALGORITHMS
-from rltrain.config import ConfigError
+from rltrain.commands import collect
+from rltrain.config.schemas import ConfigError
 from rltrain.data.datasets.dataset import ARRAYS, Dataset, make_dataset, new_meta
 from rltrain.data.datasets.files import save_dataset
 from rltrain.data.datasets.replay import from_replay_buffer, to_buffer

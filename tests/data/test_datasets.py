@@ -15,9 +15,8 @@ import numpy as np
 import pytest
 
 from conftest import command, run_cli, run_in_process, run_tool, tmpfs
-from rltrain import collect as collect_command
-from rltrain.actions import to_agent, to_env
-from rltrain.config import ConfigError
+from rltrain.commands import collect as collect_command
+from rltrain.config.schemas import ConfigError
 from rltrain.data.datasets.dataset import ARRAYS, Dataset, make_dataset, new_meta
 from rltrain.data.datasets.files import save_dataset
 from rltrain.data.datasets.replay import from_replay_buffer, to_buffer
@@ -28,6 +27,7 @@ from rltrain.data.reading import read
 from rltrain.data.samplers.uniform import UniformSampler
 from rltrain.data.storage import ReplayBuffer
 from rltrain.data.transforms.nstep import NStepReturns
+from rltrain.spaces.actions import to_agent, to_env
 
 PENDULUM_ACTIONS = gym.spaces.Box(-2.0, 2.0, (1,), np.float32)
 PENDULUM_OBS = gym.spaces.Box(np.array([-1, -1, -8], np.float32),
@@ -472,7 +472,7 @@ def test_fingerprint(tmp_path: Path) -> None:
 def test_noise() -> None:
     """Gaussian noise of std X x half the range, clipped; epsilon-greedy with epsilon X;
     seeded."""
-    from rltrain.collect.sources import noisy
+    from rltrain.commands.collect.sources import noisy
 
     obs = np.zeros((20_000, 3), np.float32)
     box = noisy(lambda o: np.full((len(o), 1), 1.9, np.float32), PENDULUM_ACTIONS, 0.05, 1)
@@ -581,7 +581,7 @@ def test_collect_random_steps(tmp_path: Path) -> None:
 
 
 def test_collect_buffer_and_merge(runs: dict[str, Path], tmp_path: Path) -> None:
-    from rltrain.checkpoint import load_latest
+    from rltrain.rundir.checkpoint import load_latest
 
     ok(collect(runs["dqn"], "--buffer", "--out", "replay.h5", cwd=tmp_path))
     replay = load_dataset(str(tmp_path / "replay.h5"))
@@ -676,7 +676,7 @@ def damaged_runs(runs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
     replay buffer, as trainer.checkpoint_buffer=false leaves it (NOBUF)."""
     import shutil
 
-    from rltrain.checkpoint import load_checkpoint, save_checkpoint
+    from rltrain.rundir.checkpoint import load_checkpoint, save_checkpoint
 
     root = tmp_path_factory.mktemp("damaged")
     nofinal, nobuf = root / "nofinal", root / "nobuf"

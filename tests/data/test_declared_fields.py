@@ -10,8 +10,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from rltrain.collector import Collector
-from rltrain.core import Acted
+from rltrain.common.types import Acted
+from rltrain.data.collector import Collector
 from rltrain.data.fields import Field
 from rltrain.data.reading import read
 from rltrain.data.samplers.uniform import UniformSampler

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from conftest import compose_run
-from rltrain.build import Parts, build_parts, build_trainer
-from rltrain.core import Progress
-from rltrain.settings import settings
+from rltrain.assembly.build import Parts, build_parts, build_trainer
+from rltrain.assembly.checked_config import settings
+from rltrain.common.types import Progress
 
 
 @contextmanager

@@ -15,8 +15,8 @@ import pytest
 
 import dataset_envs
 from conftest import command
-from rltrain import collect
-from rltrain.config import ConfigError
+from rltrain.commands import collect
+from rltrain.config.schemas import ConfigError
 from rltrain.data.datasets.dataset import make_dataset
 from rltrain.data.datasets.files import file_arrays, save_dataset
 from rltrain.data.datasets.frames import FRAME_ARRAYS, chain_frames

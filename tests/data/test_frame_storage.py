@@ -17,7 +17,7 @@ import torch
 from gymnasium.vector import AutoresetMode
 from gymnasium.wrappers import FrameStackObservation
 
-from rltrain.collector import Collector, random_policy
+from rltrain.data.collector import Collector, random_policy
 from rltrain.data.reading import read
 from rltrain.data.samplers.uniform import UniformSampler
 from rltrain.data.state_format import stored_transitions

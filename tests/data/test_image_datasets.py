@@ -17,16 +17,16 @@ import torch
 
 import dataset_envs
 from conftest import command, read_jsonl, run_in_process
-from rltrain import collect
-from rltrain.config import ConfigError
+from rltrain.commands import collect
+from rltrain.common.errors import UserError
+from rltrain.config.schemas import ConfigError
 from rltrain.data.datasets.dataset import ARRAYS, Dataset, make_dataset
 from rltrain.data.datasets.files import save_dataset
 from rltrain.data.datasets.replay import from_replay_buffer, to_buffer
 from rltrain.data.datasets.sources import dataset_fingerprint, load_dataset
 from rltrain.data.datasets.spaces import describe_space, space_from_dict, space_mismatch
 from rltrain.data.datasets.validation import check_spaces
-from rltrain.errors import UserError
-from rltrain.observations import DictLayout
+from rltrain.spaces.observations import DictLayout
 
 ENVS = {"stripes": dataset_envs.STRIPES_ID, "beacon": dataset_envs.BEACON_ID}
 SPACES = {name: gym.make(env_id).observation_space for name, env_id in ENVS.items()}

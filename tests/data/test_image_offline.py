@@ -9,8 +9,8 @@ import pytest
 
 from conftest import command, read_jsonl, run_in_process
 from pixel_envs import DICT_ID, PIXELS_ID
-from rltrain import collect
 from rltrain.algorithms import ALGORITHMS, DISCRETE
+from rltrain.commands import collect
 
 ALGOS = sorted(n for n, s in ALGORITHMS.items()
                if "offline" in s.trainers and DISCRETE not in s.actions)

@@ -18,12 +18,12 @@ from conftest import (
     run_in_process,
 )
 from rltrain.algorithms import ALGORITHMS
-from rltrain.checkpoint import load_checkpoint
-from rltrain.config import ConfigError, ReplayBufferConfig
+from rltrain.config.schemas import ConfigError, ReplayBufferConfig
 from rltrain.data.samplers import check_sampler, make_sampler
 from rltrain.data.samplers.prioritized import PrioritizedSampler, SumTree
 from rltrain.data.samplers.uniform import UniformSampler
 from rltrain.data.storage import ReplayBuffer
+from rltrain.rundir.checkpoint import load_checkpoint
 
 
 def filled(num_lanes: int, capacity: int, steps: int) -> ReplayBuffer:

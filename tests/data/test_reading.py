@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from conftest import SHORT_DQN, read_jsonl, run_in_process
-from rltrain.config import ConfigError, ReplayBufferConfig
+from rltrain.config.schemas import ConfigError, ReplayBufferConfig
 from rltrain.data.batch import Rollout
 from rltrain.data.fields import Field
 from rltrain.data.reading import ReadPath, gather, reach, read, read_rollout, transformed

@@ -5,7 +5,7 @@ config, continues bit-identically: observations, rewards, terminations, truncati
 Atari's emulator is C++: ale_py's ALEInterface is captured through ALE's own
 ``cloneState(include_rng=True)``, and with sticky actions (env/atari.yaml's default) the one
 thing that leaves out, the action the emulator repeats when a frame sticks, is kept beside it
-(rltrain.envstate.families.ale.AleStickyAction, rltrain.wrappers.RecordStickyAction);
+(rltrain.envs.state.families.ale.AleStickyAction, rltrain.envs.wrappers.RecordStickyAction);
 MinAtar's and MiniGrid's envs are plain Python. CarRacing's Box2D world and ale-py's native
 vector env are not captured, and say so."""
 
@@ -23,12 +23,12 @@ import pytest
 import torch
 
 from conftest import compose_run
-from rltrain.config import EnvConfig
-from rltrain.envs import make_vector_env
-from rltrain.envstate import Snapshot, restore, snapshot
-from rltrain.envstate.families.ale import AleStickyAction
-from rltrain.settings import settings
-from rltrain.wrappers import RecordStickyAction, record_sticky_action
+from rltrain.assembly.checked_config import settings
+from rltrain.config.schemas import EnvConfig
+from rltrain.envs.state import Snapshot, restore, snapshot
+from rltrain.envs.state.families.ale import AleStickyAction
+from rltrain.envs.vector import make_vector_env
+from rltrain.envs.wrappers import RecordStickyAction, record_sticky_action
 
 ale_py = pytest.importorskip("ale_py", reason="needs the atari extra: pip install -e '.[atari]'")
 

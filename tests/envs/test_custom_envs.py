@@ -20,7 +20,7 @@ from conftest import (
     run_in_process,
     run_tool,
 )
-from rltrain import evaluate, export
+from rltrain.commands import evaluate, export
 
 SMOKE = ["experiment=smoke", "logger.tensorboard=false"]
 SCALED = "env.wrappers=[{name:fault_envs.ScaleReward,kwargs:{scale:10}}]"

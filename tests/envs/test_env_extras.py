@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from conftest import TESTS, run_cli
-from rltrain.envs import needed_extra
+from rltrain.envs.vector import needed_extra
 
 #: extra -> the module gymnasium imports for it
 MODULES = {"mujoco": "mujoco", "box2d": "Box2D"}

@@ -1,4 +1,4 @@
-"""rltrain.envstate: env state captured as plain data, restored exactly, gaps reported."""
+"""rltrain.envs.state: env state captured as plain data, restored exactly, gaps reported."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from gymnasium.wrappers import NormalizeObservation, RecordEpisodeStatistics
 from gymnasium.wrappers.vector import ClipAction
 
 from conftest import read_jsonl, run_cli
-from rltrain.envstate import FORMAT, Snapshot, restore, snapshot
+from rltrain.envs.state import FORMAT, Snapshot, restore, snapshot
 from state_envs import DICT_STATE_ID, OPAQUE_STATE_ID, PROTOCOL_STATE_ID
 
 SAME_STEP = {"autoreset_mode": AutoresetMode.SAME_STEP}

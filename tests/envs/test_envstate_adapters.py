@@ -1,4 +1,4 @@
-"""rltrain.envstate.adapters: state the walker cannot see, captured through a registered
+"""rltrain.envs.state.adapters: state the walker cannot see, captured through a registered
 adapter (the protocol a new env family implements), and reported as before without one.
 
 The toy: a gymnasium env whose state sits in a :class:`Dial`, a Python class whose numbers
@@ -20,9 +20,9 @@ import pytest
 import torch
 from gymnasium.vector import AutoresetMode
 
-from rltrain.envstate import Snapshot, restore, snapshot
-from rltrain.envstate.adapters import ADAPTERS, StateAdapter, known, register
-from rltrain.lifecycle import partial_state_line, unsaved_state_line
+from rltrain.assembly.lifecycle import partial_state_line, unsaved_state_line
+from rltrain.envs.state import Snapshot, restore, snapshot
+from rltrain.envs.state.adapters import ADAPTERS, StateAdapter, known, register
 
 DIAL_ID = "rltrain-test/Dial-v0"
 
@@ -254,7 +254,7 @@ def test_registering_imports_nothing_and_names_clash() -> None:
 def test_importing_envstate_imports_no_env_familys_library() -> None:
     """rltrain runs without the mujoco, atari and minigrid extras: their adapters are
     registered, their packages are not imported."""
-    code = ("import sys; import rltrain.envstate; from rltrain.envstate.adapters import "
+    code = ("import sys; import rltrain.envs.state; from rltrain.envs.state.adapters import "
             "ADAPTERS; print(sorted(ADAPTERS)); "
             "print([m for m in ('mujoco', 'ale_py', 'minigrid') if m in sys.modules])")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

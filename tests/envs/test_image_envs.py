@@ -16,11 +16,11 @@ import pytest
 from omegaconf import OmegaConf
 
 from conftest import compose_run
-from rltrain import trust
-from rltrain.config import ConfigError, EnvConfig
-from rltrain.envs import make_vector_env, space_info
-from rltrain.settings import settings
-from rltrain.wrappers import ClipRewardSign, EpisodicLife, FireReset
+from rltrain.assembly.checked_config import settings
+from rltrain.config.schemas import ConfigError, EnvConfig
+from rltrain.envs.vector import make_vector_env, space_info
+from rltrain.envs.wrappers import ClipRewardSign, EpisodicLife, FireReset
+from rltrain.rundir import trust
 
 pytest.importorskip("ale_py", reason="needs the atari extra: pip install -e '.[atari]'")
 pytest.importorskip("minatar", reason="needs the minatar extra: pip install -e '.[minatar]'")
@@ -90,11 +90,11 @@ def test_the_groups_name_their_runs_after_the_game() -> None:
 def test_the_command_line_composes_train_only_wrappers() -> None:
     """What ``rltrain --cfg job ...`` prints (the composed config as YAML)."""
     shown = OmegaConf.to_yaml(compose_run("algo=dqn", "env=atari", "env.id=ALE/Breakout-v5"))
-    assert "  - name: rltrain.wrappers.EpisodicLife\n    train_only: true\n" in shown
+    assert "  - name: rltrain.envs.wrappers.EpisodicLife\n    train_only: true\n" in shown
     shown = OmegaConf.to_yaml(compose_run(
         "algo=dqn", "env=cartpole",
-        "env.wrappers=[{name:rltrain.wrappers.ClipRewardSign,train_only:true}]"))
-    assert "  - name: rltrain.wrappers.ClipRewardSign\n    train_only: true\n" in shown
+        "env.wrappers=[{name:rltrain.envs.wrappers.ClipRewardSign,train_only:true}]"))
+    assert "  - name: rltrain.envs.wrappers.ClipRewardSign\n    train_only: true\n" in shown
 
 
 # --------------------------------------------------------------------------- Atari
@@ -271,7 +271,7 @@ def test_a_train_only_wrapper_may_not_change_the_spaces() -> None:
 
 def test_train_only_must_be_a_bool() -> None:
     cfg = env_config("algo=dqn", "env=cartpole",
-                     "env.wrappers=[{name:rltrain.wrappers.ClipRewardSign,train_only:maybe}]")
+                     "env.wrappers=[{name:rltrain.envs.wrappers.ClipRewardSign,train_only:maybe}]")
     with pytest.raises(ConfigError, match=r"^env\.wrappers\[0\]: train_only must be true or "
                                           r"false, got 'maybe'$"):
         make_vector_env(cfg, 1)
@@ -279,12 +279,12 @@ def test_train_only_must_be_a_bool() -> None:
 
 def test_train_only_wrappers_are_part_of_the_trust_surface() -> None:
     env = {"id": "CartPole-v1", "wrappers": [
-        {"name": "rltrain.wrappers.EpisodicLife", "train_only": True},
+        {"name": "rltrain.envs.wrappers.EpisodicLife", "train_only": True},
         {"name": "pydoc.pipepager", "kwargs": {"cmd": "touch x"}, "train_only": True}]}
     assert trust.env_surface(env) == [
         "call pydoc.pipepager(cmd='touch x') (env.wrappers[1])"]
-    assert trust.env_surface({"id": "MinAtar/Breakout-v1", "imports": ["rltrain.wrappers"],
-                              "wrappers": ["rltrain.wrappers.MiniGridObservation"]}) == []
+    assert trust.env_surface({"id": "MinAtar/Breakout-v1", "imports": ["rltrain.envs.wrappers"],
+                              "wrappers": ["rltrain.envs.wrappers.MiniGridObservation"]}) == []
 
 
 # --------------------------------------------------------------------------- MinAtar, MiniGrid
@@ -313,7 +313,7 @@ def test_minatar_is_drawn_as_its_games_look(game: str, channels: int) -> None:
     channel in its colour on black, 16 pixels a cell, uint8, with a frame rate."""
     import warnings
 
-    from rltrain.wrappers import MINATAR_COLOURS, MINATAR_FPS, watchable
+    from rltrain.envs.wrappers import MINATAR_COLOURS, MINATAR_FPS, watchable
 
     env = watchable(gym.make(f"MinAtar/{game}-v1", render_mode="rgb_array"))
     with warnings.catch_warnings():
@@ -343,8 +343,8 @@ def test_a_minatar_video_is_watchable(tmp_path) -> None:
 
     from moviepy import VideoFileClip
 
-    from rltrain.collector import Collector, random_policy
-    from rltrain.evaluate import make_video_env
+    from rltrain.commands.evaluate import make_video_env
+    from rltrain.data.collector import Collector, random_policy
 
     cfg = env_config("algo=dqn", "env=minatar")
     with warnings.catch_warnings():

@@ -20,7 +20,7 @@ from conftest import (
     resume_in_process,
     run_in_process,
 )
-from rltrain.checkpoint import load_checkpoint
+from rltrain.rundir.checkpoint import load_checkpoint
 
 COMMON = ["trainer.stop_score=null", "seed=2", "logger.progress_bar=false",
           "env.num_test_envs=2", "trainer.test_step_num_episodes=2"]

@@ -16,7 +16,7 @@ import torch
 from gymnasium.vector import AutoresetMode
 
 from conftest import SIGTERM, learning_records, resume_in_process, run_in_process, signal_when
-from rltrain.envstate import Snapshot, restore, snapshot
+from rltrain.envs.state import Snapshot, restore, snapshot
 
 pytest.importorskip("mujoco", reason="needs the mujoco extra: pip install -e '.[mujoco]'")
 

@@ -15,14 +15,14 @@ import torch
 
 import space_envs
 from conftest import command, compose_run, run_in_process
-from rltrain import evaluate, export
-from rltrain.build import build_parts, build_trainer
-from rltrain.config import ConfigError
-from rltrain.core import SpaceInfo
-from rltrain.encoders import ENCODERS, make_encoder
-from rltrain.encoders.registry import choose
-from rltrain.observations import stored_shape
-from rltrain.settings import settings
+from rltrain.assembly.build import build_parts, build_trainer
+from rltrain.assembly.checked_config import settings
+from rltrain.commands import evaluate, export
+from rltrain.common.types import SpaceInfo
+from rltrain.config.schemas import ConfigError
+from rltrain.nets.encoders import ENCODERS, make_encoder
+from rltrain.nets.encoders.registry import choose
+from rltrain.spaces.observations import stored_shape
 
 ENV = ["env=gym", f"env.id={space_envs.SPACES_ID}"]
 #: the same env for a CLI run, which imports the module that registers it

@@ -1,6 +1,6 @@
-"""Observation encoders (rltrain.encoders): the choice ``algo.encoder`` makes (auto: by priority
-among those that accept the space), its refusals by name, a registered encoder used by every
-network of every algorithm, and the flat encoder keeping the numbers of the plain MLPs."""
+"""Observation encoders (rltrain.nets.encoders): the choice ``algo.encoder`` makes (auto: by
+priority among those that accept the space), its refusals by name, a registered encoder used by
+every network of every algorithm, and the flat encoder keeping the numbers of the plain MLPs."""
 
 from __future__ import annotations
 
@@ -27,13 +27,11 @@ from algo_helpers import (
 from conftest import TESTS
 from rltrain.algorithms import ALGORITHMS
 from rltrain.algorithms.ppo import PPO, PPOConfig
-from rltrain.catalogue import register_configs
-from rltrain.config import ConfigError
-from rltrain.core import SpaceInfo
-from rltrain.encoders import ENCODERS, Encoder, EncoderSpec, make_encoder, register
-from rltrain.encoders.flat import FlatEncoder
-from rltrain.encoders.registry import choose
-from rltrain.nets import (
+from rltrain.assembly.checked_config import settings
+from rltrain.assembly.registered_schemas import register_configs
+from rltrain.common.types import SpaceInfo
+from rltrain.config.schemas import ConfigError
+from rltrain.nets.actors_critics import (
     CategoricalActor,
     DeterministicActor,
     EncodedMLP,
@@ -43,7 +41,9 @@ from rltrain.nets import (
     TanhMeanGaussianActor,
     mlp,
 )
-from rltrain.settings import settings
+from rltrain.nets.encoders import ENCODERS, Encoder, EncoderSpec, make_encoder, register
+from rltrain.nets.encoders.flat import FlatEncoder
+from rltrain.nets.encoders.registry import choose
 
 
 def info_of(space: gym.Space | None, shape: tuple[int, ...] = (3,), discrete: bool = False
@@ -246,8 +246,8 @@ ACTORS = [  # (build on an encoder, output size of its MLP, activation, determin
                          ids=["categorical", "gaussian", "tanh-mean", "squashed", "deterministic"])
 def test_an_actor_on_the_flat_encoder_is_the_plain_mlp(make, out_dim, activation, head, seed):
     """Built after torch.manual_seed(s), an actor on the flat encoder has exactly the
-    parameters (values and names, under ``net.``) of rltrain.nets.mlp built after the same
-    seed, with the policy head's gain 0.01 (how actors were built on observation vectors
+    parameters (values and names, under ``net.``) of rltrain.nets.actors_critics.mlp built after the
+    same seed, with the policy head's gain 0.01 (how actors were built on observation vectors
     before encoders), and computes exactly its outputs."""
     torch.manual_seed(seed)
     actor = make(make_encoder(FLAT3))
@@ -265,8 +265,8 @@ def test_an_actor_on_the_flat_encoder_is_the_plain_mlp(make, out_dim, activation
 
 
 def test_value_networks_and_critics_on_the_flat_encoder_keep_their_numbers():
-    """EncodedMLP is rltrain.nets.mlp, parameter for parameter; QCritics initialises each member
-    as before encoders (orthogonal per member, in order), on cat(obs, act)."""
+    """EncodedMLP is rltrain.nets.actors_critics.mlp, parameter for parameter; QCritics initialises
+    each member as before encoders (orthogonal per member, in order), on cat(obs, act)."""
     torch.manual_seed(3)
     value = EncodedMLP(make_encoder(FLAT3), [16], 1, "tanh", 1.0)
     torch.manual_seed(3)

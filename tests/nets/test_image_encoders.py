@@ -12,13 +12,13 @@ import torch
 from rltrain.algorithms.base import policy_inputs
 from rltrain.algorithms.dqn import DQN, DQNConfig
 from rltrain.algorithms.ppo import PPO, PPOConfig
-from rltrain.config import ConfigError
-from rltrain.core import SpaceInfo
-from rltrain.encoders import ENCODERS, make_encoder
-from rltrain.encoders.dict import DictEncoder
-from rltrain.encoders.image import ConvEncoder, ImageInput, channels_last
-from rltrain.encoders.registry import choose
-from rltrain.observations import DictLayout, ObservationSpaceError, Packer, stored_shape
+from rltrain.common.types import SpaceInfo
+from rltrain.config.schemas import ConfigError
+from rltrain.nets.encoders import ENCODERS, make_encoder
+from rltrain.nets.encoders.dict import DictEncoder
+from rltrain.nets.encoders.image import ConvEncoder, ImageInput, channels_last
+from rltrain.nets.encoders.registry import choose
+from rltrain.spaces.observations import DictLayout, ObservationSpaceError, Packer, stored_shape
 
 CPU = torch.device("cpu")
 ATARI = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)

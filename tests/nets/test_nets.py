@@ -1,7 +1,8 @@
-"""The shared parts every algorithm builds on (rltrain.nets): actors and critics on an
-observation encoder, each against a reference written the plain way; and, until they have
-modules of their own, Polyak updates (rltrain.optim) and action scaling (rltrain.actions).
-The normalisers are tested in test_normalize.py, the encoders in test_encoders.py."""
+"""The shared parts every algorithm builds on (rltrain.nets.actors_critics): actors and critics on
+an observation encoder, each against a reference written the plain way; and, until they have
+modules of their own, Polyak updates (rltrain.nets.optim) and action scaling
+(rltrain.spaces.actions). The normalisers are tested in test_normalize.py, the encoders in
+test_encoders.py."""
 
 import copy
 
@@ -11,9 +12,7 @@ import pytest
 import torch
 from torch.distributions import Categorical, Normal, TanhTransform, TransformedDistribution
 
-from rltrain.actions import ActionScale, ScaleActions, scaling, to_agent, to_env
-from rltrain.encoders.flat import FlatEncoder
-from rltrain.nets import (
+from rltrain.nets.actors_critics import (
     CategoricalActor,
     DeterministicActor,
     EncodedMLP,
@@ -24,7 +23,9 @@ from rltrain.nets import (
     mlp,
     sample_categorical,
 )
-from rltrain.optim import Adam, flatten_parameters, soft_update
+from rltrain.nets.encoders.flat import FlatEncoder
+from rltrain.nets.optim import Adam, flatten_parameters, soft_update
+from rltrain.spaces.actions import ActionScale, ScaleActions, scaling, to_agent, to_env
 
 
 def flat(dim: int) -> FlatEncoder:

@@ -1,4 +1,4 @@
-"""Coloured exploration noise (rltrain.noise): unit marginal variance, the spectral slope it
+"""Coloured exploration noise (rltrain.nets.noise): unit marginal variance, the spectral slope it
 promises, state that resumes exactly, and its use by the off-policy algorithms (the range of
 noise_beta is checked with the other schema fields, in test_config.py)."""
 
@@ -10,8 +10,8 @@ import torch
 
 from rltrain.algorithms.ddpg import DDPG, DDPGConfig
 from rltrain.algorithms.sac import SAC, SACConfig
-from rltrain.core import Progress, SpaceInfo
-from rltrain.noise import ColoredNoise, colored_noise
+from rltrain.common.types import Progress, SpaceInfo
+from rltrain.nets.noise import ColoredNoise, colored_noise
 
 BOX = SpaceInfo((3,), None, (2,), -np.ones(2, np.float32), np.ones(2, np.float32), None, "t",
                 max_episode_steps=200)

@@ -1,4 +1,4 @@
-"""Observation normalisation and reward scaling (rltrain.normalize): the statistics against
+"""Observation normalisation and reward scaling (rltrain.nets.normalize): the statistics against
 plain references, observations of any rank, and their life cycle in a run (updated by training
 collection only, frozen while testing, saved with the policy, restored on resume, applied
 alike by eval and the ONNX graph)."""
@@ -24,12 +24,12 @@ from conftest import (
     run_in_process,
     signal_when,
 )
-from rltrain import evaluate, export
-from rltrain.build import build_parts
-from rltrain.catalogue import register_configs
-from rltrain.core import Progress
-from rltrain.normalize import ObsNormalizer, RewardScaler, RunningMoments
-from rltrain.settings import settings
+from rltrain.assembly.build import build_parts
+from rltrain.assembly.checked_config import settings
+from rltrain.assembly.registered_schemas import register_configs
+from rltrain.commands import evaluate, export
+from rltrain.common.types import Progress
+from rltrain.nets.normalize import ObsNormalizer, RewardScaler, RunningMoments
 
 
 # --------------------------------------------------------------------------- the statistics
@@ -170,7 +170,7 @@ def test_normalisers_frozen_in_tests_saved_with_the_policy_and_exported(tmp_path
     policy evaluated with its statistics zeroed acts differently."""
     import onnxruntime as ort
 
-    from rltrain.orchestrator import open_run
+    from rltrain.assembly.orchestrator import open_run
 
     run_dir = tmp_path / "run"
     run_in_process(run_dir, "algo=td3", *NORM, "trainer.max_epochs=2")
@@ -207,7 +207,7 @@ def test_normalisers_frozen_in_tests_saved_with_the_policy_and_exported(tmp_path
 def test_eval_reproduces_the_test_step_with_normalised_observations(tmp_path):
     """rltrain-eval with the run's test seed and the final weights plays exactly the episodes
     of the last test step (same normalised observations, same action scaling)."""
-    from rltrain.trainer import derived_seed
+    from rltrain.trainers import derived_seed
 
     run_dir = tmp_path / "run"
     run_in_process(run_dir, "algo=sac", *NORM, "trainer.max_epochs=1",

@@ -6,8 +6,8 @@ import sys
 import pytest
 import torch
 
-from rltrain.nets import mlp
-from rltrain.optim import Adam
+from rltrain.nets.actors_critics import mlp
+from rltrain.nets.optim import Adam
 
 
 @pytest.mark.parametrize("fused", [True, False], ids=["fused kernel", "five ops"])
@@ -66,8 +66,8 @@ def test_training_never_imports_dynamo():
     import subprocess
 
     code = ("import sys, torch\n"
-            "from rltrain.optim import Adam\n"
-            "from rltrain.nets import mlp\n"
+            "from rltrain.nets.optim import Adam\n"
+            "from rltrain.nets.actors_critics import mlp\n"
             "net = mlp(4, [8], 2); opt = Adam(net.parameters(), lr=1e-3)\n"
             "net(torch.randn(2, 4)).sum().backward()\n"
             "opt.clip_grad_norm_(1.0); opt.step()\n"

@@ -20,9 +20,9 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from conftest import BIN, TESTS, cli_env, compose_run, refusal
 from rltrain.algorithms import ALGORITHMS
-from rltrain.cli import conf_dir
-from rltrain.overrides import prepare
-from rltrain.settings import settings
+from rltrain.assembly.checked_config import settings
+from rltrain.commands.command_line import prepare
+from rltrain.commands.train import conf_dir
 
 ROOT = TESTS.parent
 DOCS = ROOT / "docs"

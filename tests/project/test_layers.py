@@ -44,10 +44,11 @@ def test_imports_point_down_only_and_go_round_in_no_circle():
 
 
 def test_an_upward_import_breaks_the_contract(tmp_path):
-    """config.py (the ground floor) importing the CLI, in a copy of the package."""
-    res = lint(copy_with(tmp_path, "config.py", "rltrain.cli"), cwd=tmp_path)
+    """config/schemas.py (near the bottom) importing the CLI, in a copy of the package."""
+    res = lint(copy_with(tmp_path, "config/schemas.py", "rltrain.commands.train"), cwd=tmp_path)
     assert res.returncode != 0
-    assert "BROKEN" in res.stdout and "rltrain.config -> rltrain.cli" in res.stdout, res.stdout
+    assert "BROKEN" in res.stdout, res.stdout
+    assert "rltrain.config.schemas -> rltrain.commands.train" in res.stdout, res.stdout
 
 
 @pytest.mark.parametrize(("module", "imported", "named"), [
@@ -92,13 +93,13 @@ def test_a_circle_within_one_layer_breaks_the_contract(tmp_path, module, importe
 
 @pytest.mark.parametrize(("module", "imported"), [
     # the shared-study protocol reaching up into the trial-to-job translation
-    ("optuna_sweeper/shared.py", "rltrain.optuna_sweeper.trials"),
+    ("sweeps/optuna/shared.py", "rltrain.sweeps.optuna.trials"),
     # the outputs and the trial-to-job translation share a layer, independent of each other
-    ("optuna_sweeper/outputs.py", "rltrain.optuna_sweeper.trials"),
+    ("sweeps/optuna/outputs.py", "rltrain.sweeps.optuna.trials"),
 ])
 def test_an_import_against_the_optuna_sweepers_order_breaks_its_contract(tmp_path, module,
                                                                          imported):
-    """The package's modules import only those below them (rltrain.optuna_sweeper's text):
+    """The package's modules import only those below them (rltrain.sweeps.optuna's text):
     the rltrain-wide contracts keep such an import (one layer, no circle); the package's
     own breaks on it and names it."""
     res = lint(copy_with(tmp_path, module, imported), cwd=tmp_path)
@@ -106,6 +107,33 @@ def test_an_import_against_the_optuna_sweepers_order_breaks_its_contract(tmp_pat
     assert "rltrain's layers (DESIGN.md, \"Layers\") KEPT" in res.stdout
     assert "no circles among rltrain's modules" in res.stdout
     reported = res.stdout[res.stdout.index("Broken contracts"):]
+    importer = "rltrain." + module.removesuffix(".py").replace("/", ".")
+    assert f"{importer} -> {imported}" in reported, reported
+
+
+
+@pytest.mark.parametrize(("module", "imported", "contract"), [
+    # what storage hands out reaching up to the collector, which writes into storage
+    ("data/batch.py", "rltrain.data.collector", "the collector is the data path's top"),
+    # the run directory's bounded reader reaching into the directory's lock and snapshot
+    ("rundir/stored_data.py", "rltrain.rundir.directory",
+     "the run directory's modules import down only"),
+    # the networks' optimiser reaching up into the actors
+    ("nets/optim.py", "rltrain.nets.actors_critics", "the networks' modules import down only"),
+    # the env factory's wrappers reaching up into the factory
+    ("envs/wrappers.py", "rltrain.envs.vector", "the envs' modules import down only"),
+    # eval reaching up into the rltrain command
+    ("commands/evaluate.py", "rltrain.commands.train", "the commands import down only"),
+])
+def test_an_import_against_a_packages_order_breaks_its_contract(tmp_path, module, imported,
+                                                                 contract):
+    """Each package's own contract (its docstring's order) breaks on an import against it and
+    names it, where the contract of the layers keeps it (one package)."""
+    res = lint(copy_with(tmp_path, module, imported), cwd=tmp_path)
+    assert res.returncode != 0, res.stdout
+    assert "rltrain's layers (DESIGN.md, \"Layers\") KEPT" in res.stdout
+    reported = res.stdout[res.stdout.index("Broken contracts"):]
+    assert contract in reported, reported
     importer = "rltrain." + module.removesuffix(".py").replace("/", ".")
     assert f"{importer} -> {imported}" in reported, reported
 

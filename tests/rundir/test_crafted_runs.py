@@ -25,8 +25,9 @@ import pytest
 from omegaconf import OmegaConf
 
 from conftest import BIN, cli_env, command, compose_run, run_in_process
-from rltrain import evaluate, report, stored
-from rltrain.report.runs import DamagedRun, load_run
+from rltrain.commands import evaluate, report
+from rltrain.commands.report.runs import DamagedRun, load_run
+from rltrain.rundir import stored_data
 
 TOOL = "rltrain-report"
 #: address space for a reader of a bomb: a refused bomb needs under 1 GiB here (torch
@@ -113,8 +114,9 @@ def test_omegaconf_save_writes_no_alias(tmp_path: Path) -> None:
     OmegaConf.save(OmegaConf.create(data), path)
     text = path.read_text()
     assert "&" not in text and "*" not in text, text
-    assert stored.read_yaml(path) == OmegaConf.to_container(OmegaConf.load(path))
-    assert stored.read_yaml(path)["env"]["normalize"]["epsilon"] == 1e-08  # a float, as OmegaConf
+    assert stored_data.read_yaml(path) == OmegaConf.to_container(OmegaConf.load(path))
+    # a float, as OmegaConf
+    assert stored_data.read_yaml(path)["env"]["normalize"]["epsilon"] == 1e-08
 
 
 @pytest.mark.parametrize(("text", "problem"), [
@@ -135,8 +137,8 @@ def test_omegaconf_save_writes_no_alias(tmp_path: Path) -> None:
 def test_what_the_reader_refuses(tmp_path: Path, text: str, problem: str) -> None:
     path = tmp_path / "config.yaml"
     path.write_text(text)
-    with pytest.raises(stored.StoredDataError) as e:
-        stored.read_yaml(path)
+    with pytest.raises(stored_data.StoredDataError) as e:
+        stored_data.read_yaml(path)
     assert str(e.value).startswith(f"{path} is damaged (") and problem in e.value.problem
 
 
@@ -145,20 +147,21 @@ def test_the_reader_reads_what_is_plain(tmp_path: Path) -> None:
     an alias that repeats a little is expanded, an empty file is None."""
     path = tmp_path / "ok.yaml"
     path.write_text("a: &x [1, 2]\nb: *x\nday: 2001-12-14\nlr: 1e-3\n")
-    assert stored.read_yaml(path) == {"a": [1, 2], "b": [1, 2], "day": "2001-12-14", "lr": 1e-3}
+    assert stored_data.read_yaml(path) == {"a": [1, 2], "b": [1, 2], "day": "2001-12-14",
+                                           "lr": 1e-3}
     path.write_text("")
-    assert stored.read_yaml(path) is None
+    assert stored_data.read_yaml(path) is None
 
 
 def test_what_cannot_be_read(tmp_path: Path) -> None:
     big = tmp_path / "big.yaml"
-    big.write_text("x: " + "a" * stored.MAX_BYTES + "\n")
-    with pytest.raises(stored.StoredDataError, match="cannot be read: larger than 1 MiB"):
-        stored.read_yaml(big)
+    big.write_text("x: " + "a" * stored_data.MAX_BYTES + "\n")
+    with pytest.raises(stored_data.StoredDataError, match="cannot be read: larger than 1 MiB"):
+        stored_data.read_yaml(big)
     binary = tmp_path / "binary.yaml"
     binary.write_bytes(b"\xff\xfe")
-    with pytest.raises(stored.StoredDataError, match="cannot be read: 'utf-8' codec"):
-        stored.read_yaml(binary)
+    with pytest.raises(stored_data.StoredDataError, match="cannot be read: 'utf-8' codec"):
+        stored_data.read_yaml(binary)
 
 
 def test_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
@@ -170,8 +173,8 @@ def test_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
 
     def read() -> None:
         try:
-            stored.read_yaml(fifo)
-        except stored.StoredDataError as e:
+            stored_data.read_yaml(fifo)
+        except stored_data.StoredDataError as e:
             found.append(e)
 
     reader = threading.Thread(target=read, daemon=True)
@@ -190,13 +193,13 @@ def test_shared_references_are_counted_as_they_expand() -> None:
     part: Any = ["lol"] * 10
     for _ in range(9):
         part = [part] * 10
-    with pytest.raises(stored.StoredDataError, match="expands to more than 10,000 values"):
-        stored.check_plain({"env": {"kwargs": {"k": part}}}, "the config in last.pt")
+    with pytest.raises(stored_data.StoredDataError, match="expands to more than 10,000 values"):
+        stored_data.check_plain({"env": {"kwargs": {"k": part}}}, "the config in last.pt")
     loop: dict[str, Any] = {}
     loop["self"] = loop
-    with pytest.raises(stored.StoredDataError, match="refers to itself"):
-        stored.check_plain(loop, "x")
-    stored.check_plain({"a": [1, 2.0, None, True, "s", {"b": []}]}, "x")
+    with pytest.raises(stored_data.StoredDataError, match="refers to itself"):
+        stored_data.check_plain(loop, "x")
+    stored_data.check_plain({"a": [1, 2.0, None, True, "s", {"b": []}]}, "x")
 
 
 # ------------------------------------------------------------------ every reader, a bomb

@@ -1,9 +1,10 @@
-"""Writing without following links (rltrain.files): a link planted where rltrain writes never
+"""Writing without following links (rltrain.rundir.files): a link planted where rltrain writes never
 has its target written; a run directory with such links is refused by name.
 
-Writing whole or not at all (:func:`rltrain.files.replacing`), on real full disks; and reading
-a run's records bounded (:mod:`rltrain.stored`): every reader of ``epochs.jsonl`` and
-``summary.json`` holds at most a record's bound in memory, whatever the file holds."""
+Writing whole or not at all (:func:`rltrain.rundir.files.replacing`), on real full disks; and
+reading a run's records bounded (:mod:`rltrain.rundir.stored_data`): every reader of
+``epochs.jsonl`` and ``summary.json`` holds at most a record's bound in memory, whatever the file
+holds."""
 
 from __future__ import annotations
 
@@ -21,8 +22,12 @@ from typing import Any
 import pytest
 
 from conftest import command, resume_in_process, run_cli, signal_when, tmpfs
-from rltrain import evaluate, rundir, stored, tune
-from rltrain.files import (
+from rltrain.assembly import optuna_trial
+from rltrain.commands import evaluate
+from rltrain.commands.report.runs import DamagedRun, load_run
+from rltrain.loggers.jsonl import RESERVE, JsonlLogger, read_records
+from rltrain.rundir import directory, stored_data
+from rltrain.rundir.files import (
     LinkError,
     NoFollowFileHandler,
     links_among,
@@ -31,9 +36,7 @@ from rltrain.files import (
     open_new_bytes,
     replacing,
 )
-from rltrain.loggers.jsonl import RESERVE, JsonlLogger, read_records
-from rltrain.optuna_sweeper.trials import job_error
-from rltrain.report.runs import DamagedRun, load_run
+from rltrain.sweeps.optuna.trials import job_error
 
 
 @pytest.fixture
@@ -226,8 +229,8 @@ def test_every_reader_of_a_run_holds_one_record_at_most(huge_run):
     readers = {
         "resume": lambda: [r["epoch"] for r in read_records(huge_run / "epochs.jsonl",
                                                              warned["resume"].append)],
-        "trial scores": lambda: [r["epoch"] for r in tune._records(huge_run)],
-        "run summary": lambda: rundir.read_summary(huge_run),
+        "trial scores": lambda: [r["epoch"] for r in optuna_trial._records(huge_run)],
+        "run summary": lambda: directory.read_summary(huge_run),
         "sweep job error": lambda: job_error(str(huge_run)),
         "report": _raises(lambda: load_run(huge_run, warn=warned["report"].append),
                           DamagedRun),
@@ -246,9 +249,9 @@ def test_every_reader_of_a_run_holds_one_record_at_most(huge_run):
                    "record rltrain writes is about 1 KB): dropped"],
         "report": [f"{huge_run / 'summary.json'} cannot be read (larger than 1 MiB, where "
                    "rltrain writes a few KB); its status is taken as unknown"]}
-    with pytest.raises(stored.StoredDataError, match="summary.json cannot be read: larger "
+    with pytest.raises(stored_data.StoredDataError, match="summary.json cannot be read: larger "
                                                      "than 1 MiB"):
-        stored.read_json(huge_run / "summary.json")
+        stored_data.read_json(huge_run / "summary.json")
 
 
 def test_a_resume_rewrites_its_records_a_line_at_a_time(huge_run, tmp_path, caplog):
@@ -269,11 +272,11 @@ def test_json_lines_says_what_each_line_is(tmp_path):
     path = tmp_path / "epochs.jsonl"
     deep = b"[" * 100_000 + b"]" * 100_000
     path.write_bytes(b'{"epoch": 1}\n\n' + deep + b'\nnope\n{"epoch": 4')
-    lines = list(stored.json_lines(path))
+    lines = list(stored_data.json_lines(path))
     assert [(line.number, line.value, line.torn) for line in lines] == [
         (1, {"epoch": 1}, False), (3, None, False), (4, None, False), (5, None, True)]
     assert [line.problem for line in lines][:2] == [None, "nested too deeply"]
     assert lines[2].problem.startswith("not JSON")
     os.mkfifo(tmp_path / "fifo")  # refused at once, not waited on
-    with pytest.raises(stored.StoredDataError, match="not a regular file"):
-        list(stored.json_lines(tmp_path / "fifo"))
+    with pytest.raises(stored_data.StoredDataError, match="not a regular file"):
+        list(stored_data.json_lines(tmp_path / "fifo"))

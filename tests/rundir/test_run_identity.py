@@ -22,8 +22,8 @@ import pytest
 import torch
 
 from conftest import command, read_jsonl, resume_in_process, run_cli, run_in_process, signal_when
-from rltrain import collect, evaluate, export
-from rltrain.checkpoint import load_checkpoint, load_policy
+from rltrain.commands import collect, evaluate, export
+from rltrain.rundir.checkpoint import load_checkpoint, load_policy
 
 SMOKE = ["experiment=smoke", "logger.tensorboard=false"]
 #: the run whose directory is tampered with, and the runs the foreign files come from: another
@@ -143,7 +143,7 @@ def test_collect_refuses_another_runs_replay_buffer(runs: dict[str, Path], here:
 def test_the_report_refuses_a_run_holding_another_runs_record(runs: dict[str, Path],
                                                               here: Path, part: str) -> None:
     pytest.importorskip("rliable", reason="needs the report extra: pip install -e '.[report]'")
-    from rltrain import report
+    from rltrain.commands import report
 
     run = copy(runs["own"], here / "R")
     if part == "epochs.jsonl":

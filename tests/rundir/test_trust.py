@@ -1,4 +1,4 @@
-"""The trust boundary (rltrain.trust): a run directory, checkpoint or Minari dataset from
+"""The trust boundary (rltrain.rundir.trust): a run directory, checkpoint or Minari dataset from
 elsewhere runs no code without consent; what a command on this machine set up works as before.
 
 The hostile entry is the one that ran a shell command before: ``pydoc.pipepager`` as a wrapper,
@@ -16,8 +16,9 @@ import torch
 import yaml
 
 from conftest import command, refusal, resume_in_process, run_in_process, wait_for
-from rltrain import collect, evaluate, export, trust
-from rltrain.config import ConfigError
+from rltrain.commands import collect, evaluate, export
+from rltrain.config.schemas import ConfigError
+from rltrain.rundir import trust
 
 OWN_ENV = ["env=gym", "env.id=fault_envs:rltrain-test/DictObs-v0",
            "env.wrappers=[FlattenObservation,{name:fault_envs.ScaleReward,kwargs:{scale:10}}]"]

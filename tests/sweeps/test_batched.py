@@ -1,7 +1,7 @@
 """``hydra/launcher=batched``: seeds of one config as the members of a batch in one process,
-PPO's updates stacked over them (rltrain.stacking, rltrain.batch_scheduler, rltrain.batched,
-rltrain.algorithms.ppo_stacked). Each seed must be the run it is alone, up to the order of
-floating-point sums: in float64 its records agree to 1e-9."""
+PPO's updates stacked over them (rltrain.common.stacking, rltrain.sweeps.batch_scheduler,
+rltrain.sweeps.batched, rltrain.algorithms.ppo_stacked). Each seed must be the run it is alone, up
+to the order of floating-point sums: in float64 its records agree to 1e-9."""
 
 from __future__ import annotations
 
@@ -28,11 +28,11 @@ from conftest import (
     run_cli,
     signal_when,
 )
-from rltrain import stacking
 from rltrain.algorithms.ppo import PPO, PPOConfig
 from rltrain.algorithms.ppo_stacked import StackedSteps
-from rltrain.batch_scheduler import Member, RNGs, Scheduler, current
-from rltrain.envs import space_info
+from rltrain.common import stacking
+from rltrain.envs.vector import space_info
+from rltrain.sweeps.batch_scheduler import Member, RNGs, Scheduler, current
 from test_sweeps import finish_command, listed_as_on_disk
 
 #: a short PPO sweep on CartPole: 2 epochs of 512 env steps, 2 test episodes each
@@ -92,7 +92,7 @@ def test_members_take_turns_meet_as_one_batch_and_draw_their_own_random_numbers(
 
 def test_a_members_code_finds_its_member_and_code_outside_a_batch_finds_none():
     """What cli.py and sweep.py ask (``batch_scheduler.current()``) and what an algorithm's
-    :func:`rltrain.stacking.stack` reaches (``stacking.meeting()``): the member whose thread
+    :func:`rltrain.common.stacking.stack` reaches (``stacking.meeting()``): the member whose thread
     runs the code, and None outside a batch."""
     seen: dict[str, tuple[object, object]] = {}
     ran = [Member(name, lambda name=name: seen.setdefault(name, (current(), stacking.meeting())),
@@ -317,7 +317,7 @@ def test_a_batched_sweep_equals_its_seeds_run_by_the_basic_launcher_in_float64(c
     res = cli(*args, BATCHED, "hydra.launcher.n_jobs=1", f"hydra.sweep.dir={batched}")
     assert res.returncode == 0, res.stderr
     assert "Traceback" not in res.stderr
-    assert "rltrain: jobs 0, 1 run as 1 batch(es) of lanes (in this process)" in res.stdout
+    assert "rltrain: jobs 0, 1 run as 1 batch(es) of members (in this process)" in res.stdout
     ran = re.search(r"the batch of jobs 0, 1 ran (\d+) updates as (\d+) stacked computations",
                     res.stdout)
     assert ran is not None and int(ran.group(1)) == 2 * int(ran.group(2)) > 0, res.stdout
@@ -343,7 +343,7 @@ def test_a_sweep_over_ppos_settings_stacks_and_equals_the_basic_launchers_in_flo
     assert res.returncode == 0, res.stderr
     res = cli(*args, BATCHED, "hydra.launcher.n_jobs=1", f"hydra.sweep.dir={batched}")
     assert res.returncode == 0, res.stderr
-    assert "rltrain: jobs 0, 1, 2, 3 run as 1 batch(es) of lanes (in this process)" in \
+    assert "rltrain: jobs 0, 1, 2, 3 run as 1 batch(es) of members (in this process)" in \
         res.stdout
     ran = re.search(r"the batch of jobs 0, 1, 2, 3 ran (\d+) updates as (\d+) stacked "
                     r"computations", res.stdout)
@@ -360,7 +360,7 @@ def test_a_sweep_over_ppos_settings_stacks_and_equals_the_basic_launchers_in_flo
     assert res.returncode == 0, res.stderr
     for num, other in ((0, 1), (1, 0)):
         assert (f"rltrain: job {num} runs alone: it differs from job {other} in "
-                "algo.hidden_sizes (the lanes of a batch may differ only in seed, algo.lr, "
+                "algo.hidden_sizes (the members of a batch may differ only in seed, algo.lr, "
                 "algo.lr_annealing, algo.gamma, algo.gae_lambda, algo.clip_ratio, "
                 "algo.value_clip, algo.ent_coef, algo.vf_coef, algo.max_grad_norm, "
                 "algo.init_log_std, trainer.update_step_num_repetitions)") in res.stdout, \
@@ -383,7 +383,7 @@ def test_optuna_trials_asked_together_stack_and_equal_the_basic_launchers(cli, t
     res = cli(*args, BATCHED, "hydra.launcher.n_jobs=1", f"hydra.sweep.dir={batched}")
     assert res.returncode == 0, res.stderr
     for jobs in ("0, 1", "2, 3"):
-        assert f"rltrain: jobs {jobs} run as 1 batch(es) of lanes (in this process)" in \
+        assert f"rltrain: jobs {jobs} run as 1 batch(es) of members (in this process)" in \
             res.stdout, res.stdout
     for num in range(4):
         a, b = job_dir(batched, num), job_dir(basic, num)
@@ -403,7 +403,8 @@ def test_optuna_trials_asked_together_stack_and_equal_the_basic_launchers(cli, t
 _COMPARE_CONFIGS = """
 import sys
 from omegaconf import OmegaConf
-from rltrain import batched, cli
+from rltrain.sweeps import batched
+from rltrain.commands import train as cli
 def compare(launcher, unit, quiet):
     for job in unit:
         hydras = batched._compose(launcher.hydra_context, launcher.config, job.overrides,
@@ -450,7 +451,7 @@ def test_batches_in_worker_processes_equal_the_basic_launchers_too(cli, tmp_path
               env={"PYTHONUNBUFFERED": ""})
     assert res.returncode == 0, res.stderr
     # forked from the main process (which has no other Python thread when it launches)
-    assert res.stdout.count("rltrain: jobs 0, 2; 1, 3 run as 2 batch(es) of lanes (in 2 "
+    assert res.stdout.count("rltrain: jobs 0, 2; 1, 3 run as 2 batch(es) of members (in 2 "
                             "worker processes, forked)") == 1, res.stdout
     for jobs in ("0, 2", "1, 3"):
         assert re.search(rf"the batch of jobs {jobs} ran \d+ updates", res.stdout), res.stdout
@@ -462,7 +463,7 @@ def test_batches_in_worker_processes_equal_the_basic_launchers_too(cli, tmp_path
 _WITH_A_THREAD = """
 import sys, threading
 threading.Thread(target=threading.Event().wait, daemon=True).start()
-from rltrain import cli
+from rltrain.commands import train as cli
 sys.argv = ["rltrain", *sys.argv[1:]]
 cli.main()
 """
@@ -484,7 +485,7 @@ def test_workers_are_loky_s_when_the_main_process_runs_another_thread(tmp_path):
                           f"hydra.sweep.dir={fresh}"], cwd=tmp_path, capture_output=True,
                          text=True, timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "run as 2 batch(es) of lanes (in 2 worker processes)\n" in res.stdout, res.stdout
+    assert "run as 2 batch(es) of members (in 2 worker processes)\n" in res.stdout, res.stdout
     for num in range(4):
         _records_close(job_dir(fresh, num), job_dir(forked, num), tol=1e-9)
 
@@ -612,7 +613,7 @@ def test_the_default_is_a_worker_per_cpu():
     import os
 
     from hydra_plugins.rltrain_batched_launcher.batched_launcher import BatchedLauncherConf
-    from rltrain.batched import worker_count
+    from rltrain.sweeps.batched import worker_count
 
     assert BatchedLauncherConf().n_jobs == -1
     assert worker_count(-1) == len(os.sched_getaffinity(0))

@@ -19,10 +19,10 @@ from optuna.distributions import FloatDistribution  # noqa: E402
 from optuna.trial import TrialState  # noqa: E402
 
 from conftest import RLTRAIN, cli_env, signal_when  # noqa: E402
-from rltrain.config import job_number  # noqa: E402
-from rltrain.optuna_sweeper.conf import OptunaSweeperConf  # noqa: E402
-from rltrain.optuna_sweeper.shared import SharedStudy  # noqa: E402
-from rltrain.tune import Heartbeats, open_storage  # noqa: E402
+from rltrain.assembly.optuna_trial import Heartbeats, open_storage  # noqa: E402
+from rltrain.config.schemas import job_number  # noqa: E402
+from rltrain.sweeps.optuna.conf import OptunaSweeperConf  # noqa: E402
+from rltrain.sweeps.optuna.shared import SharedStudy  # noqa: E402
 
 #: a trial of a second or two: PPO on CartPole, one short epoch, one test episode
 TINY = ["algo=ppo", "env=cartpole", "trainer.max_epochs=1", "trainer.epoch_num_steps=128",

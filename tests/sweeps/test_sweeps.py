@@ -27,8 +27,8 @@ from conftest import (
     signal_when,
     wait_for,
 )
-from rltrain import rundir
-from rltrain.config import job_dir_name, job_number
+from rltrain.config.schemas import job_dir_name, job_number
+from rltrain.rundir import directory
 from rltrain.sweeps import callback, outcome
 
 SMOKE = ["experiment=smoke", "logger.tensorboard=false"]
@@ -98,7 +98,7 @@ def test_a_sweep_counts_the_jobs_it_refused_and_says_how_to_finish(cli, tmp_path
     held = sweep / "seed=0_job0"
     held.mkdir(parents=True)
     args = ["--multirun", *SMOKE, "seed=0,1"]
-    with rundir.RunDirLock(held):
+    with directory.RunDirLock(held):
         res = cli(*args, f"hydra.sweep.dir={sweep}")
     assert res.returncode == 1, res.stderr
     assert "Traceback" not in res.stderr
@@ -175,7 +175,7 @@ def test_the_list_of_an_unfinished_sweep_says_what_each_directory_holds(tmp_path
         if written is not None:
             (job / "summary.json").write_text(json.dumps(written))
         else:  # killed: its lock file stays, unlocked
-            (job / rundir.LOCK).write_text("{}")
+            (job / directory.LOCK).write_text("{}")
         if saved:
             (job / "checkpoints" / "last.pt").write_bytes(b"a checkpoint")
     assert outcome.report(tmp_path) == (2, 2, 4)
@@ -317,7 +317,7 @@ def test_a_signal_to_a_joblib_sweep_reaches_its_jobs(tmp_path, sig, code):
         wait_for(lambda: all((j / "epochs.jsonl").is_file()
                              and (j / "epochs.jsonl").read_text().strip()
                              for j in jobs), timeout=120, what="both jobs' first epoch")
-        pids = [rundir.lock_holder_pid(j) for j in jobs]
+        pids = [directory.lock_holder_pid(j) for j in jobs]
         assert all(pids) and proc.pid not in pids  # the jobs run in worker processes
         if sig == SIGINT:
             os.killpg(proc.pid, sig)
@@ -381,7 +381,7 @@ def test_a_killed_joblib_sweep_leaves_no_process_behind(tmp_path):
                              and (j / "epochs.jsonl").read_text().strip()
                              for j in jobs), timeout=120, what="both jobs' first epoch")
         family = _descendants(proc.pid)
-        workers = {rundir.lock_holder_pid(j) for j in jobs}
+        workers = {directory.lock_holder_pid(j) for j in jobs}
         assert None not in workers and workers <= family, (workers, family)
         proc.kill()
         # the pipes end when the last process holding them (a worker) has ended
@@ -550,9 +550,9 @@ def preempt(job: Path, sweep: Path, before: int | None = None) -> int:
     (SIGUSR2), then, once the job took it (it trains on until near the end), again: it
     checkpoints at once and hands the signal to submitit, which requeues it. ``before``: the
     pid of the previous attempt, to wait for a new one. Returns the pid signalled."""
-    wait_for(lambda: rundir.lock_holder_pid(job) not in (None, before), timeout=300,
+    wait_for(lambda: directory.lock_holder_pid(job) not in (None, before), timeout=300,
              what="the job's attempt to run")
-    pid = rundir.lock_holder_pid(job)
+    pid = directory.lock_holder_pid(job)
     assert pid is not None
 
     def acks() -> int:
@@ -562,7 +562,7 @@ def preempt(job: Path, sweep: Path, before: int | None = None) -> int:
     seen = acks()
     os.kill(pid, signal.SIGUSR2)
     # taken (or, if its executor had warned it already, the second warning: it stops)
-    wait_for(lambda: acks() > seen or rundir.lock_holder_pid(job) != pid, timeout=120,
+    wait_for(lambda: acks() > seen or directory.lock_holder_pid(job) != pid, timeout=120,
              what="the job to take SIGUSR2")
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGUSR2)

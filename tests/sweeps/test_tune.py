@@ -23,9 +23,9 @@ from optuna.trial import TrialState  # noqa: E402
 
 from conftest import CONF as CONF_DIR  # noqa: E402
 from conftest import compose_run, job_dir, run_in_process  # noqa: E402
-from rltrain.config import job_number  # noqa: E402
-from rltrain.optuna_sweeper.space import encode, search_space  # noqa: E402
-from rltrain.tune import objective  # noqa: E402
+from rltrain.assembly.optuna_trial import objective  # noqa: E402
+from rltrain.config.schemas import job_number  # noqa: E402
+from rltrain.sweeps.optuna.space import encode, search_space  # noqa: E402
 
 #: a short PPO CartPole budget: 4 epochs of 1,024 env steps, no early stop
 SHORT = ["algo=ppo", "env=cartpole", "trainer.max_epochs=4", "trainer.epoch_num_steps=1024",
@@ -76,7 +76,7 @@ def test_search_space_from_hydra_syntax_and_optuna_distributions():
 
 
 def test_a_search_space_that_does_not_parse_is_named():
-    from rltrain.optuna_sweeper.conf import SweepError
+    from rltrain.sweeps.optuna.conf import SweepError
 
     with pytest.raises(SweepError, match=r"hydra.sweeper.params.algo.lr=interval\(1 is not a "
                                          r"search space"):
@@ -258,7 +258,7 @@ def test_parallel_trials_share_one_study(cli, tmp_path, storage):
     assert res.returncode == 0, res.stderr
     target = (f"journal:{tmp_path / 'study.log'}" if storage == "journal"
               else f"sqlite:///{sweep / 'optuna.db'}")
-    from rltrain.tune import open_storage
+    from rltrain.assembly.optuna_trial import open_storage
 
     s = optuna.load_study(study_name="rltrain-ppo-cartpole", storage=open_storage(target))
     assert [t.state for t in s.trials] == [TrialState.COMPLETE] * 4
@@ -309,7 +309,7 @@ def test_bad_sweeper_settings_are_one_line(cli, tmp_path, args, message):
      "grace_period (10) must be more than hydra.sweeper.heartbeat_interval (10)"),
 ])
 def test_heartbeat_settings_are_checked(settings, message):
-    from rltrain.optuna_sweeper.conf import OptunaSweeperConf, SweepError, check_conf
+    from rltrain.sweeps.optuna.conf import OptunaSweeperConf, SweepError, check_conf
 
     check_conf(OptunaSweeperConf(heartbeat_interval=1.0, grace_period=1.5))  # fine
     with pytest.raises(SweepError, match=re.escape(message)):
@@ -332,7 +332,7 @@ def test_multirun_with_cfg_is_one_line(cli):
 @pytest.mark.parametrize("name", sorted(p.stem for p in (
     Path(__file__).resolve().parents[2] / "conf" / "hparams_search").glob("*.yaml")))
 def test_every_search_space_composes_with_known_keys(name):
-    from rltrain.catalogue import key_problem
+    from rltrain.assembly.registered_schemas import key_problem
 
     hydra_cfg = OmegaConf.to_container(compose_run(f"hparams_search={name}", hydra=True).hydra)
     assert hydra_cfg["sweeper"]["_target_"].endswith("OptunaSweeper")
@@ -478,8 +478,8 @@ def test_the_printed_command_of_every_shipped_search_trains_its_best_trial(tmp_p
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from rltrain.catalogue import register_configs
-    from rltrain.optuna_sweeper.outputs import write_tuned
+    from rltrain.assembly.registered_schemas import register_configs
+    from rltrain.sweeps.optuna.outputs import write_tuned
 
     register_configs()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):

@@ -1,7 +1,7 @@
 """Every observation layout works with any number of envs, train and test (issue 45 §2).
 
 A Dict observation is packed into one row of bytes per env and unpacked into tensors by
-reinterpreting slices of those bytes (rltrain.observations). With one env, a slice of the
+reinterpreting slices of those bytes (rltrain.spaces.observations). With one env, a slice of the
 only row kept the parent's row stride, and reinterpreting it failed at the first step; with
 two or more it did not, which is why only one env showed it. So each layout runs here with
 1, 2 and 3 envs, on-policy (a rollout) and off-policy (a replay buffer), through the
@@ -20,7 +20,7 @@ import torch
 import mask_envs
 import pixel_envs
 from conftest import read_jsonl, run_in_process
-from rltrain.observations import DictLayout
+from rltrain.spaces.observations import DictLayout
 
 #: (name, overrides): one env of each observation layout rltrain stores
 LAYOUTS = {
@@ -29,7 +29,7 @@ LAYOUTS = {
     "dict": ["env=gym", f"env.id={pixel_envs.DICT_ID}"],
     "dict with a mask": ["env=gym", f"env.id={mask_envs.MASKED_ID}"],
     "mask in info": ["env=gym", f"env.id={mask_envs.INFO_MASKED_ID}",
-                     "env.wrappers=[rltrain.masking.InfoActionMask]"],
+                     "env.wrappers=[rltrain.spaces.masking.InfoActionMask]"],
 }
 #: one short epoch: a collection step or two, an update, a test step of 3 episodes
 SHORT = ["trainer.max_epochs=1", "trainer.epoch_num_steps=96", "trainer.stop_score=null",

@@ -1,4 +1,4 @@
-"""Step accounting of the real trainers, built as the composition root (rltrain.build)
+"""Step accounting of the real trainers, built as the composition root (rltrain.assembly.build)
 builds them."""
 
 from __future__ import annotations
@@ -14,9 +14,11 @@ import torch
 from rltrain.algorithms.dqn import DQNConfig
 from rltrain.algorithms.ppo import PPOConfig
 from rltrain.algorithms.sac import SACConfig
-from rltrain.build import build_algorithm, seed_everything
-from rltrain.collector import Collector, random_policy
-from rltrain.config import (
+from rltrain.assembly.build import build_algorithm, seed_everything
+from rltrain.assembly.checked_config import Settings
+from rltrain.common.errors import NonFiniteError
+from rltrain.common.stats import Best, CollectStats, EpochStats, InfoStats, Timing
+from rltrain.config.schemas import (
     ConfigError,
     EnvConfig,
     LoggerConfig,
@@ -26,12 +28,10 @@ from rltrain.config import (
     ReplayBufferConfig,
     check_env,
 )
-from rltrain.envs import env_seeds, make_vector_env, space_info
-from rltrain.errors import NonFiniteError
+from rltrain.data.collector import Collector, random_policy
+from rltrain.envs.vector import env_seeds, make_vector_env, space_info
 from rltrain.loggers import Logger
-from rltrain.settings import Settings
-from rltrain.stats import Best, CollectStats, EpochStats, InfoStats, Timing
-from rltrain.trainer import (
+from rltrain.trainers import (
     PARAMETER_CHECK_INTERVAL,
     TRAINERS,
     Interrupted,

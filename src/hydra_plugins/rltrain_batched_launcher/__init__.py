@@ -1,2 +1,2 @@
 """rltrain's batched launcher as a Hydra plugin (``hydra/launcher=batched``:
-:mod:`rltrain.batched`)."""
+:mod:`rltrain.sweeps.batched`)."""

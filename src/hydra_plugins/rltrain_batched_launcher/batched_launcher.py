@@ -1,7 +1,7 @@
 """The Launcher class for ``hydra/launcher=batched`` (Hydra accepts plugin classes only from
 the ``hydra_plugins`` package). Hydra imports this module whenever it looks for plugins, so
 it imports the run's modules only when a sweep launches; the work is
-:func:`rltrain.batched.launch`."""
+:func:`rltrain.sweeps.batched.launch`."""
 
 
 from collections.abc import Sequence
@@ -28,9 +28,9 @@ ConfigStore.instance().store(group="hydra/launcher", name="batched", node=Batche
 
 class BatchedLauncher(Launcher):
     """Jobs that differ only in seed as the members of a batch in one process
-    (:mod:`rltrain.batched`)."""
+    (:mod:`rltrain.sweeps.batched`)."""
 
-    #: every job's config is composed before any job runs (rltrain.hydra_compat)
+    #: every job's config is composed before any job runs (rltrain.commands.hydra_compat)
     composes_every_job_first = True
 
     def __init__(self, n_jobs: int = -1) -> None:
@@ -45,6 +45,6 @@ class BatchedLauncher(Launcher):
 
     def launch(self, job_overrides: Sequence[Sequence[str]],
                initial_job_idx: int) -> Sequence[JobReturn]:
-        from rltrain.batched import launch
+        from rltrain.sweeps.batched import launch
 
         return launch(self, job_overrides, initial_job_idx)

@@ -1,5 +1,5 @@
 """The Hydra Sweeper class of ``hydra/sweeper=optuna``: Hydra accepts plugin classes only
-from the ``hydra_plugins`` package. The work lives in the package :mod:`rltrain.optuna_sweeper`
+from the ``hydra_plugins`` package. The work lives in the package :mod:`rltrain.sweeps.optuna`
 (the loop in its ``sweeper`` module, the config this plugin registers in its ``conf``), which
 imports Optuna only when a sweep starts (Hydra imports this module on every run while it looks
 for plugins)."""
@@ -10,8 +10,8 @@ from typing import Any
 
 from hydra.plugins.sweeper import Sweeper
 
-from rltrain.optuna_sweeper.conf import OptunaSweeperConf
-from rltrain.optuna_sweeper.sweeper import OptunaSweeperImpl
+from rltrain.sweeps.optuna.conf import OptunaSweeperConf
+from rltrain.sweeps.optuna.sweeper import OptunaSweeperImpl
 
 __all__ = ["OptunaSweeper", "OptunaSweeperConf"]
 

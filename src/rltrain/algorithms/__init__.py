@@ -1,5 +1,10 @@
 """The algorithms: every module of this package (but ``base`` and ``registry``) declares one
-and registers it, so importing the package fills :data:`ALGORITHMS`."""
+and registers it, so importing the package fills :data:`ALGORITHMS`.
+
+A layer under the trainers: an algorithm may import the data path's types (``Batch``,
+``Rollout``, returns, transforms, fields), :mod:`rltrain.nets`, :mod:`rltrain.spaces`,
+:mod:`rltrain.config` and :mod:`rltrain.common` (its faster forms hand stacked work over
+through :mod:`rltrain.common.stacking`); never the trainers, the assembly or a command."""
 
 from rltrain.algorithms.base import (
     Algorithm,
@@ -17,7 +22,7 @@ from rltrain.algorithms.registry import (
     get,
     register,
 )
-from rltrain.modules import import_members
+from rltrain.common.registries import import_members
 
 import_members(__name__, __path__, skip=("base", "registry"))
 

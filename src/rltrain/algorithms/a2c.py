@@ -43,12 +43,12 @@ from rltrain.algorithms.registry import (
     AlgoSpec,
     register,
 )
-from rltrain.config import ConfigError, check_positive, check_unit_interval
-from rltrain.core import Progress, SpaceInfo
+from rltrain.common.types import Progress, SpaceInfo
+from rltrain.config.schemas import ConfigError, check_positive, check_unit_interval
 from rltrain.data.batch import Rollout
 from rltrain.data.transforms import Transform
 from rltrain.data.transforms.gae import GAE
-from rltrain.optim import Adam, FlatOptimizer, RMSprop
+from rltrain.nets.optim import Adam, FlatOptimizer, RMSprop
 
 OPTIMIZERS = ("rmsprop", "adam")
 

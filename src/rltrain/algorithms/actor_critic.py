@@ -18,13 +18,10 @@ import torch
 from torch import nn
 
 from rltrain.algorithms.base import OnPolicyAlgorithm, acting
-from rltrain.config import ConfigError, DiscountedConfig, check_positive
-from rltrain.core import Progress, SpaceInfo
+from rltrain.common.types import Progress, SpaceInfo
+from rltrain.config.schemas import ConfigError, DiscountedConfig, check_positive
 from rltrain.data.batch import Rollout
-from rltrain.encoders import Encoder
-from rltrain.encoders.flat import FlatEncoder
-from rltrain.masking import ActionMask
-from rltrain.nets import (
+from rltrain.nets.actors_critics import (
     MLP,
     CategoricalActor,
     EncodedMLP,
@@ -39,7 +36,10 @@ from rltrain.nets import (
     stacked_mlp_kept,
     written_over,
 )
-from rltrain.observations import raw_tensors
+from rltrain.nets.encoders import Encoder
+from rltrain.nets.encoders.flat import FlatEncoder
+from rltrain.spaces.masking import ActionMask
+from rltrain.spaces.observations import raw_tensors
 
 Actor = CategoricalActor | MultiCategoricalActor | GaussianActor
 
@@ -244,7 +244,7 @@ class ActorCritic(OnPolicyAlgorithm):
         backward written out: given the gradients of a loss with respect to each sample's
         log-probability, entropy (None: no entropy term) and value, it writes every trained
         parameter's gradient over its ``.grad`` (the optimiser's flat views). Used by PPO's
-        minibatch step (see :meth:`rltrain.nets.MLP.forward_kept` for why)."""
+        minibatch step (see :meth:`rltrain.nets.actors_critics.MLP.forward_kept` for why)."""
         pi, critic = self.pi, self.critic
         pi_inputs, out = pi.net.forward_kept(pi.encoder.forward(obs))
         v_inputs, v = critic.forward_kept(critic.encoder.forward(obs))

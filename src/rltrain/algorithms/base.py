@@ -21,18 +21,18 @@ import numpy.typing as npt
 import torch
 from torch import nn
 
-from rltrain.actions import ActionScale
-from rltrain.config import NetworkConfig, TDConfig
-from rltrain.core import Acted, Policy, Progress, SpaceInfo
+from rltrain.common.types import Acted, Policy, Progress, SpaceInfo
+from rltrain.config.schemas import NetworkConfig, TDConfig
 from rltrain.data.batch import Batch, Rollout
 from rltrain.data.transforms import Transform
 from rltrain.data.transforms.nstep import NStepReturns
-from rltrain.encoders import Encoder, make_encoder
-from rltrain.masking import action_mask
-from rltrain.noise import ColoredNoise
-from rltrain.normalize import ObsNormalizer, RewardScaler
-from rltrain.observations import layout, raw_tensors
-from rltrain.optim import FlatOptimizer
+from rltrain.nets.encoders import Encoder, make_encoder
+from rltrain.nets.noise import ColoredNoise
+from rltrain.nets.normalize import ObsNormalizer, RewardScaler
+from rltrain.nets.optim import FlatOptimizer
+from rltrain.spaces.actions import ActionScale
+from rltrain.spaces.masking import action_mask
+from rltrain.spaces.observations import layout, raw_tensors
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class Algorithm(nn.Module, ABC):
 
     Observations and rewards pass through :meth:`_obs` and :meth:`_rew`, which apply the
     normalisers the composition root attaches (:meth:`set_normalizers`) and are the identity
-    otherwise. Continuous actions are in the normalised space of :mod:`rltrain.actions`.
+    otherwise. Continuous actions are in the normalised space of :mod:`rltrain.spaces.actions`.
     Networks are built on :meth:`encoder`, so no algorithm depends on what an observation
     looks like.
     """
@@ -110,7 +110,7 @@ class Algorithm(nn.Module, ABC):
 
     def act(self, obs: np.ndarray, *, deterministic: bool, progress: Progress) -> np.ndarray:
         """Actions for a batch of observations (without what an algorithm that stores values
-        of acting time returns beside them, :class:`~rltrain.core.Acted`)."""
+        of acting time returns beside them, :class:`~rltrain.common.types.Acted`)."""
         with torch.inference_mode():
             acted = self._act(obs, deterministic=deterministic, progress=progress)
         return acted.actions if isinstance(acted, Acted) else acted
@@ -125,7 +125,7 @@ class Algorithm(nn.Module, ABC):
     def _act(self, obs: np.ndarray, *, deterministic: bool, progress: Progress
              ) -> np.ndarray | Acted:
         """:meth:`act`'s work; runs under ``torch.inference_mode()``. An algorithm whose spec
-        declares stored fields (``AlgoSpec.stored``) returns :class:`~rltrain.core.Acted`
+        declares stored fields (``AlgoSpec.stored``) returns :class:`~rltrain.common.types.Acted`
         with a value of each beside the actions."""
 
     @abstractmethod
@@ -160,7 +160,7 @@ class Algorithm(nn.Module, ABC):
         """Standard normal noise for the training actions of ``num_envs`` envs, shape
         ``(num_envs, action_dim)``: None for white noise (beta 0: the caller draws it with
         torch, as it always has), else the next step of coloured streams, one per env and
-        action dimension (:mod:`rltrain.noise`), each ``max_episode_steps`` long."""
+        action dimension (:mod:`rltrain.nets.noise`), each ``max_episode_steps`` long."""
         if beta == 0:
             return None
         if self.noise is None or self.noise.shape[0] != num_envs:
@@ -273,7 +273,7 @@ class DeployedPolicy(nn.Module):
         self.scale = None
         if info.action_low is not None and info.action_high is not None:  # a Box
             self.scale = ActionScale(info.action_low, info.action_high)
-        #: the actions allowed in each observation (rltrain.masking), or None
+        #: the actions allowed in each observation (rltrain.spaces.masking), or None
         self.mask = (action_mask(info.obs_space, info.num_actions)
                      if info.num_actions is not None else None)
         #: integer actions whose values do not start at 0: the env's value of index 0
@@ -308,7 +308,7 @@ class DeployedPolicy(nn.Module):
 
 
 class RecurrentDeployedPolicy(DeployedPolicy):
-    """A deployable policy with memory (rltrain.recurrent): its ``actor`` maps (observations,
+    """A deployable policy with memory (rltrain.nets.recurrent): its ``actor`` maps (observations,
     state) to (output, next state), the state one row per observation, zeros at an episode's
     start. :meth:`step` takes the observations then the state's parts (:attr:`state_names`,
     each ``(batch, state_size)``: an LSTM's ``h`` and ``c``, a GRU's ``h``) and returns the

@@ -6,7 +6,7 @@ Supervised learning of the dataset's actions from its states, no rewards: discre
 cross-entropy on a categorical actor's logits (MultiDiscrete and MultiBinary ones: the sum of
 each entry's cross-entropy, one categorical per entry), continuous ones by the mean squared
 error of a deterministic tanh actor's action against the data action, in the normalised space
-of :mod:`rltrain.actions` (where the env's bounds are -1 and 1). Offline only.
+of :mod:`rltrain.spaces.actions` (where the env's bounds are -1 and 1). Offline only.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from torch import nn
 
 from rltrain.algorithms.base import OffPolicyAlgorithm, Stat, UpdateReport, clip_and_step
 from rltrain.algorithms.registry import CONTINUOUS, DISCRETE, MULTIDISCRETE, AlgoSpec, register
-from rltrain.config import NetworkConfig, check_positive
-from rltrain.core import Progress, SpaceInfo
+from rltrain.common.types import Progress, SpaceInfo
+from rltrain.config.schemas import NetworkConfig, check_positive
 from rltrain.data.batch import Batch
-from rltrain.nets import CategoricalActor, DeterministicActor, MultiCategoricalActor
-from rltrain.optim import Adam
+from rltrain.nets.actors_critics import CategoricalActor, DeterministicActor, MultiCategoricalActor
+from rltrain.nets.optim import Adam
 
 
 @dataclass

@@ -27,10 +27,10 @@ from torch import nn
 from rltrain.algorithms.base import UpdateReport, clip_and_step, weighted_mean
 from rltrain.algorithms.dqn import DQNStats, QConfig, QLearning
 from rltrain.algorithms.registry import DISCRETE, AlgoSpec, register
-from rltrain.config import ConfigError
-from rltrain.core import Progress, SpaceInfo
+from rltrain.common.types import Progress, SpaceInfo
+from rltrain.config.schemas import ConfigError
 from rltrain.data.batch import Batch
-from rltrain.qnets import CategoricalQ, categorical_mean
+from rltrain.nets.q_networks import CategoricalQ, categorical_mean
 
 
 @dataclass
@@ -131,7 +131,7 @@ class C51(QLearning):
         check_support(cfg, torch.get_default_dtype())
         super().__init__(cfg, info, device, seed, atoms=cfg.atoms)
         # made on the CPU and moved: the same support on every device, and no Python
-        # decomposition of linspace on the meta device (rltrain.footprint sizes runs there)
+        # decomposition of linspace on the meta device (rltrain.assembly.footprint sizes runs there)
         self.register_buffer("support", torch.linspace(cfg.v_min, cfg.v_max, cfg.atoms,
                                                        device="cpu").to(device),
                              persistent=False)

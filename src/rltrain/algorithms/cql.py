@@ -33,8 +33,8 @@ from rltrain.algorithms.base import Algorithm, Stat, UpdateReport, clip_and_step
 from rltrain.algorithms.dqn import DQN, DQNConfig
 from rltrain.algorithms.registry import CONTINUOUS, DISCRETE, AlgoSpec, register
 from rltrain.algorithms.sac import SAC, SACConfig, SACStats
-from rltrain.config import ConfigError, check_positive
-from rltrain.core import Progress, SpaceInfo
+from rltrain.common.types import Progress, SpaceInfo
+from rltrain.config.schemas import ConfigError, check_positive
 from rltrain.data.batch import Batch
 
 

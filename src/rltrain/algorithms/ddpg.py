@@ -3,7 +3,7 @@
 
 A deterministic tanh actor explored with Gaussian noise, one Q(s, a) critic, and target copies
 of both, Polyak-averaged. TD3 (``td3.py``) builds on this class. Continuous actions in the
-normalised space of :mod:`rltrain.actions`.
+normalised space of :mod:`rltrain.spaces.actions`.
 """
 
 from __future__ import annotations
@@ -27,17 +27,17 @@ from rltrain.algorithms.base import (
     weighted_mean,
 )
 from rltrain.algorithms.registry import CONTINUOUS, AlgoSpec, register
-from rltrain.config import (
+from rltrain.common.types import Progress, SpaceInfo
+from rltrain.config.schemas import (
     ConfigError,
     TDConfig,
     check_noise_beta,
     check_positive,
     check_unit_interval,
 )
-from rltrain.core import Progress, SpaceInfo
 from rltrain.data.batch import Batch
-from rltrain.nets import DeterministicActor, QCritics
-from rltrain.optim import Adam, flatten_parameters, soft_update
+from rltrain.nets.actors_critics import DeterministicActor, QCritics
+from rltrain.nets.optim import Adam, flatten_parameters, soft_update
 
 
 @dataclass
@@ -57,7 +57,7 @@ class DDPGConfig(TDConfig):
     #: clip the global gradient norm of each network (null: no clipping)
     max_grad_norm: float | None = None
     #: colour of the exploration noise along time: 0 white (i.i.d., the usual), 1 pink,
-    #: 2 red (rltrain.noise; Eberhard et al. 2023)
+    #: 2 red (rltrain.nets.noise; Eberhard et al. 2023)
     noise_beta: float = 0.0
 
     def check(self) -> None:

@@ -26,10 +26,10 @@ import torch
 from rltrain.algorithms.base import Stat, UpdateReport, clip_and_step, td_priorities, weighted_mean
 from rltrain.algorithms.registry import DISCRETE, AlgoSpec, register
 from rltrain.algorithms.sac import SoftActorCritic, SoftConfig
-from rltrain.config import ConfigError
-from rltrain.core import Progress, SpaceInfo
+from rltrain.common.types import Progress, SpaceInfo
+from rltrain.config.schemas import ConfigError
 from rltrain.data.batch import Batch
-from rltrain.nets import CategoricalActor, DiscreteQCritics, sample_categorical
+from rltrain.nets.actors_critics import CategoricalActor, DiscreteQCritics, sample_categorical
 
 
 @dataclass
@@ -136,7 +136,7 @@ class DiscreteSAC(SoftActorCritic):
 
 def _finite(logp: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
     """log pi with 0 where pi is 0: a masked action's log-probability is the lowest float
-    (rltrain.masking), which alpha times would overflow to -inf, and 0 * inf is NaN; its
+    (rltrain.spaces.masking), which alpha times would overflow to -inf, and 0 * inf is NaN; its
     term in every expectation over actions is 0 either way."""
     return torch.where(probs > 0, logp, torch.zeros_like(logp))
 

@@ -3,7 +3,7 @@
 With a target network, double Q-learning (van Hasselt et al. 2016, arXiv:1509.06461),
 the Huber loss, n-step returns (rltrain.data.transforms.nstep, in the batches it samples) and
 a linearly annealed epsilon-greedy policy. Discrete actions only. Its network may be dueling
-(Wang et al. 2016) and noisy (Fortunato et al. 2018), see :mod:`rltrain.qnets`; its update
+(Wang et al. 2016) and noisy (Fortunato et al. 2018), see :mod:`rltrain.nets.q_networks`; its update
 weights each sample's loss by prioritised replay's importance weights and reports |TD error|
 as the sample's new priority (Schaul et al. 2016, arXiv:1511.05952).
 
@@ -27,12 +27,12 @@ from torch import nn
 from rltrain.algorithms import dqn_by_hand
 from rltrain.algorithms.base import Stat, TDAlgorithm, UpdateReport, clip_and_step, weighted_mean
 from rltrain.algorithms.registry import DISCRETE, AlgoSpec, register
-from rltrain.config import ConfigError, TDConfig, check_positive, check_unit_interval
-from rltrain.core import Progress, SpaceInfo
+from rltrain.common.types import Progress, SpaceInfo
+from rltrain.config.schemas import ConfigError, TDConfig, check_positive, check_unit_interval
 from rltrain.data.batch import Batch
-from rltrain.masking import random_allowed
-from rltrain.optim import Adam
-from rltrain.qnets import Q_INITS, QNetwork
+from rltrain.nets.optim import Adam
+from rltrain.nets.q_networks import Q_INITS, QNetwork
+from rltrain.spaces.masking import random_allowed
 
 
 @dataclass
@@ -141,7 +141,7 @@ class QLearning(TDAlgorithm):
 
     def masked(self, q: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
         """Expected Q-values with each disallowed action's at the lowest float (an env with
-        action masks, rltrain.masking): never the greedy action, nor the target's max."""
+        action masks, rltrain.spaces.masking): never the greedy action, nor the target's max."""
         return q if self.action_mask is None else self.action_mask(q, obs)
 
     def expected(self, out: torch.Tensor) -> torch.Tensor:

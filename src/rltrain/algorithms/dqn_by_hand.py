@@ -1,5 +1,6 @@
 """DQN's gradient step with the gradient written out instead of recorded by autograd (as PPO's
-minibatch step, ``ppo_by_hand.py``; see :meth:`rltrain.nets.MLP.forward_kept` for why).
+minibatch step, ``ppo_by_hand.py``; see :meth:`rltrain.nets.actors_critics.MLP.forward_kept` for
+why).
 
 The weighted mean Huber loss's gradient with respect to each sample's Q(s, a) is ``w_i / n``
 times the Huber slope ``clamp((Q(s, a) - y) / delta, -1, 1)``, scattered to the sample's
@@ -25,10 +26,10 @@ import torch.nn.functional as F
 
 from rltrain.algorithms.base import weighted_mean
 from rltrain.data.batch import Batch
-from rltrain.nets import backward_into, forward_kept
-from rltrain.nograd import no_grad
-from rltrain.optim import Adam
-from rltrain.qnets import QNetwork
+from rltrain.nets.actors_critics import backward_into, forward_kept
+from rltrain.nets.nograd import no_grad
+from rltrain.nets.optim import Adam
+from rltrain.nets.q_networks import QNetwork
 
 
 class HuberSettings(Protocol):

@@ -37,11 +37,16 @@ from rltrain.algorithms.base import (
     squared_td_error,
 )
 from rltrain.algorithms.registry import CONTINUOUS, DISCRETE, AlgoSpec, register
-from rltrain.config import ConfigError, TDConfig, check_positive, check_unit_interval
-from rltrain.core import Progress, SpaceInfo
+from rltrain.common.types import Progress, SpaceInfo
+from rltrain.config.schemas import ConfigError, TDConfig, check_positive, check_unit_interval
 from rltrain.data.batch import Batch
-from rltrain.nets import CategoricalActor, EncodedMLP, QCritics, TanhMeanGaussianActor
-from rltrain.optim import Adam, flatten_parameters, soft_update
+from rltrain.nets.actors_critics import (
+    CategoricalActor,
+    EncodedMLP,
+    QCritics,
+    TanhMeanGaussianActor,
+)
+from rltrain.nets.optim import Adam, flatten_parameters, soft_update
 
 
 @dataclass

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 
 import torch
 
-from rltrain import stacking
 from rltrain.algorithms import ppo_by_hand
 from rltrain.algorithms.actor_critic import (
     ActorCritic,
@@ -33,12 +32,13 @@ from rltrain.algorithms.ppo_by_hand import Coefficients
 from rltrain.algorithms.ppo_stacked import MEMBER_FIELDS, StackedSteps
 from rltrain.algorithms.ppo_terms import mean_over, neg_normalized, rows, stats, surrogate
 from rltrain.algorithms.registry import CONTINUOUS, DISCRETE, MULTIDISCRETE, AlgoSpec, register
-from rltrain.config import check_positive, check_unit_interval
-from rltrain.core import Progress, SpaceInfo
+from rltrain.common import stacking
+from rltrain.common.types import Progress, SpaceInfo
+from rltrain.config.schemas import check_positive, check_unit_interval
 from rltrain.data.batch import Rollout
 from rltrain.data.transforms import Transform
 from rltrain.data.transforms.gae import GAE
-from rltrain.optim import Adam
+from rltrain.nets.optim import Adam
 
 
 @dataclass

@@ -24,8 +24,8 @@ import torch
 
 from rltrain.algorithms.actor_critic import ActorCritic
 from rltrain.algorithms.ppo_terms import clamp, neg_normalized, rows, stats, surrogate
-from rltrain.nograd import no_grad
-from rltrain.optim import Adam
+from rltrain.nets.nograd import no_grad
+from rltrain.nets.optim import Adam
 
 
 @dataclass(frozen=True)

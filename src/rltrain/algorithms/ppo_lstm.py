@@ -13,18 +13,18 @@ observation, and is solved from a few.
   by both losses, as CleanRL's ``ppo_atari_lstm.py`` shares its CNN and LSTM (and as PPO
   shares its encoder there): half the recurrent work per step, where the work is dearest.
   ``algo.shared_core`` chooses either way.
-- **Acting.** The collector keeps each env's state (rltrain.recurrent.RecurrentPolicy): the
+- **Acting.** The collector keeps each env's state (rltrain.nets.recurrent.RecurrentPolicy): the
   actor's and, while training, the critic's, so the critic's state at a rollout's start is
   its state of the episodes in flight. Test and eval episodes carry the actor's alone.
 - **Learning.** The rollout buffer stores the state each transition was acted on with, a
-  field this algorithm declares (``AlgoSpec.stored``: rltrain.recurrent.STATE_FIELD); a
+  field this algorithm declares (``AlgoSpec.stored``: rltrain.nets.recurrent.STATE_FIELD); a
   lane's start state is its first transition's. GAE (the read path's
   transform, which asks :meth:`PPOLSTM.rollout_values`) first replays every lane from it
   with the parameters that collected the rollout (no gradient): the values, V(s') from the
   state after each step (a truncated episode bootstraps from its true final observation and
   state), and the state before each step; the update reuses that replay (the core's outputs
   give the old log-probabilities). Then each lane is cut into chunks of ``algo.seq_len``
-  steps (rltrain.recurrent.sequence_chunks), each starting from its replayed state, with the
+  steps (rltrain.nets.recurrent.sequence_chunks), each starting from its replayed state, with the
   state zeroed where an episode starts inside a chunk; minibatches are
   ``trainer.batch_size // seq_len`` chunks, shuffled each pass; the losses average over the
   stored transitions (a lane's padding is masked out) and are PPO's own
@@ -50,14 +50,13 @@ from rltrain.algorithms.actor_critic import computed
 from rltrain.algorithms.base import OnPolicyAlgorithm, RecurrentDeployedPolicy, UpdateReport
 from rltrain.algorithms.ppo import PPO, PPOConfig, PPOStats
 from rltrain.algorithms.registry import CONTINUOUS, DISCRETE, AlgoSpec, register
-from rltrain.config import ConfigError, check_positive
-from rltrain.core import Policy, Progress, SpaceInfo
+from rltrain.common.types import Policy, Progress, SpaceInfo
+from rltrain.config.schemas import ConfigError, check_positive
 from rltrain.data.batch import Rollout
 from rltrain.data.fields import Field
-from rltrain.nets import CategoricalActor, EncodedMLP, GaussianActor
-from rltrain.observations import raw_tensors
-from rltrain.optim import Adam
-from rltrain.recurrent import (
+from rltrain.nets.actors_critics import CategoricalActor, EncodedMLP, GaussianActor
+from rltrain.nets.optim import Adam
+from rltrain.nets.recurrent import (
     RNN_KINDS,
     STATE_FIELD,
     CoreFeatures,
@@ -68,6 +67,7 @@ from rltrain.recurrent import (
     episode_starts,
     sequence_chunks,
 )
+from rltrain.spaces.observations import raw_tensors
 
 
 @dataclass

@@ -4,10 +4,11 @@ settings, stepped together over stacked parameters (one batched matrix product p
 all of them, ``nets.stacked_mlp``), with the gradient written out (``ppo_by_hand.py``) or
 taken by autograd through the paper's loss.
 
-An update hands its steps over as :class:`StackedSteps`, a :class:`rltrain.stacking.Stackable`:
-the batch scheduler runs the members' works with equal :meth:`~StackedSteps.batch_key` as one
-(:meth:`~StackedSteps.run_batch`); a work alone runs the member's own steps.
-``tests/test_batched.py`` checks each member's result against its own steps in float64.
+An update hands its steps over as :class:`StackedSteps`, a
+:class:`rltrain.common.stacking.Stackable`: the batch scheduler runs the members' works with equal
+:meth:`~StackedSteps.batch_key` as one (:meth:`~StackedSteps.run_batch`); a work alone runs the
+member's own steps. ``tests/sweeps/test_batched.py`` checks each member's result against its own
+steps in float64.
 
 It reads of each member's algorithm only :class:`MemberPPO` (PPO, ``ppo.py``, is one): the
 algorithm chooses this form and imports it, never the other way round.
@@ -27,8 +28,8 @@ from rltrain.algorithms.actor_critic import ActorCriticConfig, HandBackward
 from rltrain.algorithms.ppo_by_hand import Coefficients, clipped_gradients
 from rltrain.algorithms.ppo_terms import neg_normalized, stats
 from rltrain.algorithms.registry import shared_settings
-from rltrain.optim import Adam, StackedAdam
-from rltrain.stacking import Stackable
+from rltrain.common.stacking import Stackable
+from rltrain.nets.optim import Adam, StackedAdam
 
 #: the settings each member of a batch of PPO runs takes as its own (``hydra/launcher=batched``):
 #: they act before the stacked minibatch steps (the learning rate's schedule, the discount,
@@ -81,8 +82,8 @@ class MemberPPO(Protocol):
 @dataclass(eq=False)
 class StackedSteps(Stackable):
     """One PPO update's minibatch steps, to run stacked with other members'
-    (:mod:`rltrain.stacking`): the update's tensors (obs, act, adv, ret, old_v, old_logp), the
-    permutation of each pass (drawn by the run itself, so its random numbers are its own) and
+    (:mod:`rltrain.common.stacking`): the update's tensors (obs, act, adv, ret, old_v, old_logp),
+    the permutation of each pass (drawn by the run itself, so its random numbers are its own) and
     the minibatch size."""
 
     algo: MemberPPO

@@ -22,10 +22,10 @@ from torch import nn
 from rltrain.algorithms.base import UpdateReport, clip_and_step, weighted_mean
 from rltrain.algorithms.dqn import DQNStats, QConfig, QLearning
 from rltrain.algorithms.registry import DISCRETE, AlgoSpec, register
-from rltrain.config import ConfigError, check_positive
-from rltrain.core import Progress, SpaceInfo
+from rltrain.common.types import Progress, SpaceInfo
+from rltrain.config.schemas import ConfigError, check_positive
 from rltrain.data.batch import Batch
-from rltrain.qnets import QuantileQ
+from rltrain.nets.q_networks import QuantileQ
 
 
 @dataclass
@@ -51,7 +51,7 @@ def quantile_midpoints(n: int, device: torch.device | None = None) -> torch.Tens
     """tau_i = (2 i + 1) / (2 N), i = 0..N-1: the quantile levels whose values minimise the
     1-Wasserstein distance of an N-atom uniform distribution (Dabney et al., lemma 2)."""
     # worked out on the CPU and moved (no decomposition of the arithmetic on the meta device,
-    # where rltrain.footprint sizes a run's networks)
+    # where rltrain.assembly.footprint sizes a run's networks)
     taus = (torch.arange(n, dtype=torch.get_default_dtype(), device="cpu") * 2 + 1) / (2 * n)
     return taus if device is None else taus.to(device)
 

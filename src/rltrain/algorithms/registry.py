@@ -1,9 +1,9 @@
 """The algorithm registry: one :class:`AlgoSpec` per algorithm, declared next to its class.
 
 Everything else that depends on which algorithms exist derives from it: the config schemas
-Hydra knows (``algo/<name>``, through rltrain.catalogue), the key checks, the trainer an
-algorithm may run with, the action spaces it accepts, the update stats the console shows, and
-how the composition root builds it. Adding an algorithm is one module in
+Hydra knows (``algo/<name>``, through rltrain.assembly.registered_schemas), the key checks, the
+trainer an algorithm may run with, the action spaces it accepts, the update stats the console shows,
+and how the composition root builds it. Adding an algorithm is one module in
 ``rltrain/algorithms/`` (its config schema, its class and a ``register(AlgoSpec(...))`` call)
 and one YAML file, ``conf/algo/<name>.yaml``.
 """
@@ -14,14 +14,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from rltrain.config import AlgoConfig, ConfigError
-from rltrain.core import CONTINUOUS, DISCRETE, MULTIDISCRETE
+from rltrain.common.types import CONTINUOUS, DISCRETE, MULTIDISCRETE
+from rltrain.config.schemas import AlgoConfig, ConfigError
 
 if TYPE_CHECKING:
     import torch
 
     from rltrain.algorithms.base import Algorithm
-    from rltrain.core import SpaceInfo
+    from rltrain.common.types import SpaceInfo
     from rltrain.data.fields import Field
 
     #: what the registry builds an algorithm with: ``build(cfg, info, device, seed)``
@@ -58,12 +58,12 @@ class AlgoSpec:
     #: its update weights each sample's loss by ``batch.weights`` and reports per-sample
     #: priorities (``UpdateReport.priorities``): it can learn from ``buffer=prioritized``
     prioritized: bool = False
-    #: it applies action masks (rltrain.masking) wherever it picks or values actions: a
+    #: it applies action masks (rltrain.spaces.masking) wherever it picks or values actions: a
     #: masked env is refused for the others
     masks: bool = False
     #: its updates can run stacked with other seeds' in one process, as the members of a
-    #: batch (``hydra/launcher=batched``, rltrain.batched; the update offers its work through
-    #: rltrain.stacking); the others run there too, each updating alone
+    #: batch (``hydra/launcher=batched``, rltrain.sweeps.batched; the update offers its work through
+    #: rltrain.common.stacking); the others run there too, each updating alone
     batched: bool = False
     #: with ``batched``: the settings (dotted keys of the run config, e.g. ``algo.lr``) that
     #: may differ between the members of one batch (a sweep over them stacks as a sweep over
@@ -73,11 +73,12 @@ class AlgoSpec:
     compiles: bool = False
     #: bytes one gradient step holds beyond the networks, where a setting makes that large:
     #: ``update_bytes(cfg, batch_size, element_size)`` (QR-DQN's pairs of quantiles). Added
-    #: to what a run will hold in memory (rltrain.footprint); None: small next to the networks
+    #: to what a run will hold in memory (rltrain.assembly.footprint); None: small next to the
+    #: networks
     update_bytes: Callable[[Any, int, int], int] | None = None
     #: the fields its updates read beside a transition's, stored per env step:
     #: ``stored(cfg, info)`` gives them (:class:`rltrain.data.fields.Field`: name, shape,
-    #: dtype); its policy then returns :class:`rltrain.core.Acted` with a value of each, the
+    #: dtype); its policy then returns :class:`rltrain.common.types.Acted` with a value of each, the
     #: buffer keeps them (and its checkpoints), and batches and rollouts carry them
     #: (``Batch.fields``, ``Rollout.fields``). None: a transition's fields only
     stored: Callable[[Any, SpaceInfo], tuple[Field, ...]] | None = None

@@ -4,7 +4,7 @@
 A tanh-squashed Gaussian actor, twin Q critics with Polyak-averaged targets (the clipped double
 Q of Fujimoto et al. 2018: the smaller of the two target values), and a temperature alpha
 tuned so that the policy's entropy tracks a target (-|A| by default). Continuous actions in
-the normalised space of :mod:`rltrain.actions`.
+the normalised space of :mod:`rltrain.spaces.actions`.
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ from rltrain.algorithms.base import (
     weighted_mean,
 )
 from rltrain.algorithms.registry import CONTINUOUS, AlgoSpec, register
-from rltrain.config import TDConfig, check_noise_beta, check_positive, check_unit_interval
-from rltrain.core import Progress, SpaceInfo
+from rltrain.common.types import Progress, SpaceInfo
+from rltrain.config.schemas import TDConfig, check_noise_beta, check_positive, check_unit_interval
 from rltrain.data.batch import Batch
-from rltrain.nets import QCritics, SquashedGaussianActor
-from rltrain.optim import Adam, flatten_parameters, soft_update
+from rltrain.nets.actors_critics import QCritics, SquashedGaussianActor
+from rltrain.nets.optim import Adam, flatten_parameters, soft_update
 
 
 @dataclass
@@ -74,7 +74,7 @@ class SACConfig(SoftConfig):
     #: update the actor (and alpha) every this many gradient steps
     policy_delay: int = 1
     #: colour of the policy's sampling noise along time while collecting: 0 white (i.i.d.,
-    #: the usual), 1 pink, 2 red (rltrain.noise; Eberhard et al. 2023)
+    #: the usual), 1 pink, 2 red (rltrain.nets.noise; Eberhard et al. 2023)
     noise_beta: float = 0.0
 
     def check(self) -> None:

@@ -22,8 +22,8 @@ from rltrain.algorithms.base import (
 )
 from rltrain.algorithms.ddpg import DDPG, DDPGConfig, DDPGStats
 from rltrain.algorithms.registry import CONTINUOUS, AlgoSpec, register
-from rltrain.config import check_positive
-from rltrain.core import Progress
+from rltrain.common.types import Progress
+from rltrain.config.schemas import check_positive
 from rltrain.data.batch import Batch
 
 

@@ -21,8 +21,8 @@ import torch.nn.functional as F
 from rltrain.algorithms.base import Stat, UpdateReport, clip_and_step, frozen
 from rltrain.algorithms.registry import CONTINUOUS, AlgoSpec, register
 from rltrain.algorithms.td3 import TD3, TD3Config
-from rltrain.config import check_positive
-from rltrain.core import Progress
+from rltrain.common.types import Progress
+from rltrain.config.schemas import check_positive
 from rltrain.data.batch import Batch
 
 

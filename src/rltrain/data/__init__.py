@@ -25,7 +25,11 @@ GAE (by the algorithm's critic at the update) and which slots to learn from; the
 the ``Rollout`` the update receives. ``datasets``: offline datasets (files, validation,
 Minari) and their conversion from and to storage.
 
-The package is the data layer of ``.importlinter``: it may import the shared parts and the
-ground floor (``rltrain.config``, ``rltrain.observations``, ``rltrain.actions``,
-``rltrain.files``, ``rltrain.trust``, ...), never the algorithms, trainers or commands above it.
+The collector (``collector``: steps envs with a policy, writes what they give into storage,
+returns typed collection stats) is the top of the package: no other module of it imports the
+collector (the "collector" contract of ``.importlinter``). The package is the data layer: it
+may import :mod:`rltrain.envs` (the collector steps them), :mod:`rltrain.nets` (a recurrent
+policy's state), :mod:`rltrain.spaces`, :mod:`rltrain.rundir` (files, trust),
+:mod:`rltrain.process`, :mod:`rltrain.config` and :mod:`rltrain.common`; never the algorithms,
+the trainers or anything above them.
 """

@@ -6,11 +6,12 @@ writer, so the two agree on the format.
 start of training (:data:`RESERVE` bytes in its temporary file), and given back just before it
 is written. A run stopped before training began (a signal, a refusal) never held it, so leaves
 no such file; the summary's own temporary file is removed on any failure, a signal included
-(:func:`rltrain.files.replacing`). A run directory removed while the run trains
-(:class:`rltrain.rundir.RunDirWatch`) is not made again to hold a summary of nothing.
+(:func:`rltrain.rundir.files.replacing`). A run directory removed while the run trains
+(:class:`rltrain.rundir.directory.RunDirWatch`) is not made again to hold a summary of nothing.
 
-``epochs.jsonl`` is read a line at a time, each at most :data:`rltrain.stored.MAX_RECORD_BYTES`
-(:func:`rltrain.stored.json_lines`): a resume holds one record in memory, whatever the file.
+``epochs.jsonl`` is read a line at a time, each at most
+:data:`rltrain.rundir.stored_data.MAX_RECORD_BYTES` (:func:`rltrain.rundir.stored_data.json_lines`):
+a resume holds one record in memory, whatever the file.
 """
 
 from __future__ import annotations
@@ -23,12 +24,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from rltrain.errors import SaveError
-from rltrain.files import open_append, open_new, replacing, write_new
+from rltrain.common.errors import SaveError
+from rltrain.common.stats import unflatten
 from rltrain.loggers.base import Logger
-from rltrain.rundir import RunDirWatch
-from rltrain.stats import unflatten
-from rltrain.stored import StoredDataError, json_lines
+from rltrain.rundir.directory import RunDirWatch
+from rltrain.rundir.files import open_append, open_new, replacing, write_new
+from rltrain.rundir.stored_data import StoredDataError, json_lines
 
 log = logging.getLogger("rltrain")
 
@@ -70,7 +71,7 @@ class JsonlLogger(Logger):
         """:param keep_epochs: when resuming, the epochs already done: later records (logged
             after the checkpoint) and a torn last line are dropped, so the file continues
             without gap or repeat.
-        :param run_id: the run's id (rltrain.rundir.new_identity), in every record as
+        :param run_id: the run's id (rltrain.rundir.directory.new_identity), in every record as
             ``run``: a record copied in from another run is told apart by it."""
         self.run_dir = run_dir
         self.run_id = run_id

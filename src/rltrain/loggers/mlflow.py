@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rltrain.files import write_new
 from rltrain.loggers.base import Logger, numeric_values, read_run_id
 from rltrain.loggers.registry import LoggerContext, LoggerSpec, register
+from rltrain.rundir.files import write_new
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rltrain.config import ConfigError, LoggerConfig
+from rltrain.config.schemas import ConfigError, LoggerConfig
 from rltrain.loggers.base import Logger
 
 
@@ -98,7 +98,7 @@ def register(spec: LoggerSpec) -> LoggerSpec:
 
 
 def logger_schema() -> type[LoggerConfig]:
-    """The ``logger`` group's schema: :class:`~rltrain.config.LoggerConfig` (the console's
+    """The ``logger`` group's schema: :class:`~rltrain.config.schemas.LoggerConfig` (the console's
     fields) and one section per registered logger. Made once for a given registry, so that
     Hydra's ConfigStore, a stored config read back and the Settings share one class."""
     return _schema(tuple((s.key, s.schema, s.default, s.doc) for s in LOGGERS.values()))

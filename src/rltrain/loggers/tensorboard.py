@@ -22,10 +22,10 @@ from typing import Any
 
 import yaml
 
-from rltrain.errors import SaveError
-from rltrain.files import open_new_bytes
+from rltrain.common.errors import SaveError
 from rltrain.loggers.base import Logger
 from rltrain.loggers.registry import LoggerContext, LoggerSpec, register
+from rltrain.rundir.files import open_new_bytes
 
 log = logging.getLogger("rltrain")
 

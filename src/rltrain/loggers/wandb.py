@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast
 
-from rltrain.config import ConfigError
-from rltrain.files import write_new
+from rltrain.config.schemas import ConfigError
 from rltrain.loggers.base import Logger, numeric_values, read_run_id
 from rltrain.loggers.registry import LoggerContext, LoggerSpec, register
+from rltrain.rundir.files import write_new
 
 log = logging.getLogger(__name__)
 

@@ -13,12 +13,16 @@
   skipped, unfinished ones resume from their checkpoints.
 
 One module per concern. This file imports nothing, so a module of the package costs only its
-own imports (:mod:`rltrain.optuna_sweeper` reaches the stop file without torch). In three
+own imports (:mod:`rltrain.sweeps.optuna` reaches the stop file without torch). In three
 layers, top to bottom; a module imports only modules of the layers below its own, none of its
 own layer (the ``sweeps`` contract in ``.importlinter`` keeps it so):
 
 ``callback``           Hydra's callback: the checks as a run or a sweep starts, the jobs'
                        names, a warning for repeated jobs; it arms what follows
+``batched``            ``hydra/launcher=batched``: a sweep's seeds as the members of a
+                       batch in each worker, grouped, each with its own RNGs and console
+``optuna``             the Optuna sweeper (``hydra/sweeper=optuna``), a package with an
+                       order of its own
 
 ``outcome``            the sweep's list of jobs at the end, its counts, the next command
 ``attempts``           a job whose directory holds a run already: skipped or resumed
@@ -32,9 +36,11 @@ own layer (the ``sweeps`` contract in ``.importlinter`` keeps it so):
 ``jobs``               a job as its directory shows it (status, what finishing does with it)
 ``prefixed``           console streams whose every line starts with a prefix
 ``orphans``            a worker's watch on the sweep's main process
+``batch_scheduler``    the members of a batch in threads taking turns, the work they hand
+                       over run as one (it knows no algorithm, trainer or run: its own
+                       contract)
 
-The package sits between the commands (:mod:`rltrain.cli`, :mod:`rltrain.batched`,
-:mod:`rltrain.optuna_sweeper` import it) and the run (:mod:`rltrain.run`,
-:mod:`rltrain.lifecycle`, which ``attempts`` calls to resume a job), over the ground floor
-(run directories, signals, files).
+The package sits under the commands (:mod:`rltrain.commands.train` imports it) and over the
+run assembly (:mod:`rltrain.assembly`: ``attempts`` resumes a job through it), the trainers
+and everything below them, which it may import.
 """

@@ -4,12 +4,13 @@
 :func:`earlier_attempt` judges what is there: the same job finished (skipped), the same job
 unfinished (resumed), or a different job (refused, nothing touched). :func:`continue_job`
 resumes an unfinished one through the door ``rltrain resume=`` takes
-(:func:`rltrain.orchestrator.resuming`, then :func:`rltrain.orchestrator.train`), with the
-config stored in its checkpoint. A job that was stopped before its first checkpoint holds no run
-(:func:`rltrain.rundir.holds_run`) and never comes here: it runs again from the start.
+(:func:`rltrain.assembly.orchestrator.resuming`, then :func:`rltrain.assembly.orchestrator.train`),
+with the config stored in its checkpoint. A job that was stopped before its first checkpoint holds
+no run (:func:`rltrain.rundir.directory.holds_run`) and never comes here: it runs again from the
+start.
 
 Imports :mod:`~rltrain.sweeps.status` and :mod:`~rltrain.sweeps.jobs` of the package, the one door
-into a run (:mod:`rltrain.orchestrator`: torch) and the ground floor.
+into a run (:mod:`rltrain.assembly.orchestrator`: torch) and the ground floor.
 """
 
 from __future__ import annotations
@@ -18,13 +19,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rltrain import rundir
-from rltrain.checkpoint import CheckpointError
-from rltrain.config import ConfigError
-from rltrain.lifecycle import RunContext
-from rltrain.orchestrator import Ended, resuming, train
-from rltrain.stored import StoredDataError, read_yaml
-from rltrain.streams import clip_long_words
+from rltrain.assembly.lifecycle import RunContext
+from rltrain.assembly.orchestrator import Ended, resuming, train
+from rltrain.config.schemas import ConfigError
+from rltrain.process.streams import clip_long_words
+from rltrain.rundir import directory
+from rltrain.rundir.checkpoint import CheckpointError
+from rltrain.rundir.stored_data import StoredDataError, read_yaml
 from rltrain.sweeps.jobs import FINISHED, JobFailed
 from rltrain.sweeps.status import refuse
 
@@ -46,7 +47,7 @@ def earlier_attempt(job_dir: Path, overrides: list[str], label: str) -> dict[str
     The same job unfinished (interrupted, killed, preempted): None, and :func:`continue_job`
     resumes it from its checkpoint. A different job: :class:`JobFailed`, nothing touched.
     """
-    try:  # bounded: the directory may hold anything (rltrain.stored)
+    try:  # bounded: the directory may hold anything (rltrain.rundir.stored_data)
         stored = read_yaml(job_dir / ".hydra" / "overrides.yaml") or []
     except StoredDataError:
         stored = None
@@ -58,7 +59,7 @@ def earlier_attempt(job_dir: Path, overrides: list[str], label: str) -> dict[str
               f"(overrides {stored}); nothing was overwritten: give the sweep a new "
               "hydra.sweep.dir", file=sys.stderr)
         raise JobFailed(f"rltrain: {label}failed ({job_dir} holds another run)")
-    summary = rundir.read_summary(job_dir)
+    summary = directory.read_summary(job_dir)
     status = summary.get("status")
     if status in FINISHED:
         print(f"rltrain: {label}already {status} in {job_dir}: skipped", flush=True)
@@ -69,17 +70,17 @@ def earlier_attempt(job_dir: Path, overrides: list[str], label: str) -> dict[str
 def continue_job(job_dir: Path, ctx: RunContext, label: str, consent: bool = False, *,
                  full_error: bool = False) -> Ended:
     """Resume an unfinished job in its own directory from its newest good checkpoint, with
-    the config stored there, through the one door into a run (:mod:`rltrain.orchestrator`,
+    the config stored there, through the one door into a run (:mod:`rltrain.assembly.orchestrator`,
     as ``rltrain resume=`` does); says how it ended. ``consent``: the sweep command's
-    ``trust=true`` (rltrain.trust); the code its config names was recorded as trusted when
+    ``trust=true`` (rltrain.rundir.trust); the code its config names was recorded as trusted when
     this command composed the job.
 
     A job stopped at once before its first checkpoint has nothing to resume and never comes
-    here: its directory holds no run (:func:`rltrain.rundir.holds_run`), so the job runs
+    here: its directory holds no run (:func:`rltrain.rundir.directory.holds_run`), so the job runs
     again from the start, replacing what that attempt left and saying so, as any run does
     over an attempt without a checkpoint, and as the sweep's list said it would.
 
-    :raises rltrain.rundir.RunDirError: another process holds the directory.
+    :raises rltrain.rundir.directory.RunDirError: another process holds the directory.
     """
     allow = "trust=true on the sweep's command, or remove the job's directory"
     trains = False

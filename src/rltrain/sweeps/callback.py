@@ -28,8 +28,9 @@ from hydra.core.override_parser.types import Override
 from hydra.experimental.callback import Callback
 from omegaconf import open_dict, read_write
 
-from rltrain import rundir, signals
-from rltrain.config import overrides_as_typed
+from rltrain.config.schemas import overrides_as_typed
+from rltrain.process import signals
+from rltrain.rundir import directory
 from rltrain.sweeps import orphans, status, stopping
 from rltrain.sweeps.command import STATE
 
@@ -45,16 +46,16 @@ class HydraCallback(Callback):
         # what this run will create above its directory: removed again if it is refused
         STATE.made = [p for p in path.parents if not p.exists()]
         try:
-            STATE.run_dir_existed = rundir.ensure_dir(path)
-        except rundir.RunDirError as e:
+            STATE.run_dir_existed = directory.ensure_dir(path)
+        except directory.RunDirError as e:
             print(f"rltrain: error: {e}", file=sys.stderr)
             sys.exit(2)
 
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
         path = Path(str(config.hydra.sweep.dir)).absolute()
         try:
-            rundir.ensure_dir(path, "hydra.sweep.dir")
-        except rundir.RunDirError as e:
+            directory.ensure_dir(path, "hydra.sweep.dir")
+        except directory.RunDirError as e:
             print(f"rltrain: error: {e}", file=sys.stderr)
             sys.exit(2)
         STATE.directory, STATE.started = path, time.time()

@@ -10,7 +10,7 @@ are judged here, from the files: an interrupted job with a checkpoint resumes; o
 
 This module is the sweeps' common ground: the sweep's list (:mod:`rltrain.sweeps.outcome`),
 the re-attempts and the watched submitit launcher all import it. It imports nothing of the
-package; of rltrain, :mod:`rltrain.rundir` (which reads summary.json bounded).
+package; of rltrain, :mod:`rltrain.rundir.directory` (which reads summary.json bounded).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 
 from hydra.errors import CompactHydraException
 
-from rltrain.rundir import read_summary, resume_command
+from rltrain.rundir.directory import read_summary, resume_command
 
 #: the statuses of a job that needs nothing more
 FINISHED = ("completed", "pruned")

@@ -8,7 +8,7 @@ executor thread of the main process, not the process: so the main process is wat
 pid and start time, on the same host only (:func:`mark_main_process` says which, as the
 sweep starts; :class:`OrphanWatch` watches it in each worker).
 
-Imports nothing of the package; of rltrain, only :mod:`rltrain.signals`.
+Imports nothing of the package; of rltrain, only :mod:`rltrain.process.signals`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import threading
 import time
 from pathlib import Path
 
-from rltrain import signals
+from rltrain.process import signals
 
 #: the host of the sweep's main process: a worker on that host watches that the main process
 #: (signals.SWEEP_PID_ENV) is alive (:class:`OrphanWatch`)
@@ -31,7 +31,7 @@ HOST_ENV = "RLTRAIN_SWEEP_HOST"
 
 def mark_main_process() -> None:
     """As the sweep starts, in its main process: its pid and host, which its workers inherit
-    (and by which :func:`rltrain.signals.in_sweep_worker` knows a worker)."""
+    (and by which :func:`rltrain.process.signals.in_sweep_worker` knows a worker)."""
     os.environ[signals.SWEEP_PID_ENV] = str(os.getpid())
     os.environ[HOST_ENV] = socket.gethostname()
 

@@ -16,8 +16,9 @@ import shlex
 import sys
 from pathlib import Path
 
-from rltrain import rundir, signals
-from rltrain.config import job_number
+from rltrain.config.schemas import job_number
+from rltrain.process import signals
+from rltrain.rundir import directory
 from rltrain.sweeps.command import STATE
 from rltrain.sweeps.jobs import JobState, state
 from rltrain.sweeps.status import refusals
@@ -27,7 +28,7 @@ def job_dirs(path: Path) -> list[Path]:
     """The directories under ``path`` that a job wrote into (a summary, or a lock), in job
     order."""
     found = {p.parent for p in path.rglob("summary.json")}
-    found |= {p.parent for p in path.rglob(rundir.LOCK)}
+    found |= {p.parent for p in path.rglob(directory.LOCK)}
     return sorted(found, key=lambda p: (len(p.parts), job_number(p.name) or 0, str(p)))
 
 

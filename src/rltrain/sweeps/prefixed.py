@@ -1,5 +1,5 @@
 """Console streams whose every line starts with a prefix (``[job N] ``): jobs that run side
-by side share one console (a joblib or Ray worker's jobs, a batched sweep's lanes), so each
+by side share one console (a joblib or Ray worker's jobs, a batched sweep's members), so each
 line says whose it is. Imports nothing of rltrain's.
 """
 

@@ -7,7 +7,7 @@
   sweep's main process sets in :data:`REFUSED_ENV` (:func:`open_refusals`) and its workers
   inherit; the list reads it once at the end (:func:`refusals`).
 
-Imports nothing of the package; of rltrain, only :mod:`rltrain.files`.
+Imports nothing of the package; of rltrain, only :mod:`rltrain.rundir.files`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from rltrain.files import open_append, write_new
+from rltrain.rundir.files import open_append, write_new
 
 #: where a sweep's jobs record the jobs they refused (the path, set by the sweep's main process
 #: and inherited by its workers): a refused job's directory, and its summary.json, are another

@@ -17,8 +17,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rltrain import rundir, signals
-from rltrain.files import write_new
+from rltrain.process import signals
+from rltrain.rundir import directory
+from rltrain.rundir.files import write_new
 from rltrain.sweeps.command import STATE
 
 STOP_FILE = ".rltrain-stop"
@@ -37,16 +38,17 @@ def arm(sweep_dir: Path) -> None:
 def job_pids(path: Path) -> list[int]:
     """Processes (other than this one) that hold a run-directory lock under ``path``."""
     pids = []
-    for lock in path.rglob(rundir.LOCK):
-        pid = rundir.lock_holder_pid(lock.parent)
+    for lock in path.rglob(directory.LOCK):
+        pid = directory.lock_holder_pid(lock.parent)
         if pid is not None and pid != os.getpid():
             pids.append(pid)
     return pids
 
 
 def stop_sweep(signum: int, frame: Any) -> None:
-    """The sweep's main process, on a signal between jobs (:func:`rltrain.signals.between_jobs`):
-    stop starting jobs, pass the signal on as SIGTERM."""
+    """The sweep's main process, on a signal between jobs
+    (:func:`rltrain.process.signals.between_jobs`): stop starting jobs, pass the signal on as
+    SIGTERM."""
     again = signals.requested() is not None
     signals.record(signum)
     sweep_dir = STATE.directory
@@ -54,7 +56,7 @@ def stop_sweep(signum: int, frame: Any) -> None:
         return
     with contextlib.suppress(OSError):
         write_new(sweep_dir / STOP_FILE, signals.name(signum) + "\n")
-    pids = sorted(set(job_pids(sweep_dir)))  # a worker holding several lanes' runs: once
+    pids = sorted(set(job_pids(sweep_dir)))  # a worker holding several members' runs: once
     for pid in pids:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGTERM)

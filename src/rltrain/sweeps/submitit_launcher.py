@@ -25,8 +25,8 @@ the plugin's local schema has no such key). What is read of a job: submitit's ow
 the job's output files, and the run directory (``epochs.jsonl``, ``summary.json``).
 
 Imports :mod:`rltrain.sweeps.jobs` of the package (a job's state, as the sweep's list says it)
-and :mod:`rltrain.stored`; and Hydra's submitit plugin (extra: cluster), which only a submitit
-sweep imports this module with.
+and :mod:`rltrain.rundir.stored_data`; and Hydra's submitit plugin (extra: cluster), which only a
+submitit sweep imports this module with.
 
 What breaks when the plugin changes: the classes subclassed here and ``BaseQueueConf``
 (checked against hydra-submitit-launcher 1.2.0, submitit 1.5); :func:`watched` leaves a
@@ -56,7 +56,7 @@ from hydra_plugins.hydra_submitit_launcher.config import (  # type: ignore[impor
 )
 from omegaconf import OmegaConf, open_dict, read_write
 
-from rltrain.stored import read_json
+from rltrain.rundir.stored_data import read_json
 from rltrain.sweeps.jobs import JobFailed, state
 
 #: requeues after a timeout, for the local executor unless the command says otherwise: one
@@ -76,7 +76,7 @@ _STARTING = re.compile(r"^Starting with JobEnvironment")
 _CAUGHT = re.compile(r"Caught signal \w+ on .*: this job is (timed-out|preempted)")
 _REQUEUED = re.compile(r"^Requeued job \S+ \((\d+) remaining timeouts\)")
 _NOT_REQUEUED = re.compile(r"^Job not requeued because: (.*?)\.?$")
-#: rltrain's own line when a run continues from its checkpoint (rltrain.lifecycle)
+#: rltrain's own line when a run continues from its checkpoint (rltrain.assembly.lifecycle)
 _RESUMED = re.compile(r"^resumed at epoch (\d+)")
 
 
@@ -247,7 +247,8 @@ class _Job:
     def _summary(self) -> dict[str, Any]:
         if self.run_dir is None:
             return {}
-        with contextlib.suppress(OSError, ValueError):  # bounded: rltrain.stored.read_json
+        # bounded: rltrain.rundir.stored_data.read_json
+        with contextlib.suppress(OSError, ValueError):
             summary = read_json(self.run_dir / "summary.json")
             return summary if isinstance(summary, dict) else {}
         return {}

@@ -5,7 +5,7 @@ output goes to a log file of its own, and it outlives the command that submitted
 design), passes through unchanged.
 
 Imports :mod:`~rltrain.sweeps.prefixed` and :mod:`~rltrain.sweeps.orphans` of the package, and
-of rltrain :mod:`rltrain.signals` and :mod:`rltrain.lanes`.
+of rltrain :mod:`rltrain.process.signals` and :mod:`rltrain.common.stacking`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import contextlib
 import os
 from collections.abc import Iterator
 
-from rltrain import batch_scheduler, signals
+from rltrain.process import signals
+from rltrain.sweeps import batch_scheduler
 from rltrain.sweeps.orphans import OrphanWatch
 from rltrain.sweeps.prefixed import prefix_console
 
@@ -34,7 +35,7 @@ def parallel_job() -> bool:
 
 @contextlib.contextmanager
 def members_in_worker() -> Iterator[None]:
-    """Run the members of a batched sweep's batch in a worker process (rltrain.batched,
+    """Run the members of a batched sweep's batch in a worker process (rltrain.sweeps.batched,
     ``n_jobs`` > 1): the worker does not outlive the sweep, as for :func:`job_in_worker`; each
     member's lines carry its own prefix."""
     if not parallel_job():

@@ -8,14 +8,14 @@ dataset per array, gzip for the large ones, the meta as an attribute; in ``.npz`
 meta as an entry. :func:`save_dataset` writes a file atomically, refusing before a byte is
 written one that cannot fit; :func:`load_file` reads one back, checked
 (:func:`~rltrain.data.datasets.validation.validated`). Every problem a user can fix raises
-:class:`rltrain.config.ConfigError` with one line that names the file.
+:class:`rltrain.config.schemas.ConfigError` with one line that names the file.
 
 A reader takes rltrain's arrays and the declared fields the meta lists, by name; any other
 array in a file is not read, as files have always been read (refusing one would refuse files
 that load today). Training reaches only what is read, and the file's SHA-256 (the run's
 record of its dataset) covers every byte anyway.
 
-Imports: numpy, :mod:`rltrain.config`, :mod:`rltrain.files`, and of this package
+Imports: numpy, :mod:`rltrain.config.schemas`, :mod:`rltrain.rundir.files`, and of this package
 :mod:`~rltrain.data.datasets.dataset`, :mod:`~rltrain.data.datasets.frames` and
 :mod:`~rltrain.data.datasets.validation`; h5py (0.18 s) only where an HDF5 file is read or
 written.
@@ -37,11 +37,11 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from rltrain.config import ConfigError
+from rltrain.config.schemas import ConfigError
 from rltrain.data.datasets.dataset import ARRAYS, FORMAT, Dataset
 from rltrain.data.datasets.frames import FRAME_ARRAYS, chain_frames, unchain_frames
 from rltrain.data.datasets.validation import first_line, validated
-from rltrain.files import open_new_bytes
+from rltrain.rundir.files import open_new_bytes
 
 #: the file suffixes rltrain reads and writes
 SUFFIXES = (".h5", ".hdf5", ".npz")

@@ -5,14 +5,14 @@ frames of each observation by index (:func:`chain_frames`), and rebuilt when rea
 the indices a hostile file could hold (:func:`unchain_frames`). A file then holds
 :data:`FRAME_ARRAYS` in place of obs and next_obs.
 
-Imports: numpy and :mod:`rltrain.config`; no module of this package.
+Imports: numpy and :mod:`rltrain.config.schemas`; no module of this package.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from rltrain.config import ConfigError
+from rltrain.config.schemas import ConfigError
 
 #: what a file holds instead of obs and next_obs when they are frame stacks (see
 #: :func:`chain_frames`): each frame once, and the frames of every observation by index

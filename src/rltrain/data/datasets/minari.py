@@ -5,12 +5,12 @@ terminations and truncations into T transitions (Dict observations packed into r
 collector packs an env's), checked as a file is
 (:func:`~rltrain.data.datasets.validation.validated`). A Minari dataset whose env Minari
 would build from its recorded spec, with code other than gymnasium's
-(:func:`minari_surface`), is refused unless the user consents (:mod:`rltrain.trust`).
+(:func:`minari_surface`), is refused unless the user consents (:mod:`rltrain.rundir.trust`).
 
-Imports: gymnasium, numpy, :mod:`rltrain.config`, :mod:`rltrain.trust`, and of this package
-:mod:`~rltrain.data.datasets.spaces`, :mod:`~rltrain.data.datasets.dataset` and
+Imports: gymnasium, numpy, :mod:`rltrain.config.schemas`, :mod:`rltrain.rundir.trust`, and of this
+package :mod:`~rltrain.data.datasets.spaces`, :mod:`~rltrain.data.datasets.dataset` and
 :mod:`~rltrain.data.datasets.validation`; minari (an extra) only where a ``minari:ID`` is
-read, and :mod:`rltrain.observations` (torch) only for a Dict observation.
+read, and :mod:`rltrain.spaces.observations` (torch) only for a Dict observation.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from rltrain import trust
-from rltrain.config import ConfigError
+from rltrain.config.schemas import ConfigError
 from rltrain.data.datasets.dataset import ARRAYS, Dataset, json_safe, new_meta
 from rltrain.data.datasets.spaces import describe_space
 from rltrain.data.datasets.validation import first_line, validated
+from rltrain.rundir import trust
 
 #: what names a Minari dataset where a dataset is given: ``minari:ID``
 MINARI_PREFIX = "minari:"
@@ -147,10 +147,10 @@ def _episodes_as_transitions(data: Any, spec: str, path: Path) -> dict[str, np.n
     dataset's episodes, one after another; an episode the recording stopped in ends
     truncated."""
     # a Dict observation: Minari gives each episode's as a dict of arrays; packed into rows
-    # here as the collector packs an env's (rltrain.observations)
+    # here as the collector packs an env's (rltrain.spaces.observations)
     packing = None
     if isinstance(data.observation_space, gym.spaces.Dict):
-        from rltrain.observations import DictLayout, ObservationSpaceError
+        from rltrain.spaces.observations import DictLayout, ObservationSpaceError
 
         try:
             packing = DictLayout.of(data.observation_space)

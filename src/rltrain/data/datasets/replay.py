@@ -9,10 +9,10 @@ off-policy run's checkpointed replay buffer turned back into a dataset.
 transition's (``AlgoSpec.stored``) under the same names, shapes and dtypes: a buffer's
 ``fields=`` and a dataset's ``fields`` are one thing, in memory and on disk.
 
-Imports: numpy, :mod:`rltrain.config`, :mod:`rltrain.data.fields` (numpy only), and of this
+Imports: numpy, :mod:`rltrain.config.schemas`, :mod:`rltrain.data.fields` (numpy only), and of this
 package
 :mod:`~rltrain.data.datasets.spaces` and :mod:`~rltrain.data.datasets.dataset`;
-:mod:`rltrain.data.storage` and :mod:`rltrain.actions` only inside the two functions (they
+:mod:`rltrain.data.storage` and :mod:`rltrain.spaces.actions` only inside the two functions (they
 import torch, which reading, writing and merging datasets of vectors do without).
 """
 
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rltrain.config import ConfigError
+from rltrain.config.schemas import ConfigError
 from rltrain.data.datasets.dataset import INTEGER_ACTIONS, Dataset, make_dataset
 from rltrain.data.datasets.spaces import obs_storage, space_from_dict
 from rltrain.data.fields import Field
@@ -45,7 +45,7 @@ def to_buffer(ds: Dataset, *, discrete: bool, action_low: np.ndarray | None,
     rows that are not (a dataset merged from pieces cut mid-episode) are stored whole.
 
     Continuous actions are mapped into the algorithm's normalised space with
-    :func:`rltrain.actions.to_agent`; integer ones (Discrete, MultiDiscrete, MultiBinary) are
+    :func:`rltrain.spaces.actions.to_agent`; integer ones (Discrete, MultiDiscrete, MultiBinary) are
     stored as int64 indices from 0 (the space's ``start`` taken off, where it has one). Each
     observation is stored once: the next observation of a transition is the next row's,
     except where the dataset says otherwise (an episode's end; rows that are not
@@ -54,8 +54,8 @@ def to_buffer(ds: Dataset, *, discrete: bool, action_low: np.ndarray | None,
     truncated``, which :func:`make_dataset` guarantees at the end of every episode, the
     dataset's last included.
     """
-    from rltrain.actions import integer_start, to_agent
     from rltrain.data.storage import ReplayBuffer
+    from rltrain.spaces.actions import integer_start, to_agent
 
     is_discrete = ds.meta.get("action_space", {}).get("type") in INTEGER_ACTIONS
     if is_discrete != discrete:
@@ -108,7 +108,7 @@ def from_replay_buffer(state: Mapping[str, Any], *, discrete: bool,
     run's checkpoint; today's format or the previous release's full-capacity one): lanes
     one after another, each in time order (oldest first), its last transition marked
     truncated when the episode was still running. Continuous actions go back to the env's
-    space with :func:`rltrain.actions.to_env` (the buffer holds the algorithm's normalised
+    space with :func:`rltrain.spaces.actions.to_env` (the buffer holds the algorithm's normalised
     actions), integer ones get the action space's ``start`` back (``meta["action_space"]``).
     The declared ``fields`` (the run's algorithm's, ``AlgoSpec.stored``) come with them, as
     the buffer kept them.
@@ -119,8 +119,8 @@ def from_replay_buffer(state: Mapping[str, Any], *, discrete: bool,
     :raises ConfigError: the buffer is empty. ValueError: its state is damaged or lacks a
         declared field (the field named; the caller names the checkpoint).
     """
-    from rltrain.actions import integer_start, to_env
     from rltrain.data.state_format import stored_transitions
+    from rltrain.spaces.actions import integer_start, to_env
 
     out = stored_transitions(state, fields)
     size = out.pop("size")

@@ -3,7 +3,7 @@ Minari dataset in local storage (``minari:ID``). :func:`load_dataset` reads eith
 :func:`dataset_fingerprint` is the hash that identifies its contents, which an offline run
 records so that a changed dataset is refused at resume.
 
-Imports: :mod:`rltrain.config`, and of this package :mod:`~rltrain.data.datasets.dataset`,
+Imports: :mod:`rltrain.config.schemas`, and of this package :mod:`~rltrain.data.datasets.dataset`,
 :mod:`~rltrain.data.datasets.files` and :mod:`~rltrain.data.datasets.minari`.
 """
 
@@ -13,7 +13,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from rltrain.config import ConfigError
+from rltrain.config.schemas import ConfigError
 from rltrain.data.datasets.dataset import Dataset
 from rltrain.data.datasets.files import load_file
 from rltrain.data.datasets.minari import MINARI_PREFIX, load_minari, minari_dir
@@ -23,7 +23,7 @@ def load_dataset(spec: str, *, consent: bool = False) -> Dataset:
     """A dataset from an rltrain file (``.h5``, ``.hdf5``, ``.npz``) or a Minari dataset in
     local storage (``minari:ID``; ``MINARI_DATASETS_PATH`` chooses the storage). A Minari
     dataset whose env Minari would build from its recorded spec, with code other than
-    gymnasium's, is refused unless ``consent`` (``trust=true``; :mod:`rltrain.trust`).
+    gymnasium's, is refused unless ``consent`` (``trust=true``; :mod:`rltrain.rundir.trust`).
 
     :raises ConfigError: one line naming the file or id and what would be right.
     """

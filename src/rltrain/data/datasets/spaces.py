@@ -6,8 +6,8 @@ bounds (:func:`space_mismatch`) and shown in one line for messages (:func:`space
 :func:`space_line`). :func:`obs_storage` says how observations of a space are held: the
 dtype and shape of one row, as rltrain's buffers hold them.
 
-Imports: gymnasium, numpy and :mod:`rltrain.config`; :mod:`rltrain.observations` only where a
-space that is not a Box of numbers is stored (it imports torch, which reading, writing and
+Imports: gymnasium, numpy and :mod:`rltrain.config.schemas`; :mod:`rltrain.spaces.observations` only
+where a space that is not a Box of numbers is stored (it imports torch, which reading, writing and
 merging datasets of vectors do without). No other module of this package.
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from rltrain.config import ConfigError
+from rltrain.config.schemas import ConfigError
 
 #: bounds of two Box spaces closer than this are the same
 BOUNDS_TOLERANCE = 1e-6
@@ -31,7 +31,7 @@ def describe_space(space: gym.Space) -> dict[str, Any]:
     """A space as plain JSON data: Box (bounds as flat lists of floats, infinite ones as
     "inf"/"-inf"; an image is a Box of uint8), Discrete, MultiDiscrete, MultiBinary, and a
     Dict of those (its keys in the space's order, which is the order a Dict observation is
-    packed in; :mod:`rltrain.observations`)."""
+    packed in; :mod:`rltrain.spaces.observations`)."""
     if isinstance(space, gym.spaces.Dict):
         parts = []
         for key, sub in space.spaces.items():
@@ -226,16 +226,16 @@ def space_mismatch(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
 
 def obs_storage(space: gym.Space) -> tuple[np.dtype, tuple[int, ...]]:
     """How a dataset holds observations of ``space``: the dtype and shape of one row, as
-    rltrain's buffers do (:mod:`rltrain.observations`): uint8 for images and packed Dict rows
+    rltrain's buffers do (:mod:`rltrain.spaces.observations`): uint8 for images and packed Dict rows
     ``(row_bytes,)``, float32 otherwise.
 
     :raises ConfigError: a Dict space rltrain cannot pack, with its reason.
     """
     if isinstance(space, gym.spaces.Box) and np.dtype(space.dtype) not in (np.uint8, np.bool_):
-        # a Box of numbers: float32 in its own shape, known without rltrain.observations,
+        # a Box of numbers: float32 in its own shape, known without rltrain.spaces.observations,
         # which imports torch (1 s) that reading, writing and merging vectors do without
         return np.dtype(np.float32), tuple(space.shape)
-    from rltrain.observations import ObservationSpaceError, storage_dtype, stored_shape
+    from rltrain.spaces.observations import ObservationSpaceError, storage_dtype, stored_shape
 
     try:
         return storage_dtype(space), stored_shape(space)

@@ -4,13 +4,13 @@
 that parse, one entry per transition in every array, shapes and dtypes that fit the spaces,
 actions inside their space, integer observations inside their bounds, finite values within
 float32's range; each declared field the meta lists present, of the shape and dtype it
-lists, finite) and raises one :class:`~rltrain.config.ConfigError` naming the source and the
+lists, finite) and raises one :class:`~rltrain.config.schemas.ConfigError` naming the source and the
 first problem. :func:`check_spaces` refuses a dataset whose spaces are not the env's,
 :func:`check_fields` one that lacks a field an algorithm stores beside each transition.
 
-Imports: gymnasium, numpy, :mod:`rltrain.config`, :mod:`rltrain.data.fields`, and of this package
-:mod:`~rltrain.data.datasets.spaces` and :mod:`~rltrain.data.datasets.dataset`;
-:mod:`rltrain.observations` only for a Dict observation (it imports torch).
+Imports: gymnasium, numpy, :mod:`rltrain.config.schemas`, :mod:`rltrain.data.fields`, and of this
+package :mod:`~rltrain.data.datasets.spaces` and :mod:`~rltrain.data.datasets.dataset`;
+:mod:`rltrain.spaces.observations` only for a Dict observation (it imports torch).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from rltrain.config import ConfigError
+from rltrain.config.schemas import ConfigError
 from rltrain.data.datasets.dataset import Dataset, fields_of_meta, fields_text, make_dataset
 from rltrain.data.datasets.spaces import (
     SPACES_HELD,
@@ -183,7 +183,7 @@ _SCAN_ROWS = 1024
 
 def _beyond_bounds(space: gym.spaces.Box, values: np.ndarray) -> str | None:
     """What lies outside an integer Box's bounds (an image's, or a uint8 Dict key's), or None.
-    A network scales such values by the space's bounds (rltrain.encoders.image): a MinAtar
+    A network scales such values by the space's bounds (rltrain.nets.encoders.image): a MinAtar
     frame holding 255 where its space says 1 reaches the network 255 times too bright, a
     silent wrong answer, so it is refused. Floats are not checked: many envs' vectors leave
     their declared bounds by design. Scanned in chunks, and not at all when the bounds are
@@ -216,7 +216,7 @@ def _rows_problem(space: gym.Space, rows: np.ndarray) -> str | None:
     index past its size), or a non-finite number. None if nothing is (or ``space`` is no Dict)."""
     if not isinstance(space, gym.spaces.Dict):
         return None
-    from rltrain.observations import DictLayout  # a Dict: torch is needed to train on it
+    from rltrain.spaces.observations import DictLayout  # a Dict: torch is needed to train on it
 
     packing = DictLayout.of(space)
     records = np.ascontiguousarray(rows).view(packing.dtype).reshape(len(rows))

@@ -25,9 +25,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from rltrain.config import ConfigError, ReplayBufferConfig
+from rltrain.common.registries import import_members
+from rltrain.config.schemas import ConfigError, ReplayBufferConfig
 from rltrain.data.storage import ReplayBuffer
-from rltrain.modules import import_members
 
 
 class Sampler(Protocol):

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rltrain.config import ConfigError, ReplayBufferConfig
+from rltrain.config.schemas import ConfigError, ReplayBufferConfig
 from rltrain.data.samplers import SamplerSpec, register
 from rltrain.data.storage import ReplayBuffer
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from rltrain.config import ReplayBufferConfig
+from rltrain.config.schemas import ReplayBufferConfig
 from rltrain.data.samplers import SamplerSpec, register
 from rltrain.data.storage import ReplayBuffer
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
-from rltrain.modules import import_members
+from rltrain.common.registries import import_members
 
 if TYPE_CHECKING:
     from rltrain.data.storage import ReplayBuffer
