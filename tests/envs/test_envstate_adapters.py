@@ -255,9 +255,13 @@ def test_importing_envstate_imports_no_env_familys_library() -> None:
     """rltrain runs without the mujoco, atari and minigrid extras: their adapters are
     registered, their packages are not imported."""
     code = ("import sys; import rltrain.envs.state; from rltrain.envs.state.adapters import "
-            "ADAPTERS; print(sorted(ADAPTERS)); "
+            "ADAPTERS; print(' '.join(sorted(ADAPTERS))); "
             "print([m for m in ('mujoco', 'ale_py', 'minigrid') if m in sys.modules])")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, check=True)
-    assert res.stdout.splitlines() == [
-        "['ale_py.ALEInterface', 'mujoco.MjData', 'rltrain.AleStickyAction']", "[]"]
+    registered, imported = res.stdout.splitlines()
+    # the shipped families' adapters at least (a family module added beside them, as the
+    # extension point invites, registers one more)
+    assert {"ale_py.ALEInterface", "mujoco.MjData", "rltrain.AleStickyAction"} <= set(
+        registered.split())
+    assert imported == "[]"
