@@ -541,17 +541,14 @@ class MultiCategoricalActor(Actor):
 
 
 # --------------------------------------------------------------------------- critics
-class QCritics(nn.Module):
-    """``n`` independent Q(s, a) networks evaluated as one: each layer is a batched matrix
-    product over the members (one kernel instead of n), which halves the op count of twin
-    critics. ``forward(obs, act)`` returns ``(n, batch)``; n = 1 is a single critic. The
-    members share one encoder: its features, with the action, are every member's input."""
+class _MemberMLPs(nn.Module):
+    """``n`` independent MLPs over one encoder's features, evaluated as one: each layer is a
+    batched matrix product over the members (one kernel instead of n). Each member's weights
+    start orthogonal, as ``nn.Linear`` layers would (gain sqrt(2), 1 for the last)."""
 
-    def __init__(self, encoder: Encoder, action_dim: int, hidden_sizes: Sequence[int],
-                 activation: str, n: int = 2) -> None:
+    def __init__(self, encoder: Encoder, sizes: Sequence[int], activation: str, n: int) -> None:
         super().__init__()
         self.encoder = encoder
-        sizes = [encoder.out_dim + action_dim, *hidden_sizes, 1]
         self.n = n
         self.weights = nn.ParameterList()
         self.biases = nn.ParameterList()
@@ -564,18 +561,33 @@ class QCritics(nn.Module):
             self.biases.append(nn.Parameter(torch.zeros(n, 1, b)))
         self._act = ACTIVATIONS[activation]
 
-    def forward(self, obs: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
-        x = torch.cat((self.encoder.forward(obs), act), -1)
-        x = x.expand(self.n, *x.shape[:-1], -1)
+    def _members(self, x: torch.Tensor) -> torch.Tensor:
+        """Every member's output for inputs ``x`` ``(batch, in)``: ``(n, batch, out)``."""
+        x = x.expand(self.n, *x.shape)
         last = len(self.weights) - 1
         for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
             x = torch.baddbmm(b, x, w)
             if i < last:
                 x = self._act(x)
-        return x.squeeze(-1)
+        return x
 
 
-class DiscreteQCritics(nn.Module):
+class QCritics(_MemberMLPs):
+    """``n`` independent Q(s, a) networks evaluated as one: each layer is a batched matrix
+    product over the members (one kernel instead of n), which halves the op count of twin
+    critics. ``forward(obs, act)`` returns ``(n, batch)``; n = 1 is a single critic. The
+    members share one encoder: its features, with the action, are every member's input."""
+
+    def __init__(self, encoder: Encoder, action_dim: int, hidden_sizes: Sequence[int],
+                 activation: str, n: int = 2) -> None:
+        super().__init__(encoder, [encoder.out_dim + action_dim, *hidden_sizes, 1], activation,
+                         n)
+
+    def forward(self, obs: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
+        return self._members(torch.cat((self.encoder.forward(obs), act), -1)).squeeze(-1)
+
+
+class DiscreteQCritics(_MemberMLPs):
     """``n`` independent Q(s, .) networks over ``num_actions`` discrete actions, evaluated as
     one (discrete SAC's twin critics): ``forward(obs)`` returns ``(n, batch, num_actions)``,
     every action's value from every member, so a soft value can take the policy's whole
@@ -584,27 +596,7 @@ class DiscreteQCritics(nn.Module):
 
     def __init__(self, encoder: Encoder, num_actions: int, hidden_sizes: Sequence[int],
                  activation: str, n: int = 2) -> None:
-        super().__init__()
-        self.encoder = encoder
-        self.n = n
-        sizes = [encoder.out_dim, *hidden_sizes, num_actions]
-        self.weights = nn.ParameterList()
-        self.biases = nn.ParameterList()
-        for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
-            gain = 1.0 if i == len(sizes) - 2 else np.sqrt(2)
-            w = torch.empty(n, a, b)
-            for k in range(n):  # orthogonal per member, as nn.Linear layers would be
-                nn.init.orthogonal_(w[k].T, gain)
-            self.weights.append(nn.Parameter(w))
-            self.biases.append(nn.Parameter(torch.zeros(n, 1, b)))
-        self._act = ACTIVATIONS[activation]
+        super().__init__(encoder, [encoder.out_dim, *hidden_sizes, num_actions], activation, n)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        x = self.encoder.forward(obs)
-        x = x.expand(self.n, *x.shape)
-        last = len(self.weights) - 1
-        for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
-            x = torch.baddbmm(b, x, w)
-            if i < last:
-                x = self._act(x)
-        return x
+        return self._members(self.encoder.forward(obs))
