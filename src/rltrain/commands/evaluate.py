@@ -22,12 +22,13 @@ this module's argument handling).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import os
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -94,6 +95,23 @@ def require(modules: Sequence[str], what: str, extra: str) -> None:
             f"{what} needs {' and '.join(missing)}, which {verb} not installed; install the "
             f"'{extra}' extra: pip install -e \".[{extra}]\" (in the rltrain repository)"
         )
+
+
+@contextlib.contextmanager
+def refusals(prog: str) -> Iterator[None]:
+    """What the user can fix, raised in the block (a ConfigError, a UserError, a path the
+    system refuses), ends the command ``prog`` with one line on stderr and exit status 2;
+    the companion commands share it."""
+    from rltrain.config.schemas import ConfigError
+
+    try:
+        yield
+    except (ConfigError, UserError) as e:
+        print(f"{prog}: error: {clip_long_words(str(e))}", file=sys.stderr)
+        sys.exit(2)
+    except OSError as e:  # a path the system refuses (too long, not readable)
+        print(f"{prog}: error: {os_error_text(e)}", file=sys.stderr)
+        sys.exit(2)
 
 
 def default_seed(run_seed: int) -> int:
@@ -229,16 +247,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parser().parse_args(argv)
-    from rltrain.config.schemas import ConfigError
-
     try:
-        r = run(args)
-    except (ConfigError, UserError) as e:
-        print(f"rltrain-eval: error: {clip_long_words(str(e))}", file=sys.stderr)
-        sys.exit(2)
-    except OSError as e:  # a path the system refuses (too long, not readable)
-        print(f"rltrain-eval: error: {os_error_text(e)}", file=sys.stderr)
-        sys.exit(2)
+        with refusals("rltrain-eval"):
+            r = run(args)
     except KeyboardInterrupt:
         print("rltrain-eval: interrupted", file=sys.stderr)
         sys.exit(130)

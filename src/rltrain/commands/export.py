@@ -33,11 +33,9 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import numpy as np
 
-from rltrain.commands.evaluate import TRUST_HELP, ArgumentParser, require
+from rltrain.commands.evaluate import TRUST_HELP, ArgumentParser, refusals, require
 from rltrain.common.errors import UserError
-from rltrain.config.schemas import ConfigError
 from rltrain.process import signals
-from rltrain.process.streams import clip_long_words, os_error_text
 from rltrain.rundir.files import WEIGHT_FILES, fresh, replacing
 from rltrain.spaces.observations import TORCH_DTYPES, layout, raw_tensors
 
@@ -335,7 +333,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 def _export(args: argparse.Namespace) -> None:
     out = args.out if args.out is not None else default_out(args.run_dir, args.weights)
-    try:
+    with refusals("rltrain-export"):
         require(["onnx", "onnxruntime"], "rltrain-export", "export")
         check_out(out, args.run_dir)
         from rltrain.assembly.orchestrator import open_run
@@ -350,12 +348,6 @@ def _export(args: argparse.Namespace) -> None:
             ok, detail = compare_episodes(loaded, out)
         else:
             ok, detail = compare(loaded, out, check_observations(loaded))
-    except (ConfigError, UserError) as e:
-        print(f"rltrain-export: error: {clip_long_words(str(e))}", file=sys.stderr)
-        sys.exit(2)
-    except OSError as e:  # a path the system refuses (too long, not readable)
-        print(f"rltrain-export: error: {os_error_text(e)}", file=sys.stderr)
-        sys.exit(2)
     info = loaded.info
     action = (f"int64[batch] (argmax of {info.num_actions})" if info.num_actions else
               f"int64[batch, {', '.join(map(str, info.action_shape))}] (argmax per entry of "

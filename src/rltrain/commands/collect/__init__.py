@@ -52,10 +52,11 @@ from rltrain.commands.evaluate import (
     ArgumentParser,
     _int_at_least,
     positive_int,
+    refusals,
     seed_int,
 )
 from rltrain.common.errors import UserError
-from rltrain.process.streams import clip_long_words, os_error_text, short
+from rltrain.process.streams import short
 from rltrain.rundir.files import WEIGHT_FILES
 
 
@@ -243,20 +244,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     p = parser()
     args = p.parse_args(argv)
     check_args(p, args)
-    from rltrain.config.schemas import ConfigError
-
     # the default action of SIGTERM ends the process at once, leaving a half-written file
     for sig in (signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(sig) == signal.SIG_DFL:
             signal.signal(sig, _stop)
     try:
-        run(args)
-    except (ConfigError, UserError) as e:
-        print(f"rltrain-collect: error: {clip_long_words(str(e))}", file=sys.stderr)
-        sys.exit(2)
-    except OSError as e:  # a path the system refuses (too long, not readable)
-        print(f"rltrain-collect: error: {os_error_text(e)}", file=sys.stderr)
-        sys.exit(2)
+        with refusals("rltrain-collect"):
+            run(args)
     except KeyboardInterrupt as e:
         try:
             kept = f" ({args.out} is as it was)" if args.out.is_file() else ""
