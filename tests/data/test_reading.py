@@ -20,7 +20,7 @@ from rltrain.data.samplers import SAMPLERS, SamplerSpec, check_sampler, make_sam
 from rltrain.data.samplers.prioritized import PrioritizedSampler
 from rltrain.data.samplers.uniform import UniformSampler
 from rltrain.data.storage import ReplayBuffer
-from rltrain.data.transforms import TRANSFORMS, Record
+from rltrain.data.transforms import TRANSFORMS, Record, check_reads
 from rltrain.data.transforms.finished import FinishedEpisodes, finished
 from rltrain.data.transforms.gae import GAE, gae
 from rltrain.data.transforms.nstep import NStepReturns
@@ -108,6 +108,21 @@ def test_transforms_apply_in_order_and_a_new_one_needs_no_edit():
     with pytest.raises(RuntimeError, match="produced no rew, next_obs"):
         read(buf, lanes, positions, [WindowUnused()])
     assert TRANSFORMS["nstep"] is NStepReturns
+
+
+def test_a_transform_of_the_other_kind_is_refused_by_name():
+    """GAE reads whole rollouts and n-step returns sampled batches: each read path refuses
+    the other's, and a transform that does not say what it reads, naming it (never a
+    KeyError at the first update)."""
+    with pytest.raises(ValueError, match=r"GAE\(gamma=0.9, lam=0.8\) reads a rollout, and a "
+                                         r"sampled read path gives it a batch"):
+        ReadPath(UniformSampler(0), [NStepReturns(3, 0.9), GAE(LinearCritic(), 0.9, 0.8)])
+    with pytest.raises(ValueError, match=r"NStepReturns\(n=3, gamma=0.9\) reads a batch"):
+        check_reads([FinishedEpisodes(), NStepReturns(3, 0.9)], "rollout", "a rollout")
+    with pytest.raises(ValueError, match="does not say what it reads"):
+        ReadPath(UniformSampler(0), [SignOfReward()])
+    check_reads([GAE(LinearCritic(), 0.9, 0.8), FinishedEpisodes()], "rollout", "a rollout")
+    assert ReadPath(UniformSampler(0), [NStepReturns(3, 0.9)]).window == 3
 
 
 def test_prioritised_reads_carry_weights_and_give_priorities_back():

@@ -29,7 +29,7 @@ import torch
 from rltrain.data.batch import Batch, Rollout
 from rltrain.data.samplers import Sampler
 from rltrain.data.storage import ReplayBuffer
-from rltrain.data.transforms import Record, Transform
+from rltrain.data.transforms import Record, Transform, check_reads
 
 
 def gather(storage: ReplayBuffer, lanes: np.ndarray, positions: np.ndarray, window: int
@@ -101,6 +101,7 @@ class ReadPath:
     """
 
     def __init__(self, sampler: Sampler, transforms: Sequence[Transform]) -> None:
+        check_reads(transforms, "batch", "a sampled read path")
         self.sampler = sampler
         self.transforms = tuple(transforms)
         #: consecutive transitions read per sampled one: 1 reads one-step transitions only,

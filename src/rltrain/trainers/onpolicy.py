@@ -12,6 +12,7 @@ from rltrain.common.stats import Episodes
 from rltrain.common.types import Progress
 from rltrain.config.schemas import AlgoConfig, OnPolicyTrainerParams, env_steps_per_collection
 from rltrain.data.reading import read_rollout
+from rltrain.data.transforms import check_reads
 from rltrain.trainers.online import OnlineTrainer
 from rltrain.trainers.storage import Storage, StoragePlan, StorageRequest, make_buffer
 
@@ -57,6 +58,7 @@ class OnPolicyTrainer(OnlineTrainer):
         super().__init__(*args, **kwargs)
         #: what the algorithm learns from is computed with (GAE), applied to each rollout
         self.transforms = self.algorithm.transforms()
+        check_reads(self.transforms, "rollout", "an on-policy rollout")
 
     def update_step(self, episodes: Episodes, start: Progress) -> list[Any]:
         rollout = read_rollout(self.buffer, self.transforms)

@@ -22,6 +22,7 @@ Layer: the data path; imports storage's types, numpy and torch.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rltrain.common.registries import import_members
@@ -39,6 +40,10 @@ class Transform(Protocol):
 
     #: consecutive transitions it reads from each sampled one (1: the transition alone)
     window: int
+    #: what it reads: ``"batch"`` (sampled transitions, ``(B, ...)`` fields) or
+    #: ``"rollout"`` (a whole rollout, ``(lanes, T, ...)`` fields); the read path refuses one
+    #: given the other (:func:`check_reads`), naming it, instead of failing on a missing key
+    reads: str
 
     def __call__(self, record: Record, storage: ReplayBuffer) -> Record:
         """The record with the fields this transform computes (it may replace fields; it
@@ -56,6 +61,22 @@ def register(name: str, cls: type) -> type:
         raise ValueError(f"a transform named {name!r} is registered twice")
     TRANSFORMS[name] = cls
     return cls
+
+
+def check_reads(transforms: Sequence[Transform], reads: str, who: str) -> None:
+    """Every transform reads what ``who`` (a read path) gives it: ``reads``.
+
+    :raises ValueError: naming the transform and what it reads (an algorithm declared a
+        transform of the other kind, e.g. GAE for sampled batches).
+    """
+    for t in transforms:
+        kind = getattr(t, "reads", None)
+        if kind not in ("batch", "rollout"):
+            raise ValueError(f"{t!r} does not say what it reads: give its class "
+                             f"reads = 'batch' or 'rollout'")
+        if kind != reads:
+            raise ValueError(f"{t!r} reads a {kind}, and {who} gives it a {reads}: an "
+                             f"algorithm's transforms() must hold {reads} transforms only")
 
 
 import_members(__name__, __path__)

@@ -33,6 +33,7 @@ class FinishedEpisodes:
 
     #: it reads a whole rollout, never a window of a sampled transition's lane
     window = 1
+    reads = "rollout"
 
     def __call__(self, record: Record, storage: ReplayBuffer) -> Record:
         record["learn"] = finished(record["terminated"] | record["truncated"], record["valid"])

@@ -81,6 +81,7 @@ class GAE:
 
     #: it reads a whole rollout, never a window of a sampled transition's lane
     window = 1
+    reads = "rollout"
 
     def __init__(self, critic: Critic, gamma: float, lam: float) -> None:
         self.critic, self.gamma, self.lam = critic, gamma, lam

@@ -64,6 +64,8 @@ class NStepReturns:
             raise ValueError(f"n-step returns need n >= 1, got {n}")
         self.n, self.gamma = n, gamma
         self.window = n
+        #: it reads sampled transitions and windows of their lanes
+        self.reads = "batch"
 
     def __call__(self, record: Record, storage: ReplayBuffer) -> Record:
         if self.n == 1:
