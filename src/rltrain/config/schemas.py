@@ -268,8 +268,9 @@ class ReplayBufferConfig:
     #: per transition, the stack rebuilt by index: null (auto) when the env stacks frames,
     #: 1 to store every observation whole
     frame_stack: int | None = None
-    #: which stored transitions a batch holds: uniform, or prioritized (proportional
-    #: prioritised replay, Schaul et al. 2016: ``buffer=prioritized``)
+    #: which stored transitions a batch holds: uniform, prioritized (proportional
+    #: prioritised replay, Schaul et al. 2016: ``buffer=prioritized``), or episodes (an
+    #: episode uniformly, then a transition within it)
     sampler: str = "uniform"
     #: prioritized: how strongly priorities skew the draws (0: uniform)
     priority_alpha: float = 0.6

@@ -117,6 +117,10 @@ class ReplayBuffer:
         self.size = np.zeros(num_lanes, dtype=np.int64)
         #: transitions ever written per lane (a prioritised sampler finds the new ones by it)
         self.added = np.zeros(num_lanes, dtype=np.int64)
+        #: times the buffer was emptied (:meth:`clear`, and :meth:`load_state_dict`, which
+        #: clears first): what is derived from the stored transitions (an episode index)
+        #: rebuilds when it moves, since ``added`` alone cannot tell a refill from new writes
+        self.clears = 0
         self._touched = np.zeros(num_lanes, dtype=np.int64)  # slots ever written, per lane
         #: every lane's ptr is the same (False may be wrong, True never is)
         self._lockstep = True
@@ -173,6 +177,7 @@ class ReplayBuffer:
         self.ptr[:] = 0
         self.size[:] = 0
         self.added[:] = 0
+        self.clears += 1
         self._lockstep = True
 
     def oldest(self) -> np.ndarray:

@@ -5,7 +5,9 @@ transforms -> the algorithm's update). A sampler returns ``(lanes, positions)``,
 of transitions in a :class:`~rltrain.data.storage.ReplayBuffer`; what is read there and
 computed from it (n-step returns, :mod:`rltrain.data.transforms`) are later stages. Keeping
 the choice apart from the storage is what lets prioritised replay (Schaul et al. 2016) or a
-sampler of sequences be one more module here instead of a subclass of the buffer.
+sampler of sequences be one more module here instead of a subclass of the buffer. Here:
+``uniform`` (the default), ``prioritized`` and ``episodes`` (an episode uniformly, then a
+transition within it, from :mod:`rltrain.data.episodes`' index of where episodes begin and end).
 
 The samplers are a registry: every module of this package declares one sampler and
 registers a :class:`SamplerSpec`, so importing the package fills :data:`SAMPLERS`, and
