@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import torch
 
+from algo_helpers import learnable, progress, random_rollout
 from conftest import (
     SIGTERM,
     job_dir,
@@ -275,6 +276,39 @@ def test_members_with_and_without_value_clipping_stack_in_separate_batches():
 def test_ppo_on_images_or_with_a_shared_encoder_updates_alone():
     assert _ppo("CartPole-v1", 0).batchable
     assert not _ppo("CartPole-v1", 0, share_encoder=True).batchable
+
+
+class _Desk:
+    """A meeting that runs each work alone, as the scheduler would run a batch of one."""
+
+    elsewhere = 0.0
+
+    def __init__(self) -> None:
+        self.works = 0
+
+    def meet(self, work):  # noqa: ANN001, ANN201 - a Stackable, its result
+        self.works += 1
+        return type(work).run_batch([work])[0]
+
+
+def test_ppo_built_in_a_member_hands_its_steps_to_the_meeting_it_was_built_in():
+    """Whether a PPO's steps are handed over is decided where it is built: on a member's
+    thread (the scheduler attends it before building the run) it keeps that meeting; built
+    anywhere else, or unable to stack, it runs its own steps."""
+    assert _ppo("CartPole-v1", 0).meeting is None
+    desk = _Desk()
+    stacking.attend(desk)
+    try:
+        member = _ppo("CartPole-v1", 0)
+        alone = _ppo("CartPole-v1", 0, share_encoder=True)
+    finally:
+        stacking.attend(None)
+    assert member.meeting is desk and alone.meeting is None
+    for ppo in (member, alone):  # the meeting is the one it was built with, wherever it runs
+        rollout = learnable(ppo, random_rollout(ppo.info, lanes=2, steps=16))
+        report = ppo.update(rollout, batch_size=8, repetitions=2, progress=progress(0))
+        assert report.gradient_steps == 8
+    assert desk.works == 1
 
 
 # --------------------------------------------------------------------------- the launcher

@@ -87,6 +87,10 @@ class PPO(ActorCritic):
         #: PPO on a stackable network, not compiled), decided once: any other PPO run in a
         #: batched sweep updates alone, as it would in its own process
         self.batchable = self.by_hand
+        #: where it hands its minibatch steps over, to run stacked with the other members'
+        #: (the batch scheduler attends a member's thread before the run is built on it);
+        #: None outside a batched sweep, or when not batchable: it runs its own
+        self.meeting = stacking.meeting() if self.batchable else None
 
     def optimizers(self) -> dict[str, Adam]:
         return {"optim": self.optim}
@@ -115,10 +119,10 @@ class PPO(ActorCritic):
         # stream as drawing each before its pass)
         perms = [torch.randperm(n, device=self.device) for _ in range(repetitions)]
         tensors = (obs, act, adv_t, ret, old_v, old_logp)
-        if self.batchable and stacking.meeting() is not None:
+        if self.meeting is not None:
             # in a member of a batched sweep, the members' minibatch steps run as one
             # computation (ppo_stacked.py); anywhere else, this run's own
-            sums, steps = stacking.stack(StackedSteps(self, tensors, perms, size))
+            sums, steps = self.meeting.meet(StackedSteps(self, tensors, perms, size))
         else:
             sums, steps = self.minibatch_steps(tensors, perms, size)
         pg_loss, v_loss, entropy, approx_kl, clipfrac = (sums / max(steps, 1)).tolist()
