@@ -226,8 +226,11 @@ def test_eval_reproduces_the_test_step_with_normalised_observations(tmp_path):
 def test_exact_resume_with_normalisation(tmp_path, caplog, algo):
     """SIGTERM mid-epoch, resume: the records equal an unbroken run's, observation and reward
     statistics included (time fields aside)."""
+    # small batches and a quarter of the gradient steps (4 env steps, 1 gradient step): the
+    # resume is what is tested, and the env steps the normalisers count stay 600 an epoch
     args = [f"algo={algo}", *NORM, "trainer.max_epochs=3", "trainer.checkpoint_every=1",
-            "trainer.batch_size=64"]  # small batches: the resume is what is tested
+            "trainer.batch_size=64", "trainer.collection_step_num_env_steps=4",
+            "trainer.update_step_num_gradient_steps_per_sample=0.25"]
     whole = tmp_path / "whole"
     run_in_process(whole, *args)
     broken = tmp_path / "broken"
