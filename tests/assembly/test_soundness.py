@@ -301,9 +301,11 @@ def test_a_hang_up_saves_the_epoch_in_flight_and_says_how_to_resume(tmp_path):
     epoch, a hang-up in epoch 2 still leaves a checkpoint, the summary and the resume line,
     and the resumed run completes the same epochs."""
     run_dir = tmp_path / "run"
+    # epochs of 8 rollouts: the hang-up, sent after the first rollout of epoch 2, lands 7
+    # rollouts before its end
     res = signal_when(["experiment=smoke", "trainer.max_epochs=3", "trainer.checkpoint_every=3",
-                       "trainer.epoch_num_steps=16384",
-                       "trainer.collection_step_num_env_steps=2048",
+                       "trainer.epoch_num_steps=8192",
+                       "trainer.collection_step_num_env_steps=1024",
                        "logger.progress_interval_s=0", f"hydra.run.dir={run_dir}"], tmp_path,
                       lambda line: line.startswith("  epoch 2/3: "), signal.SIGHUP)
     assert res.returncode == 128 + signal.SIGHUP, res.stderr
