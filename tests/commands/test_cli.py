@@ -61,18 +61,6 @@ def check_run_dir(run_dir: Path, algo: str, epochs: int) -> None:
         assert all(torch.isfinite(t).all() for t in policy["state_dict"].values())
 
 
-def quarter_gradient_steps(name: str) -> list[str]:
-    """For an off-policy algorithm, a quarter of a gradient step per collected transition
-    (the run's pipeline is what a smoke run checks, not learning), and its target network
-    updated every 64 gradient steps, so that it is updated within the shorter run."""
-    spec = ALGORITHMS[name]
-    if "offpolicy" not in spec.trainers:
-        return []
-    return ["trainer.update_step_num_gradient_steps_per_sample=0.25",
-            *(["algo.target_update_interval=64"]
-              if "target_update_interval" in spec.config.__dataclass_fields__ else [])]
-
-
 #: every registered online algorithm on an env it accepts, through the CLI: one real process
 #: each (listed from the registry, so a new algorithm is smoke-run through the CLI without
 #: touching this file); the offline ones are smoke-run from a dataset in test_offline.py
@@ -92,7 +80,11 @@ IN_PROCESS_SMOKE = [
     (name, ["env=gym", f"env.id=pixel_envs:{env_id}", "trainer.batch_size=32",
             "trainer.epoch_num_steps=256", *cheap_smoke(name),
             *([] if DISCRETE in spec.actions else ["env.kwargs.continuous=true"]),
-            *quarter_gradient_steps(name)])
+            *(["trainer.update_step_num_gradient_steps_per_sample=0.25",
+               # (within the 128 gradient steps, so the target networks are updated)
+               *(["algo.target_update_interval=64"]
+                 if "target_update_interval" in spec.config.__dataclass_fields__ else [])]
+              if "offpolicy" in spec.trainers else [])])
     for env_id in (PIXELS_ID, DICT_ID)
     for name, spec in sorted(ALGORITHMS.items())
     if "offline" not in spec.trainers
@@ -113,12 +105,16 @@ IN_PROCESS_SMOKE = [
                          ids=[f"{a}-{'-'.join(e)}" for a, e in CLI_SMOKE])
 def test_smoke_run_writes_complete_run_dir(cli, tmp_path, algo, env_args):
     run_dir = tmp_path / "run"
-    # shortened as the in-process smoke runs are (the CLI's part does not depend on the
-    # run's length); on Pendulum, whose off-policy runs collect one env step a collection
-    # step, 4 a step, so that a quarter of a gradient step a transition is one
-    shorter = [*cheap_smoke(algo), *quarter_gradient_steps(algo),
+    # shortened (the CLI's part does not depend on the run's length): cheap_smoke, and
+    # off-policy a quarter of a gradient step a transition (every target network is still
+    # updated: the cartpole runs' intervals are 64-128 of their 256-512 gradient steps); on
+    # Pendulum, whose runs collect one env step a collection step, 4 a step, so that a
+    # quarter of a gradient step a transition is one
+    off_policy = "offpolicy" in ALGORITHMS[algo].trainers
+    shorter = [*cheap_smoke(algo),
+               *(["trainer.update_step_num_gradient_steps_per_sample=0.25"] if off_policy else []),
                *(["trainer.collection_step_num_env_steps=4"]
-                 if env_args == ["env=pendulum"] and quarter_gradient_steps(algo) else [])]
+                 if off_policy and env_args == ["env=pendulum"] else [])]
     res = cli("experiment=smoke", f"algo={algo}", *env_args, *shorter,
               f"hydra.run.dir={run_dir}")
     assert res.returncode == 0, res.stderr
