@@ -99,8 +99,10 @@ def test_offline_smoke_run_writes_complete_run_dir(cli, tmp_path, capsys, datase
 # IQL with the slow checks: the offline trainer's resume is the same for both
 @pytest.mark.parametrize("algo", ["cql", pytest.param("iql", marks=pytest.mark.slow)])
 def test_offline_sigterm_and_resume_equal_an_unbroken_run(tmp_path, datasets, algo):
+    # epochs of 100 update steps (CQL's are dear: about 0.5 s an epoch here), two of them
+    # still to come when the signal is sent
     args = [*SMALL, f"algo={algo}", "env=pendulum", f"dataset={datasets['pendulum']}",
-            "trainer.max_epochs=4", "logger.tensorboard=false"]
+            "trainer.max_epochs=4", "logger.tensorboard=false", "trainer.epoch_num_steps=100"]
     full, broken = tmp_path / "full", tmp_path / "broken"
     run_in_process(full, *args)
     seen = []

@@ -114,7 +114,10 @@ def test_disk_full_mid_run_then_resume_is_exact(cli, tmp_path):
     args = ["algo=dqn", "trainer.max_epochs=4", "trainer.epoch_num_steps=2048",
             "buffer.size=5000", "trainer.stop_score=null", "seed=4", "env.num_test_envs=2",
             "trainer.test_step_num_episodes=2", "logger.tensorboard=false",
-            "logger.progress_interval_s=0"]
+            "logger.progress_interval_s=0",
+            # half the gradient steps of CartPole's DQN (0.25 a transition): the same env
+            # steps and buffer wrap-around, and each epoch still many times the fill's time
+            "trainer.update_step_num_gradient_steps_per_sample=0.125"]
     full = tmp_path / "full"
     run_in_process(full, *args)
     with tmpfs(tmp_path / "fs", "8m") as fs:
@@ -447,8 +450,10 @@ def test_an_env_that_cannot_be_made_is_one_line(cli, tmp_path):
 
 def test_env_without_a_time_limit_gets_one(cli, tmp_path):
     run_dir = tmp_path / "run"
+    # one epoch: its test step of 10,000-step episodes is what shows the limit (the second
+    # epoch's cost as much again)
     res = cli("experiment=smoke", "env=gym", "env.id=fault_envs:rltrain-test/Endless-v0",
-              f"hydra.run.dir={run_dir}")
+              "trainer.max_epochs=1", f"hydra.run.dir={run_dir}")
     assert res.returncode == 0, res.stderr
     assert "registers no time limit: its episodes are cut at 10,000 steps" in res.stderr
     assert read_jsonl(run_dir / "epochs.jsonl")[0]["test"]["length_mean"] == 10_000

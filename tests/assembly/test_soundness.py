@@ -34,16 +34,21 @@ from conftest import (
 from rltrain.commands import evaluate, export
 from rltrain.rundir.checkpoint import load_checkpoint
 
-# four epochs; long test steps (30 episodes on 2 envs, about 7,500 steps each by epoch 4), so
-# that a signal sent as a test step begins lands inside it; a progress line after every
-# training step shows where a run is
+# four epochs; a progress line after every training step shows where a run is
 LAST_EPOCH = {
     "ppo": ["algo=ppo", "env=cartpole", "trainer.epoch_num_steps=4096"],
     "dqn": ["algo=dqn", "env=cartpole", "trainer.epoch_num_steps=2048", "buffer.size=20000"],
 }
 COMMON = ["seed=1", "trainer.max_epochs=4", "trainer.stop_score=null", "env.num_test_envs=2",
-          "trainer.test_step_num_episodes=30", "logger.progress_interval_s=0",
-          "logger.tensorboard=false"]
+          "logger.progress_interval_s=0", "logger.tensorboard=false"]
+#: test episodes a test step, by where the signal lands: long test steps (30 episodes on 2
+#: envs, about 7,500 steps each by epoch 4) so that a signal sent as a test step begins lands
+#: inside it; a signal in training needs none (the 30 episodes were 3/4 of PPO's run time)
+TEST_EPISODES = {"training": 2, "test": 30}
+
+
+def last_epoch_args(algo: str, moment: str) -> list[str]:
+    return [*LAST_EPOCH[algo], *COMMON, f"trainer.test_step_num_episodes={TEST_EPISODES[moment]}"]
 
 
 def tree_digest(root: Path) -> dict[str, str]:
@@ -54,15 +59,15 @@ def tree_digest(root: Path) -> dict[str, str]:
 
 # ---------------------------------------------------------------- 1. the last epoch
 @pytest.fixture(scope="module")
-def unbroken(tmp_path_factory) -> Callable[[str], Path]:
-    """The unbroken run of each algorithm, made once for both moments of interruption."""
-    runs: dict[str, Path] = {}
+def unbroken(tmp_path_factory) -> Callable[[str, str], Path]:
+    """The unbroken run of each algorithm and moment of interruption, made once a module."""
+    runs: dict[tuple[str, str], Path] = {}
 
-    def get(algo: str) -> Path:
-        if algo not in runs:
-            runs[algo] = tmp_path_factory.mktemp(f"unbroken-{algo}") / "full"
-            run_in_process(runs[algo], *LAST_EPOCH[algo], *COMMON)
-        return runs[algo]
+    def get(algo: str, moment: str) -> Path:
+        if (algo, moment) not in runs:
+            runs[algo, moment] = tmp_path_factory.mktemp(f"unbroken-{algo}-{moment}") / "full"
+            run_in_process(runs[algo, moment], *last_epoch_args(algo, moment))
+        return runs[algo, moment]
 
     return get
 
@@ -73,8 +78,8 @@ def unbroken(tmp_path_factory) -> Callable[[str], Path]:
 @pytest.mark.parametrize("algo", ["ppo", pytest.param("dqn", marks=pytest.mark.slow)])
 def test_sigterm_in_the_last_epoch_resumes_to_the_unbroken_run(cli, tmp_path, unbroken, algo,
                                                                moment):
-    args = [*LAST_EPOCH[algo], *COMMON]
-    full, broken = unbroken(algo), tmp_path / "broken"
+    args = last_epoch_args(algo, moment)
+    full, broken = unbroken(algo, moment), tmp_path / "broken"
 
     if moment == "training":  # the first training step of epoch 4 is done
         def when(line: str) -> bool:
@@ -296,9 +301,11 @@ def test_a_hang_up_saves_the_epoch_in_flight_and_says_how_to_resume(tmp_path):
     epoch, a hang-up in epoch 2 still leaves a checkpoint, the summary and the resume line,
     and the resumed run completes the same epochs."""
     run_dir = tmp_path / "run"
+    # epochs of 8 rollouts: the hang-up, sent after the first rollout of epoch 2, lands 7
+    # rollouts before its end
     res = signal_when(["experiment=smoke", "trainer.max_epochs=3", "trainer.checkpoint_every=3",
-                       "trainer.epoch_num_steps=16384",
-                       "trainer.collection_step_num_env_steps=2048",
+                       "trainer.epoch_num_steps=8192",
+                       "trainer.collection_step_num_env_steps=1024",
                        "logger.progress_interval_s=0", f"hydra.run.dir={run_dir}"], tmp_path,
                       lambda line: line.startswith("  epoch 2/3: "), signal.SIGHUP)
     assert res.returncode == 128 + signal.SIGHUP, res.stderr

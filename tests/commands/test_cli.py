@@ -105,7 +105,18 @@ IN_PROCESS_SMOKE = [
                          ids=[f"{a}-{'-'.join(e)}" for a, e in CLI_SMOKE])
 def test_smoke_run_writes_complete_run_dir(cli, tmp_path, algo, env_args):
     run_dir = tmp_path / "run"
-    res = cli("experiment=smoke", f"algo={algo}", *env_args, f"hydra.run.dir={run_dir}")
+    # shortened (the CLI's part does not depend on the run's length): cheap_smoke, and
+    # off-policy a quarter of a gradient step a transition (every target network is still
+    # updated: the cartpole runs' intervals are 64-128 of their 256-512 gradient steps); on
+    # Pendulum, whose runs collect one env step a collection step, 4 a step, so that a
+    # quarter of a gradient step a transition is one
+    off_policy = "offpolicy" in ALGORITHMS[algo].trainers
+    shorter = [*cheap_smoke(algo),
+               *(["trainer.update_step_num_gradient_steps_per_sample=0.25"] if off_policy else []),
+               *(["trainer.collection_step_num_env_steps=4"]
+                 if off_policy and env_args == ["env=pendulum"] else [])]
+    res = cli("experiment=smoke", f"algo={algo}", *env_args, *shorter,
+              f"hydra.run.dir={run_dir}")
     assert res.returncode == 0, res.stderr
     assert "Traceback" not in res.stderr
     assert "epoch   2/2" in res.stdout and "rltrain summary" in res.stdout

@@ -152,9 +152,12 @@ def test_a_run_with_the_replay_on_the_device_resumes_exactly(tmp_path, caplog):
     """Resumed from its epoch-1 checkpoint, the device copy is made again from the restored
     buffer: the records are the unbroken run's."""
     full, resumed = tmp_path / "full", tmp_path / "resumed"
+    # a gradient step every 4 env steps, not every one: each epoch still samples the device
+    # copy 100 times, and the resume is what is checked
     run_in_process(full, *RUNS["sac"][:2], "trainer.max_epochs=3", "trainer.epoch_num_steps=400",
                    "trainer.random_warmup_env_steps=200", "buffer.on_device=true", "seed=4",
-                   "logger.tensorboard=false")
+                   "logger.tensorboard=false", "trainer.collection_step_num_env_steps=4",
+                   "trainer.update_step_num_gradient_steps_per_sample=0.25")
     shutil.copytree(full, resumed)
     checkpoints = resumed / "checkpoints"
     (first,) = checkpoints.glob("ckpt_*_00001.pt")

@@ -89,9 +89,11 @@ def test_a_run_made_before_the_move_resumes_exactly_and_evaluates(tmp_path: Path
     state, and the action scaling wrapper of every continuous run in the env state. The run
     stops at its first test (its stop score), its files are written with the former paths, and
     it resumes to the end: its records equal an unbroken run's."""
+    # (a gradient step every 4 env steps: the paths and the resume are what is checked)
     run = ("algo=sac", "env=pendulum_novel", "experiment=smoke", "trainer.epoch_num_steps=256",
            "trainer.random_warmup_env_steps=100", "env.num_test_envs=1",
-           "trainer.test_step_num_episodes=1")
+           "trainer.test_step_num_episodes=1", "trainer.collection_step_num_env_steps=4",
+           "trainer.update_step_num_gradient_steps_per_sample=0.25")
     whole, stopped = tmp_path / "whole", tmp_path / "stopped"
     assert run_in_process(whole, *run).status == "completed"
     run_in_process(stopped, *run, "trainer.stop_score=-100000")

@@ -157,10 +157,14 @@ def test_the_build_makes_the_training_collector_update_the_statistics():
 
 
 # --------------------------------------------------------------------------- runs
+# a gradient step every 4 env steps, not every one (the update was 3/4 of a run's time): the
+# normalisers see every env step whatever the gradient steps
 NORM = ["env=pendulum", "env.normalize.obs=true", "env.normalize.reward=true",
         "algo.hidden_sizes=[32,32]", "trainer.epoch_num_steps=600",
         "trainer.random_warmup_env_steps=300", "trainer.test_step_num_episodes=2",
-        "env.num_test_envs=2", "trainer.stop_score=null"]
+        "env.num_test_envs=2", "trainer.stop_score=null",
+        "trainer.collection_step_num_env_steps=4",
+        "trainer.update_step_num_gradient_steps_per_sample=0.25"]
 
 
 def test_normalisers_frozen_in_tests_saved_with_the_policy_and_exported(tmp_path):
