@@ -56,6 +56,28 @@ class Sampler(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
+class Unweighted:
+    """What a sampler whose draws do not depend on what was learnt shares: its own seeded
+    generator (its whole state, as plain data), no importance weights, nothing to store from
+    an update. Its subclass writes :meth:`sample`."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.rng = np.random.default_rng(seed)
+
+    def weights(self, lanes: np.ndarray, positions: np.ndarray, fraction: float) -> None:
+        return None
+
+    def update(self, lanes: np.ndarray, positions: np.ndarray, priorities: np.ndarray) -> None:
+        """Nothing to store: the draws do not depend on what was learnt."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """The generator's state (a dict of ints and strings)."""
+        return {"rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.rng.bit_generator.state = state["rng"]
+
+
 @dataclass(frozen=True)
 class SamplerSpec:
     """What rltrain needs to know of a sampler."""

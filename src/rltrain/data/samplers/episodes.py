@@ -10,17 +10,15 @@ steps of short episodes (early failures, quick successes) more often than unifor
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from rltrain.config.schemas import ReplayBufferConfig
 from rltrain.data.episodes import EpisodeIndex
-from rltrain.data.samplers import SamplerSpec, register
+from rltrain.data.samplers import SamplerSpec, Unweighted, register
 from rltrain.data.storage import ReplayBuffer
 
 
-class EpisodeSampler:
+class EpisodeSampler(Unweighted):
     """An episode uniformly among every stored one, whichever lane holds it (the episodes
     in flight count, with the transitions they have so far, and so do those whose beginning
     the ring overwrote, with what is left), then a transition uniformly within it.
@@ -34,7 +32,7 @@ class EpisodeSampler:
     """
 
     def __init__(self, seed: int = 0) -> None:
-        self.rng = np.random.default_rng(seed)
+        super().__init__(seed)
         self.index: EpisodeIndex | None = None
 
     def _index_of(self, buffer: ReplayBuffer) -> EpisodeIndex:
@@ -54,20 +52,6 @@ class EpisodeSampler:
         first, length = index.episode(lanes, drawn - (ends - counts)[lanes])
         step = self.rng.integers(length)
         return lanes, (first + step) % buffer.lane_capacity
-
-    def weights(self, lanes: np.ndarray, positions: np.ndarray, fraction: float) -> None:
-        return None
-
-    def update(self, lanes: np.ndarray, positions: np.ndarray, priorities: np.ndarray) -> None:
-        """Nothing to store: the draws do not depend on what was learnt."""
-
-    def state_dict(self) -> dict[str, Any]:
-        """The generator's state (a dict of ints and strings); the index is rebuilt from the
-        buffer."""
-        return {"rng": self.rng.bit_generator.state}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.rng.bit_generator.state = state["rng"]
 
 
 def _build(cfg: ReplayBufferConfig, seed: int) -> EpisodeSampler:

@@ -3,25 +3,20 @@ default)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from rltrain.config.schemas import ReplayBufferConfig
-from rltrain.data.samplers import SamplerSpec, register
+from rltrain.data.samplers import SamplerSpec, Unweighted, register
 from rltrain.data.storage import ReplayBuffer
 
 
-class UniformSampler:
+class UniformSampler(Unweighted):
     """Every stored transition equally likely, whichever lane holds it and however full the
     lanes are: one integer is drawn over all stored transitions, then mapped to its lane
     (lanes one after another) and to its position there (counted from the lane's oldest).
 
     :param seed: seed of the sampler's own ``np.random.default_rng``.
     """
-
-    def __init__(self, seed: int = 0) -> None:
-        self.rng = np.random.default_rng(seed)
 
     def sample(self, buffer: ReplayBuffer, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
         size, cap = buffer.size, buffer.lane_capacity
@@ -41,19 +36,6 @@ class UniformSampler:
         # read from the two arrays this sampler already reads, without a call back)
         oldest = np.where(size == cap, buffer.ptr % cap, 0)
         return lanes, (oldest[lanes] + offsets) % cap
-
-    def weights(self, lanes: np.ndarray, positions: np.ndarray, fraction: float) -> None:
-        return None
-
-    def update(self, lanes: np.ndarray, positions: np.ndarray, priorities: np.ndarray) -> None:
-        """Nothing to store: every transition stays equally likely."""
-
-    def state_dict(self) -> dict[str, Any]:
-        """The generator's state (a dict of ints and strings)."""
-        return {"rng": self.rng.bit_generator.state}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.rng.bit_generator.state = state["rng"]
 
 
 def _build(cfg: ReplayBufferConfig, seed: int) -> UniformSampler:
