@@ -7,7 +7,9 @@
   the sticky action kept for resume; MinAtar's ids and frames; MiniGrid's observations;
   velocities masked), named by dotted path in ``conf/env``;
 - :mod:`.state`: the state of (vector) envs as plain data, captured honestly, with one adapter
-  module per env family whose state lives in C.
+  module per env family whose state lives in C;
+- :mod:`.bitflip`: rltrain's own goal-conditioned env, bit flipping (``env=bitflip``), the
+  standard test of hindsight relabelling; it imports gymnasium and numpy only.
 
 Each imports only those after it in this list (the "envs" contract in ``.importlinter``). The
 package sits beside the nets and the loggers (none of the three imports another), under the
