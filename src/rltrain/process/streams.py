@@ -27,6 +27,7 @@ import re
 import shutil
 import sys
 import textwrap
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 #: errno values of a reader that went away: a pipe's or socket's, or a terminal that was
@@ -43,27 +44,26 @@ class PipeSafe(io.TextIOBase):
         self._broken = False
 
     def write(self, text: str) -> int:
-        if not self._broken:
-            try:
-                return self._stream.write(text)
-            except (BrokenPipeError, ConnectionResetError):
-                self._broken = True
-            except OSError as e:
-                if e.errno not in _GONE:
-                    raise
-                self._broken = True
-        return len(text)
+        written = self._unless_gone(self._stream.write, text)
+        return len(text) if written is None else written
 
     def flush(self) -> None:
-        if not self._broken:
-            try:
-                self._stream.flush()
-            except (BrokenPipeError, ConnectionResetError):
-                self._broken = True
-            except OSError as e:
-                if e.errno not in _GONE:
-                    raise
-                self._broken = True
+        self._unless_gone(self._stream.flush)
+
+    def _unless_gone(self, op: Callable[..., Any], *args: Any) -> Any:
+        """``op(*args)`` on the stream, or None once its reader has gone (a broken pipe, a
+        reset connection, or an errno of ``_GONE``): from then on nothing is tried again."""
+        if self._broken:
+            return None
+        try:
+            return op(*args)
+        except (BrokenPipeError, ConnectionResetError):
+            self._broken = True
+        except OSError as e:
+            if e.errno not in _GONE:
+                raise
+            self._broken = True
+        return None
 
     def isatty(self) -> bool:
         return not self._broken and self._stream.isatty()
